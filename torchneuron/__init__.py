@@ -1,0 +1,22 @@
+"""torchneuron: PyTorch's ``neuron`` device on a simulated AWS Trainium NeuronCore.
+
+``import torchneuron`` registers the device (``torch.device("neuron")``,
+``torch.neuron``) and the ``torch.compile`` backend named ``"neuron"``.
+"""
+
+from torchneuron.device import NeuronTensor, register
+from torchneuron.dispatch import executed_ops, fallback_ops, fallback_reasons, install
+from torchneuron.hardware import current_profile, set_hardware
+
+register()
+install()
+
+__all__ = [
+    "NeuronTensor",
+    "current_profile",
+    "executed_ops",
+    "fallback_ops",
+    "fallback_reasons",
+    "set_hardware",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,187 @@
+"""``torch.neuron``: the device-module API, mirroring the ``torch.cuda`` subset people use.
+
+Times are *simulated*: events read the device timeline of the simulated
+NeuronCore, never the wall clock, so the same program reports the same
+milliseconds on every run and every machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchneuron.device import random as _random
+from torchneuron.hardware import device_count as _hw_device_count
+from torchneuron.hardware import get_core
+
+__all__ = [
+    "is_available",
+    "is_initialized",
+    "device_count",
+    "current_device",
+    "set_device",
+    "device",
+    "synchronize",
+    "Event",
+    "memory_allocated",
+    "max_memory_allocated",
+    "reset_peak_memory_stats",
+    "memory_stats",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "initial_seed",
+    "get_rng_state",
+    "set_rng_state",
+]
+
+_current = 0
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return _hw_device_count()
+
+
+def current_device() -> int:
+    return _current
+
+
+def _index(dev: Any = None) -> int:
+    """Normalize an int / str / torch.device / None to a neuron device index."""
+    if dev is None:
+        return _current
+    if isinstance(dev, int):
+        index = dev
+    else:
+        dev = torch.device(dev)
+        if dev.type != "neuron":
+            raise ValueError(f"Expected a neuron device, but got: {dev}")
+        index = _current if dev.index is None else dev.index
+    if not 0 <= index < device_count():
+        raise RuntimeError(
+            f"Invalid device ordinal neuron:{index}: this simulated chip has "
+            f"{device_count()} NeuronCores (neuron:0 .. neuron:{device_count() - 1})"
+        )
+    return index
+
+
+def set_device(dev: Any) -> None:
+    global _current
+    _current = _index(dev)
+
+
+class device:
+    """Context manager that changes the current neuron device."""
+
+    def __init__(self, dev: Any) -> None:
+        self.index = _index(dev)
+        self.prev = _current
+
+    def __enter__(self) -> None:
+        self.prev = _current
+        set_device(self.index)
+
+    def __exit__(self, *exc: object) -> None:
+        set_device(self.prev)
+
+
+def synchronize(dev: Any = None) -> None:
+    """Block the (simulated) host until device ``dev`` has finished all enqueued work."""
+    get_core(_index(dev)).synchronize()
+
+
+class Event:
+    """A marker in the device's work queue; ``elapsed_time`` is simulated milliseconds."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._ns: int | None = None
+        self._index: int | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self._index = _current
+        self._ns = get_core(self._index).record_event()
+
+    def query(self) -> bool:
+        if self._ns is None:
+            return True
+        return get_core(self._index).timeline.host_ns >= self._ns
+
+    def synchronize(self) -> None:
+        if self._ns is not None:
+            get_core(self._index).timeline.wait_event(self._ns)
+
+    def wait(self, stream: Any = None) -> None:
+        """Device-side wait: work is in order on our single queue, so nothing to do."""
+
+    def elapsed_time(self, end_event: Event) -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Events must be created with enable_timing=True to measure time")
+        if self._ns is None or end_event._ns is None:
+            raise RuntimeError("Both events must be recorded before calling elapsed_time()")
+        return (end_event._ns - self._ns) / 1e6
+
+    def __repr__(self) -> str:
+        return f"torch.neuron.Event(recorded_ns={self._ns})"
+
+
+def memory_allocated(dev: Any = None) -> int:
+    return get_core(_index(dev)).memory.allocated
+
+
+def max_memory_allocated(dev: Any = None) -> int:
+    return get_core(_index(dev)).memory.peak
+
+
+def reset_peak_memory_stats(dev: Any = None) -> None:
+    get_core(_index(dev)).memory.reset_peak()
+
+
+def memory_stats(dev: Any = None) -> dict[str, int]:
+    mem = get_core(_index(dev)).memory
+    return {
+        "allocated_bytes.all.current": mem.allocated,
+        "allocated_bytes.all.peak": mem.peak,
+        "capacity_bytes": mem.capacity,
+    }
+
+
+def manual_seed(seed: int) -> None:
+    _random.manual_seed(seed, _current)
+
+
+def manual_seed_all(seed: int) -> None:
+    _random.manual_seed_all(seed, device_count())
+
+
+def seed() -> None:
+    _random.generator(_current).seed()
+
+
+def initial_seed() -> int:
+    return _random.generator(_current).initial_seed()
+
+
+def get_rng_state(dev: Any = None) -> torch.Tensor:
+    return _random.generator(_index(dev)).get_state()
+
+
+def set_rng_state(state: torch.Tensor, dev: Any = None) -> None:
+    _random.generator(_index(dev)).set_state(state)
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]

@@ -1,0 +1,116 @@
+"""The neuron tensor: a wrapper subclass whose data lives in a host "HBM" buffer.
+
+Why a wrapper subclass: PyTorch's autograd, views, Dynamo and AOTAutograd all know
+how to treat ``_make_wrapper_subclass`` tensors, and ``__tensor_flatten__`` lets
+torch.compile see through to the buffer. The wrapper reports the device
+``neuron:N`` and the buffer's exact sizes, strides and storage offset, so views,
+aliasing and in-place semantics are those of the CPU buffer underneath: a view of
+a neuron tensor wraps a view of its buffer.
+
+A tensor may also be *pending*: it has metadata but no buffer yet, because the
+value will be produced later (adaptive eager defers ops). Reading ``buffer`` on a
+pending tensor asks its producer to materialize it first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import torch
+
+__all__ = ["NeuronTensor", "set_op_handler", "neuron_device"]
+
+_DEVICE_TYPE = "neuron"
+
+
+def neuron_device(index: int = 0) -> torch.device:
+    return torch.device(_DEVICE_TYPE, index)
+
+
+class Pending(Protocol):
+    """A value that will exist later; ``materialize`` makes it exist now."""
+
+    def materialize(self) -> torch.Tensor: ...
+
+
+OpHandler = Callable[[Any, tuple, tuple, dict], Any]
+_op_handler: OpHandler | None = None
+
+
+def set_op_handler(handler: OpHandler) -> None:
+    """Install the function that executes aten ops on neuron tensors.
+
+    The device layer owns the tensor type; the dispatch layer (above it) owns what
+    running an op means. It registers itself here at import time.
+    """
+    global _op_handler
+    _op_handler = handler
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on ``neuron:N``; its values live in ``buffer`` (a CPU tensor)."""
+
+    _buffer: torch.Tensor | None
+    _pending: Pending | None
+    _device_index: int
+
+    @staticmethod
+    def __new__(
+        cls,
+        buffer: torch.Tensor | None,
+        device_index: int = 0,
+        *,
+        meta: torch.Tensor | None = None,
+        pending: Pending | None = None,
+        requires_grad: bool = False,
+    ) -> NeuronTensor:
+        like = buffer if buffer is not None else meta
+        assert like is not None, "a NeuronTensor needs a buffer or a meta tensor"
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            like.size(),
+            strides=like.stride(),
+            storage_offset=like.storage_offset(),
+            dtype=like.dtype,
+            layout=like.layout,
+            device=neuron_device(device_index),
+            requires_grad=requires_grad,
+        )
+        r._buffer = buffer
+        r._pending = pending
+        r._device_index = device_index
+        return r
+
+    @property
+    def buffer(self) -> torch.Tensor:
+        """The CPU tensor holding this tensor's values (materializing it if pending)."""
+        if self._buffer is None:
+            assert self._pending is not None
+            self._buffer = self._pending.materialize()
+            self._pending = None
+        return self._buffer
+
+    @property
+    def is_pending(self) -> bool:
+        return self._buffer is None
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        text = repr(self.cpu())
+        suffix = f", device='{self.device}'"
+        if text.endswith(")"):
+            return text[:-1] + suffix + ")"
+        return text
+
+    def __tensor_flatten__(self) -> tuple[list[str], dict]:
+        return ["buffer"], {"device_index": self._device_index}
+
+    @staticmethod
+    def __tensor_unflatten__(
+        inner: dict, meta: dict, outer_size: Any, outer_stride: Any
+    ) -> NeuronTensor:
+        return NeuronTensor(inner["buffer"], meta["device_index"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001
+        assert _op_handler is not None, "import torchneuron to register the neuron device"
+        return _op_handler(func, types, args, kwargs or {})

@@ -1,0 +1,37 @@
+"""Eager op dispatch for the neuron device.
+
+Owns: running one aten op on the simulated NeuronCore (unwrap -> CPU kernel on the
+buffers -> wrap, with the cost charged to the device timeline), the host CPU
+fallback for ops the device cannot run, and op tracking. Imports
+``torchneuron.device`` and ``torchneuron.hardware`` only.
+"""
+
+from torchneuron.device.tensor import set_op_handler
+from torchneuron.dispatch import factory
+from torchneuron.dispatch.eager import run_op, wrap
+from torchneuron.dispatch.tracking import (
+    executed_ops,
+    fallback_ops,
+    fallback_reasons,
+    reset_op_tracking,
+)
+
+__all__ = [
+    "run_op",
+    "wrap",
+    "executed_ops",
+    "fallback_ops",
+    "fallback_reasons",
+    "reset_op_tracking",
+    "install",
+]
+
+
+def _handle(func, types, args, kwargs):  # noqa: ANN001, ANN202
+    return run_op(func, args, kwargs)
+
+
+def install() -> None:
+    """Make this module the executor of neuron ops (idempotent)."""
+    set_op_handler(_handle)
+    factory.install()
