@@ -1,0 +1,162 @@
+"""One simulated NeuronCore: runs eager kernels and executables on its timeline.
+
+Why a per-index singleton: PyTorch's ``neuron:N`` names one device for the whole process;
+its clock, memory and compiled-kernel cache must be shared by every layer that touches it
+(device, dispatch, adaptive eager, compiled graphs).
+
+The core does not compute numbers (callers do, on CPU tensors); it charges time:
+
+- ``run_eager_kernel``: host dispatch (always); for a kernel, the eager NEFF compile on a
+  signature's first use (unless compile latency is zeroed), the kernel launch on the host,
+  and the kernel's device time on the queue.
+- ``run_executable``: the executable's launch on the host and its device time on the queue.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from . import settings
+from .cost import KernelCost, KernelWork, eager_compile_latency_ns, kernel_cost
+from .memory import MemoryTracker
+from .profiles import HardwareProfile
+from .timeline import Timeline
+
+__all__ = ["NeuronCore", "device_count", "get_core", "reset"]
+
+
+class NeuronCore:
+    """A physical NeuronCore: profile, timeline, HBM accounting, compiled-signature set."""
+
+    def __init__(self, index: int = 0, profile: HardwareProfile | None = None) -> None:
+        self.index = index
+        self.profile = profile if profile is not None else settings.current_profile()
+        self.timeline = Timeline(trace_limit=int(settings.get("timeline_trace")))
+        self.memory = MemoryTracker(self.profile.hbm_bytes_per_core, device=f"neuron:{index}")
+        self.seen_signatures: set[tuple[str, tuple[Any, ...]]] = set()
+        self.ops: Counter[str] = Counter()  # eager ops by name (metadata-only ones included)
+        self.kernels = 0  # eager kernels launched
+        self.eager_compiles = 0  # new eager signatures (charged or not)
+        self.executables: Counter[str] = Counter()  # executable runs by name
+        self.executable_kernels = 0  # kernels inside executables run
+
+    # --- hardware swap -------------------------------------------------------------------
+    def set_profile(self, profile: HardwareProfile) -> None:
+        """Switch to ``profile``: capacity follows it; compiled eager kernels are forgotten
+        (a NEFF targets one chip); the timeline and counters are kept."""
+        self.profile = profile
+        self.memory.capacity = profile.hbm_bytes_per_core
+        self.seen_signatures.clear()
+
+    # --- work ------------------------------------------------------------------------------
+    def run_eager_kernel(
+        self, name: str, signature: tuple[Any, ...], work: KernelWork | None
+    ) -> KernelCost | None:
+        """Charge one eager op. ``work is None`` means metadata only: dispatch cost, no kernel.
+
+        Returns the kernel's cost (None for metadata-only ops).
+        """
+        p = self.profile
+        tl = self.timeline
+        tl.host(p.host_dispatch_ns, "dispatch")
+        self.ops[name] += 1
+        if work is None:
+            return None
+        key = (name, tuple(signature))
+        if key not in self.seen_signatures:
+            self.seen_signatures.add(key)
+            self.eager_compiles += 1
+            compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
+            if compile_ns:
+                tl.host(compile_ns, "compile")
+        cost = kernel_cost(work, p)
+        tl.host(p.kernel_launch_ns, "launch")
+        tl.enqueue(cost.total_ns, name)
+        self.kernels += 1
+        return cost
+
+    def run_executable(self, device_ns: int, name: str, n_kernels: int = 1) -> tuple[int, int]:
+        """Launch a compiled executable taking ``device_ns`` on the device; return (start, end)."""
+        self.timeline.host(self.profile.executable_launch_ns, "launch")
+        self.executables[name] += 1
+        self.executable_kernels += int(n_kernels)
+        return self.timeline.enqueue(int(device_ns), name)
+
+    # --- clock -----------------------------------------------------------------------------
+    def host(self, ns: int, category: str) -> int:
+        """Charge a host-side cost (guard checks, recording, ...) under ``category``."""
+        return self.timeline.host(ns, category)
+
+    def synchronize(self) -> int:
+        """Host waits for the device; returns the host time."""
+        return self.timeline.synchronize()
+
+    def record_event(self) -> int:
+        """Timestamp when all work enqueued so far completes."""
+        return self.timeline.record_event()
+
+    def wait_event(self, t: int) -> int:
+        """Host waits until ``t``; returns the host time."""
+        return self.timeline.wait_event(t)
+
+    @property
+    def now(self) -> int:
+        """Host time in ns."""
+        return self.timeline.host_ns
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and the time breakdown as plain data (sorted, so printing is stable)."""
+        out: dict[str, Any] = {
+            "device": f"neuron:{self.index}",
+            "hardware": self.profile.name,
+            "ops": dict(sorted(self.ops.items())),
+            "kernel_launches": self.kernels,
+            "eager_compiles": self.eager_compiles,
+            "executables": dict(sorted(self.executables.items())),
+            "executable_launches": sum(self.executables.values()),
+            "executable_kernels": self.executable_kernels,
+            "memory_allocated": self.memory.allocated,
+            "peak_memory": self.memory.peak,
+            "memory_capacity": self.memory.capacity,
+        }
+        out.update(self.timeline.breakdown())
+        return out
+
+    def __repr__(self) -> str:
+        return f"NeuronCore(index={self.index}, profile={self.profile.name!r}, {self.timeline!r})"
+
+
+_cores: dict[int, NeuronCore] = {}
+
+
+def device_count() -> int:
+    """Number of device indices: one per physical core of the current profile's chip."""
+    return settings.current_profile().cores_per_chip
+
+
+def get_core(index: int = 0) -> NeuronCore:
+    """The process-wide core for device index ``index`` (created on first use)."""
+    core = _cores.get(index)
+    if core is None:
+        n = device_count()
+        if not 0 <= index < n:
+            raise ValueError(
+                f"invalid neuron device index {index}: the simulated "
+                f"{settings.current_profile().name} chip has {n} NeuronCores (0..{n - 1})"
+            )
+        core = _cores[index] = NeuronCore(index)
+    return core
+
+
+def reset() -> None:
+    """Forget every core (fresh clocks, memory and counters). For tests and benchmarks."""
+    _cores.clear()
+
+
+def _on_hardware_change(profile: HardwareProfile) -> None:
+    for core in _cores.values():
+        core.set_profile(profile)
+
+
+settings.on_hardware_change(_on_hardware_change)

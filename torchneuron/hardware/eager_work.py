@@ -1,0 +1,321 @@
+"""Map one aten op (with CPU-tensor arguments) to the work of its eager kernel.
+
+Why here and not in dispatch: the engine an op runs on is a fact about the hardware
+(TensorE does matmuls, ScalarE transcendentals, GpSimd gathers), and the compiler needs the
+same classification for its kernels. ``aten_kernel_work`` returns ``None`` for metadata-only
+ops (views, size queries, allocations) which launch no kernel on the device.
+
+Every eager kernel reads its tensor inputs from HBM and writes its outputs to HBM. Broadcast
+(stride-0) inputs are counted once per distinct element. Unknown ops never raise: they are
+costed as VectorE work over their output elements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from .cost import KernelWork
+
+__all__ = ["aten_kernel_work", "dtype_name", "op_name"]
+
+_DTYPE_NAMES = {
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "ui8",
+    torch.bool: "i1",
+    torch.complex64: "complex<f32>",
+    torch.complex128: "complex<f64>",
+    torch.float8_e4m3fn: "f8E4M3FN",
+    torch.float8_e5m2: "f8E5M2",
+}
+
+# Metadata-only: no device kernel (views are detected from func.is_view as well).
+_METADATA = frozenset(
+    "view _unsafe_view t transpose permute expand expand_as as_strided detach alias slice "
+    "select squeeze unsqueeze _reshape_alias reshape view_as unflatten flatten unbind split "
+    "split_with_sizes chunk narrow diagonal movedim unfold view_as_real view_as_complex "
+    "real imag conj _conj _neg_view resolve_conj resolve_neg lift_fresh _nested_view_from_buffer "
+    "size sym_size stride sym_stride numel sym_numel dim storage_offset sym_storage_offset "
+    "is_contiguous is_same_size is_nonzero empty empty_like empty_strided new_empty "
+    "new_empty_strided set_ resize_ resize_as_ record_stream _version detach_ requires_grad_ "
+    "retain_grad _fw_primal _make_dual _unpack_dual".split()
+)
+_MATMUL = frozenset("mm addmm bmm baddbmm matmul dot vdot mv addmv linear addbmm".split())
+_CONV = frozenset("convolution _convolution convolution_overrideable conv2d conv1d conv3d".split())
+_CONV_BWD = frozenset("convolution_backward convolution_backward_overrideable".split())
+_ATTENTION = frozenset(
+    "scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu "
+    "_scaled_dot_product_efficient_attention _scaled_dot_product_flash_attention "
+    "_scaled_dot_product_attention_math".split()
+)
+_REDUCTION = frozenset(
+    "sum mean amax amin max min aminmax argmax argmin prod var std var_mean std_mean norm "
+    "linalg_vector_norm all any count_nonzero nansum nanmean native_layer_norm layer_norm "
+    "native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training "
+    "_native_batch_norm_legit_functional native_group_norm native_layer_norm_backward "
+    "native_batch_norm_backward native_group_norm_backward nll_loss_forward nll_loss2d_forward "
+    "nll_loss_backward nll_loss2d_backward mse_loss mse_loss_backward l1_loss "
+    "binary_cross_entropy binary_cross_entropy_backward smooth_l1_loss huber_loss "
+    "_euclidean_dist cdist dist rms_norm _fused_rms_norm".split()
+)
+# Reductions that also exponentiate every element (on ScalarE).
+_SOFTMAX = frozenset(
+    "softmax _softmax log_softmax _log_softmax logsumexp _softmax_backward_data "
+    "_log_softmax_backward_data cross_entropy_loss".split()
+)
+_TRANSCENDENTAL = frozenset(
+    "exp exp2 expm1 log log2 log10 log1p tanh sigmoid gelu silu mish erf erfc erfinv rsqrt "
+    "sqrt pow sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh softplus elu selu "
+    "celu logit reciprocal lgamma digamma polygamma mvlgamma i0 sinc logaddexp logaddexp2 "
+    "gelu_backward silu_backward mish_backward elu_backward softplus_backward logit_backward "
+    "log_sigmoid_forward log_sigmoid_backward xlogy special_xlog1py glu".split()
+)
+_GPSIMD = frozenset(
+    "gather scatter scatter_add scatter_reduce index index_put _index_put_impl index_select "
+    "index_add index_copy index_fill index_reduce embedding embedding_dense_backward "
+    "_embedding_bag _embedding_bag_forward_only embedding_bag sort argsort topk kthvalue median "
+    "nanmedian mode cumsum cumprod cummax cummin logcumsumexp nonzero nonzero_static arange "
+    "randperm masked_select masked_scatter take put put_ unique _unique _unique2 "
+    "unique_consecutive unique_dim searchsorted bucketize histc bincount repeat_interleave "
+    "tril_indices triu_indices multinomial uniform normal bernoulli random exponential "
+    "geometric cauchy log_normal rand randn randint rand_like randn_like randint_like "
+    "native_dropout linspace logspace eye max_pool2d_with_indices max_pool2d_with_indices_backward "
+    "max_pool3d_with_indices grid_sampler_2d upsample_nearest2d upsample_nearest2d_backward".split()
+)
+_SORTING = frozenset("sort argsort topk kthvalue median nanmedian mode unique _unique2".split())
+_COPY = frozenset(
+    "copy _copy_from _copy_from_and_resize _to_copy clone contiguous to lift_fresh_copy cat "
+    "concat concatenate stack hstack vstack repeat flip roll constant_pad_nd pad tile "
+    "_unsafe_index index_put_copy expand_copy view_copy permute_copy transpose_copy "
+    "t_copy slice_copy select_copy squeeze_copy unsqueeze_copy as_strided_copy alias_copy "
+    "detach_copy diagonal_copy unfold_copy split_copy split_with_sizes_copy unbind_copy "
+    "_reshape_copy narrow_copy slice_scatter select_scatter diagonal_scatter as_strided_scatter "
+    "tril triu new_zeros".split()
+)
+# Ops whose tensor arguments supply only metadata or a fill value (no elementwise read).
+_WRITE_ONLY = frozenset(
+    "fill zero zeros ones full zeros_like ones_like full_like scalar_tensor new_zeros new_ones "
+    "new_full arange randperm rand randn randint rand_like randn_like randint_like uniform "
+    "normal random exponential geometric cauchy log_normal linspace logspace eye".split()
+)
+
+
+def op_name(func: Any) -> str:
+    """Base name of an aten op without namespace, overload or in-place suffix: "add_" -> "add"."""
+    schema = getattr(func, "_schema", None)
+    name = schema.name if schema is not None else getattr(func, "__name__", str(func))
+    name = name.split("::")[-1].split(".")[0]
+    if name.endswith("_") and not name.endswith("__") and name.rstrip("_"):
+        name = name[:-1]
+    return name
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """StableHLO-style element type name of a torch dtype ("bf16", "f32", ...)."""
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _tensors(value: Any) -> Iterable[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def _distinct_elems(t: torch.Tensor) -> int:
+    """Elements a kernel actually reads: broadcast (stride-0) dims count once."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride(), strict=False):
+        if stride != 0:
+            n *= size
+    return n if t.numel() else 0
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return _distinct_elems(t) * t.element_size()
+
+
+def _numel(t: Any) -> int:
+    return int(t.numel()) if isinstance(t, torch.Tensor) else 0
+
+
+def _matmul_work(name: str, args: Sequence[Any], out_elems: int) -> list[tuple]:
+    if name in ("addmm", "baddbmm", "addbmm", "addmv"):
+        a, b = args[1], args[2]
+    elif name == "linear":
+        x, w = args[0], args[1]
+        k = x.shape[-1] if x.dim() else 1
+        n = w.shape[0] if w.dim() == 2 else 1
+        return [(1, x.numel() // max(k, 1), k, n, dtype_name(x.dtype))]
+    else:
+        a, b = args[0], args[1]
+    k = a.shape[-1] if a.dim() else 1
+    m = a.shape[-2] if a.dim() >= 2 else 1
+    n = b.shape[-1] if b.dim() >= 2 else 1
+    if name == "addbmm":
+        batch = a.shape[0]
+    elif a.dim() >= 3 or b.dim() >= 3:
+        batch = max(1, out_elems // max(m * n, 1))
+    else:
+        batch = 1
+    return [(batch, m, k, n, dtype_name(a.dtype))]
+
+
+def _conv_gemm(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    groups: int,
+    out: torch.Tensor | None,
+) -> tuple[int, int, int, int, str]:
+    """Implicit GEMM of a convolution: (groups, batch*out_spatial, Cin/g*prod(k), Cout/g)."""
+    groups = max(1, int(groups))
+    kernel = list(w.shape[2:])
+    ksize = math.prod(kernel)
+    n_batch = x.shape[0] if x.dim() == len(kernel) + 2 else 1
+    spatial_in = list(x.shape[-len(kernel) :]) if kernel else []
+    if transposed:
+        # weight is [Cin, Cout/g, *k]: every input pixel scatters Cout/g * k outputs
+        cin = w.shape[0]
+        return (groups, n_batch * math.prod(spatial_in), cin // groups,
+                w.shape[1] * ksize, dtype_name(x.dtype))  # fmt: skip
+    if out is not None and out.dim() >= len(kernel):
+        spatial_out = list(out.shape[-len(kernel) :]) if kernel else []
+    else:
+        spatial_out = []
+        for i, size in enumerate(spatial_in):
+            s = stride[i] if i < len(stride) else stride[0]
+            p = padding[i] if i < len(padding) else padding[0]
+            d = dilation[i] if i < len(dilation) else dilation[0]
+            spatial_out.append((size + 2 * p - d * (kernel[i] - 1) - 1) // s + 1)
+    cout = w.shape[0]
+    return (groups, n_batch * math.prod(spatial_out), w.shape[1] * ksize, cout // groups,
+            dtype_name(x.dtype))  # fmt: skip
+
+
+def _conv_args(args: Sequence[Any], kwargs: dict[str, Any], first: int) -> tuple:
+    """(stride, padding, dilation, transposed, groups) from convolution-like arguments."""
+    a = list(args)
+    names = ["stride", "padding", "dilation", "transposed", "output_padding", "groups"]
+    vals = {n: (a[first + i] if first + i < len(a) else kwargs.get(n)) for i, n in enumerate(names)}
+    stride = list(vals["stride"] or [1])
+    padding = vals["padding"] if isinstance(vals["padding"], (list, tuple)) else [0]
+    dilation = list(vals["dilation"] or [1])
+    return stride, list(padding or [0]), dilation, bool(vals["transposed"]), vals["groups"] or 1
+
+
+def _classify(
+    name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any], outs: list[torch.Tensor]
+) -> KernelWork:
+    out_elems = sum(_numel(t) for t in outs)
+    ins = [t for t in _tensors(list(args)) if isinstance(t, torch.Tensor)]
+    in_elems = sum(_distinct_elems(t) for t in ins)
+    work = KernelWork()
+    if name in _MATMUL:
+        work.matmuls = _matmul_work(name, args, out_elems)
+        if name.startswith("add") or (name == "linear" and len(args) > 2 and args[2] is not None):
+            work.vector_elems = out_elems  # bias / accumulate on PSUM eviction
+    elif name in _CONV:
+        stride, padding, dilation, transposed, groups = _conv_args(args, kwargs, 3)
+        if name in ("conv1d", "conv2d", "conv3d"):
+            transposed, groups = False, (args[6] if len(args) > 6 else kwargs.get("groups", 1))
+        out = outs[0] if outs else None
+        work.matmuls = [_conv_gemm(args[0], args[1], stride, padding, dilation, transposed,
+                                   groups, out)]  # fmt: skip
+        if len(args) > 2 and isinstance(args[2], torch.Tensor):
+            work.vector_elems = out_elems
+    elif name in _CONV_BWD:
+        grad_out, x, w = args[0], args[1], args[2]
+        stride, padding, dilation, transposed, groups = _conv_args(args, kwargs, 4)
+        g, m, k, n, dt = _conv_gemm(x, w, stride, padding, dilation, transposed, groups, grad_out)
+        mask = args[10] if len(args) > 10 else kwargs.get("output_mask", [True, True, True])
+        if mask[0]:
+            work.matmuls.append((g, m, n, k, dt))  # grad_input = grad_out @ W^T
+        if mask[1]:
+            work.matmuls.append((g, k, m, n, dt))  # grad_weight = X^T @ grad_out
+        if len(mask) > 2 and mask[2]:
+            work.vector_elems = _numel(grad_out)  # grad_bias: a reduction
+    elif name in _ATTENTION:
+        q, k_, v = args[0], args[1], args[2]
+        bh = q.numel() // max(q.shape[-1] * q.shape[-2], 1)
+        lq, e, s, ev = q.shape[-2], q.shape[-1], k_.shape[-2], v.shape[-1]
+        dt = dtype_name(q.dtype)
+        work.matmuls = [(bh, lq, e, s, dt), (bh, lq, s, ev, dt)]
+        work.scalar_elems = bh * lq * s  # exp of the scores
+        work.vector_elems = 3 * bh * lq * s  # max, subtract, sum
+    elif name in _SOFTMAX:
+        work.vector_elems = 3 * in_elems
+        work.scalar_elems = in_elems
+    elif name in _REDUCTION:
+        factor = 2 if name in ("var", "std", "var_mean", "std_mean") else 1
+        if "norm" in name and name not in ("norm", "linalg_vector_norm"):
+            factor = 3  # statistics, normalize, affine
+        work.vector_elems = factor * in_elems
+    elif name in _TRANSCENDENTAL:
+        work.scalar_elems = out_elems
+        if len(ins) > 1:
+            work.vector_elems = out_elems * (len(ins) - 1)
+    elif name in _GPSIMD:
+        if name in _SORTING and ins:
+            dim_size = max((int(t.shape[-1]) if t.dim() else 1) for t in ins[:1])
+            work.gpsimd_elems = in_elems * max(1, math.ceil(math.log2(max(2, dim_size))))
+        else:
+            work.gpsimd_elems = max(out_elems, in_elems if name.startswith("scatter") else 0)
+        if name == "native_dropout":
+            work.vector_elems = out_elems
+    elif name in _COPY:
+        pass  # DMA only
+    elif torch.Tag.pointwise in getattr(func, "tags", ()) or name in ("fill", "zero", "where"):
+        work.vector_elems = max(out_elems, 1) * max(1, len(ins))
+    else:
+        work.vector_elems = out_elems or in_elems
+    if name in _WRITE_ONLY:
+        work.hbm_read_bytes = 0
+    else:
+        out_ids = {id(t) for t in _tensors(kwargs.get("out"))}
+        reads = [t for t in ins if id(t) not in out_ids]
+        if name in ("copy", "_copy_from"):  # copy_(dst, src): dst is only written
+            reads = [t for t in _tensors(list(args)[1:2])]
+        work.hbm_read_bytes = sum(_nbytes(t) for t in reads) + sum(
+            _nbytes(t) for k, v in kwargs.items() if k != "out" for t in _tensors(v)
+        )
+    work.hbm_write_bytes = sum(_nbytes(t) for t in outs)
+    return work
+
+
+def aten_kernel_work(
+    func: Any, args: Sequence[Any], kwargs: dict[str, Any] | None, out: Any
+) -> KernelWork | None:
+    """Work of the eager kernel for ``func(*args, **kwargs) -> out``; None if metadata-only.
+
+    ``out`` is the op's result: a tensor, a tuple/list of tensors (non-tensors ignored) or None.
+    """
+    kwargs = kwargs or {}
+    name = op_name(func)
+    if name == "_local_scalar_dense":  # .item(): a device-to-host read of one element
+        t = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        nbytes = t.element_size() if t is not None else 8
+        return KernelWork(hbm_read_bytes=nbytes)
+    if getattr(func, "is_view", False) or name in _METADATA:
+        return None
+    outs = list(_tensors(out))
+    try:
+        return _classify(name, func, args, kwargs, outs)
+    except Exception:  # never crash on an op we do not understand: cost it as vector work
+        elems = sum(_numel(t) for t in outs)
+        nbytes = sum(t.numel() * t.element_size() for t in outs)
+        return KernelWork(vector_elems=elems, hbm_write_bytes=nbytes)

@@ -1,0 +1,109 @@
+"""The simulated clock of one NeuronCore: a host clock and an in-order device queue.
+
+Why two clocks: on the real device the host enqueues work and returns, and the device runs
+it later, in order. A kernel cannot start before the host has issued it, nor before the
+previous kernel has finished. That asymmetry is what makes eager on small tensors
+launch-bound (the device idles waiting for the host) and compiled work device-bound (the
+host idles waiting for the device), so both clocks are kept and every gap is counted.
+
+All times are integer nanoseconds since the timeline was created. Nothing here reads the
+wall clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["Timeline", "TimelineEntry"]
+
+TimelineEntry = tuple[str, int, int]  # (label, start_ns, end_ns)
+
+
+class Timeline:
+    """Host clock + in-order device queue, with a breakdown of where time went.
+
+    - ``host_ns``: the host's simulated time (advanced by ``host`` costs and by waits).
+    - ``device_free_ns``: when the device finishes the last enqueued work.
+    - ``host_by_category``: host costs by category ("dispatch", "launch", "compile", ...).
+    - ``host_wait_ns``: host time spent waiting for the device (synchronize, events).
+    - ``device_busy_ns`` / ``device_idle_ns``: device time running work / idle between
+      enqueued work items because the host had not issued the next one yet.
+    """
+
+    def __init__(self, trace_limit: int = 0) -> None:
+        self.host_ns = 0
+        self.device_free_ns = 0
+        self.host_by_category: dict[str, int] = {}
+        self.host_wait_ns = 0
+        self.device_busy_ns = 0
+        self.device_idle_ns = 0
+        self.enqueued = 0
+        self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
+
+    def host(self, ns: int, category: str) -> int:
+        """Charge ``ns`` of host-side cost under ``category``; return the new host time."""
+        ns = int(ns)
+        if ns < 0:
+            raise ValueError(f"host cost must be >= 0 ns, got {ns}")
+        self.host_ns += ns
+        self.host_by_category[category] = self.host_by_category.get(category, 0) + ns
+        return self.host_ns
+
+    def enqueue(self, device_ns: int, label: str = "") -> tuple[int, int]:
+        """Issue ``device_ns`` of device work now; return its (start, end) on the device.
+
+        The host does not wait: it continues at ``host_ns``. The work starts when both the
+        host has issued it and the device has finished everything before it.
+        """
+        device_ns = int(device_ns)
+        if device_ns < 0:
+            raise ValueError(f"device time must be >= 0 ns, got {device_ns}")
+        start = max(self.host_ns, self.device_free_ns)
+        if self.enqueued and start > self.device_free_ns:
+            self.device_idle_ns += start - self.device_free_ns
+        end = start + device_ns
+        self.device_free_ns = end
+        self.device_busy_ns += device_ns
+        self.enqueued += 1
+        if self.trace.maxlen:
+            self.trace.append((label, start, end))
+        return start, end
+
+    def record_event(self) -> int:
+        """Timestamp at which all work enqueued so far has completed."""
+        return max(self.host_ns, self.device_free_ns)
+
+    def wait_event(self, t: int) -> int:
+        """Host blocks until time ``t`` (an event's timestamp); return the new host time."""
+        t = int(t)
+        if t > self.host_ns:
+            self.host_wait_ns += t - self.host_ns
+            self.host_ns = t
+        return self.host_ns
+
+    def synchronize(self) -> int:
+        """Host blocks until the device is idle; return the new host time."""
+        return self.wait_event(self.device_free_ns)
+
+    @property
+    def now(self) -> int:
+        """The host's current simulated time (what the user's program observes)."""
+        return self.host_ns
+
+    def breakdown(self) -> dict[str, object]:
+        """A snapshot of the counters (plain data, safe to keep)."""
+        return {
+            "host_ns": self.host_ns,
+            "host_ns_by_category": dict(sorted(self.host_by_category.items())),
+            "host_wait_ns": self.host_wait_ns,
+            "device_free_ns": self.device_free_ns,
+            "device_busy_ns": self.device_busy_ns,
+            "device_idle_ns": self.device_idle_ns,
+            "enqueued": self.enqueued,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Timeline(host_ns={self.host_ns}, device_free_ns={self.device_free_ns}, "
+            f"busy={self.device_busy_ns}, idle={self.device_idle_ns})"
+        )
