@@ -1,0 +1,24 @@
+"""StableHLO: the IR the simulated Neuron compiler reads, its parser and CPU interpreter.
+
+Owns: the StableHLO program as plain data (``ir``), ``parse_module`` (text -> Module,
+through torch-mlir's MLIR bindings, imported lazily), and ``interpret`` (runs every
+StableHLO op with torch CPU ops, so a wrong lowering gives wrong numbers).
+Imports only torch, numpy and the standard library (torch_mlir lazily inside parse).
+"""
+
+# from .interpret import OPS, StableHLOExecutionError, UnsupportedStableHLOOp, interpret
+from .ir import Function, Module, Operation, TensorType
+from .parse import StableHLOParseError, parse_module
+
+__all__ = [
+    "TensorType",
+    "Operation",
+    "Function",
+    "Module",
+    "parse_module",
+    "interpret",
+    "OPS",
+    "StableHLOParseError",
+    "UnsupportedStableHLOOp",
+    "StableHLOExecutionError",
+]
