@@ -33,6 +33,7 @@ class MemoryTracker:
         self.peak = 0
         self.num_allocs = 0
         self.num_ooms = 0
+        self.num_bad_frees = 0
 
     @property
     def free_bytes(self) -> int:
@@ -58,12 +59,13 @@ class MemoryTracker:
         self.peak = max(self.peak, self.allocated)
 
     def free(self, nbytes: int) -> None:
-        """Release ``nbytes``; freeing more than is allocated is a bug and raises ValueError."""
+        """Release ``nbytes``. Never raises: it runs from tensor finalizers, possibly after
+        ``core.reset()``; freeing more than is allocated clamps at 0 and is counted in
+        ``num_bad_frees`` so tests can assert the accounting stayed balanced."""
         nbytes = int(nbytes)
         if nbytes < 0 or nbytes > self.allocated:
-            raise ValueError(
-                f"cannot free {nbytes} bytes on {self.device}: only {self.allocated} allocated"
-            )
+            self.num_bad_frees += 1
+            nbytes = max(0, min(nbytes, self.allocated))
         self.allocated -= nbytes
 
     def reset_peak(self) -> None:

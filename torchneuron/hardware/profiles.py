@@ -53,7 +53,7 @@ class HardwareProfile:
     scalar_clock_hz: int  # 1.2 GHz [N2][N3]
     gpsimd_clock_hz: int  # 1.2 GHz [N2][N3]
     engine_lanes: int  # 128 lanes = SBUF partitions [NA]
-    gpsimd_cycles_per_elem: int  # **assumed**: gather/scatter/sort are irregular; 8 cycles/elem/lane
+    gpsimd_cycles_per_elem: int  # **assumed**: irregular gather/scatter/sort: 8 cycles/elem/lane
     tile_free_elems: int  # **assumed**: free-dim elements one instruction covers when derived
 
     # --- on-chip memories ---

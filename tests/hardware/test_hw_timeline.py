@@ -1,0 +1,47 @@
+"""Host/device clocks: async enqueue, in-order device, synchronize and events."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchneuron.hardware import Timeline
+
+
+def test_enqueue_is_asynchronous_and_in_order() -> None:
+    tl = Timeline()
+    tl.host(100, "dispatch")
+    assert tl.enqueue(1_000, "a") == (100, 1_100)
+    assert tl.host_ns == 100  # the host did not wait
+    tl.host(50, "dispatch")
+    assert tl.enqueue(10, "b") == (1_100, 1_110)  # waits for the device, not the host
+    tl.host(5_000, "dispatch")
+    assert tl.enqueue(10, "c") == (5_150, 5_160)  # waits for the host: device idled
+    assert tl.device_busy_ns == 1_020
+    assert tl.device_idle_ns == 5_150 - 1_110
+    assert tl.host_by_category == {"dispatch": 5_150}
+
+
+def test_synchronize_and_events() -> None:
+    tl = Timeline()
+    tl.enqueue(1_000)
+    ev = tl.record_event()
+    assert ev == 1_000 and tl.host_ns == 0
+    tl.host(200, "launch")
+    tl.wait_event(ev)
+    assert tl.host_ns == 1_000 and tl.host_wait_ns == 800
+    tl.wait_event(10)  # an event in the past does not move the host back
+    assert tl.host_ns == 1_000
+    tl.enqueue(500)
+    assert tl.synchronize() == 1_500
+    assert tl.record_event() == 1_500
+
+
+def test_negative_costs_rejected_and_trace_bounded() -> None:
+    tl = Timeline(trace_limit=2)
+    with pytest.raises(ValueError):
+        tl.host(-1, "dispatch")
+    with pytest.raises(ValueError):
+        tl.enqueue(-1)
+    for i in range(3):
+        tl.enqueue(1, f"k{i}")
+    assert [label for label, _, _ in tl.trace] == ["k1", "k2"]
