@@ -7,9 +7,11 @@
 from torchneuron.device import NeuronTensor, register
 from torchneuron.dispatch import executed_ops, fallback_ops, fallback_reasons, install
 from torchneuron.hardware import current_profile, set_hardware
+from torchneuron import dynamo as _dynamo
 
 register()
 install()
+_dynamo.register()
 
 __all__ = [
     "NeuronTensor",

@@ -1,0 +1,192 @@
+"""The executable: a versioned, data-only compiled program.
+
+An executable is JSON (never pickle: loading a cache entry must not be able to run
+code). It holds everything needed to run the program in a fresh process without
+the FX graph: the StableHLO text, the parsed StableHLO IR that the simulator
+executes, the neuron compiler's program (kernels, schedule, cost), the input and
+output signature, write-backs into inputs, the random inputs to draw, and the
+versions and hardware target it was built for. ``to_bytes`` is canonical, so a
+save/load round trip is byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from torchneuron.compiler.errors import ExecuteError
+from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs
+
+__all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError"]
+
+FORMAT_VERSION = 1
+COMPILER_VERSION = "0.1.0"
+_MAGIC = "torchneuron-executable"
+
+
+class ExecutableFormatError(ValueError):
+    """The bytes are not an executable this version can load."""
+
+
+@dataclass
+class Executable:
+    name: str
+    target: str
+    stablehlo: str
+    module: dict[str, Any]
+    program: dict[str, Any]
+    signature: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
+    compiler_version: str = COMPILER_VERSION
+    format_version: int = FORMAT_VERSION
+    _ir: Any = field(default=None, repr=False, compare=False)
+
+    # -- serialization -------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "magic": _MAGIC,
+            "format_version": self.format_version,
+            "compiler_version": self.compiler_version,
+            "name": self.name,
+            "target": self.target,
+            "options": self.options,
+            "signature": self.signature,
+            "program": self.program,
+            "module": self.module,
+            "stablehlo": self.stablehlo,
+        }
+
+    def to_bytes(self) -> bytes:
+        body = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return body.encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Executable:
+        try:
+            d = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ExecutableFormatError(f"not a torchneuron executable: {e}") from None
+        if not isinstance(d, dict) or d.get("magic") != _MAGIC:
+            raise ExecutableFormatError("not a torchneuron executable (magic missing)")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise ExecutableFormatError(
+                f"executable format {d.get('format_version')} cannot be loaded by this "
+                f"torchneuron (format {FORMAT_VERSION}); recompile the program"
+            )
+        return cls(
+            name=d["name"],
+            target=d["target"],
+            stablehlo=d["stablehlo"],
+            module=d["module"],
+            program=d["program"],
+            signature=d["signature"],
+            options=d["options"],
+            compiler_version=d["compiler_version"],
+            format_version=d["format_version"],
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.to_bytes())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Executable:
+        return cls.from_bytes(Path(path).read_bytes())
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+    # -- facts -----------------------------------------------------------------
+
+    @property
+    def device_ns(self) -> int:
+        """Simulated device time of one run (the neuron compiler's schedule)."""
+        return int(self.program["cost"]["total_ns"])
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.program["kernels"])
+
+    def report(self) -> str:
+        from torchneuron.compiler.neuronc import Program, format_program
+
+        return format_program(Program.from_dict(self.program))
+
+    # -- execution ---------------------------------------------------------------
+
+    def _module(self) -> Any:
+        if self._ir is None:
+            from torchneuron.compiler.stablehlo import Module
+
+            self._ir = Module.from_dict(self.module)
+        return self._ir
+
+    def run(
+        self,
+        inputs: list[torch.Tensor],
+        core: Any = None,
+        generator_context: Callable[[], Any] | None = None,
+    ) -> list[torch.Tensor]:
+        """Run on CPU buffers: draw random inputs, interpret, write back, charge the device.
+
+        Returns the user outputs; write-back values are copied into their inputs.
+        """
+        from torchneuron.compiler.stablehlo import interpret
+
+        sig = self.signature
+        specs = [RandomInputSpec.from_dict(s) for s in sig["random_inputs"]]
+        if len(inputs) != sig["num_user_inputs"]:
+            raise ExecuteError(
+                f"executable {self.name} takes {sig['num_user_inputs']} inputs, got {len(inputs)}",
+                op=None,
+                reason="bad-arity",
+            )
+        args = list(inputs) + draw_random_inputs(specs, generator_context)
+        args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            outs = interpret(self._module(), args)
+        except Exception as e:
+            raise ExecuteError(
+                f"executing {self.name} on the simulator failed: {e}",
+                op=getattr(e, "op", None),
+                reason=type(e).__name__,
+            ) from e
+        for out_i, in_i in sig["write_backs"]:
+            inputs[in_i].copy_(outs[out_i])
+        if core is not None:
+            core.run_executable(self.device_ns, self.name, self.num_kernels)
+        return self._user_outputs(inputs, outs)
+
+    def _user_outputs(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> list[Any]:
+        """The user's flat outputs: graph results, scalars, or (views of) inputs."""
+        leaves: list[Any] = []
+        specs = self.signature["outputs"]
+        for uo in self.signature["user_outputs"]:
+            if uo["kind"] == "none":
+                leaves.append(None)
+            elif uo["kind"] == "scalar":
+                leaves.append(outs[uo["index"]].item())
+            elif uo.get("alias_input") is not None:
+                base = inputs[uo["alias_input"]]
+                view = uo.get("view")
+                leaves.append(base if view is None else base.as_strided(*view))
+            elif uo.get("alias_output") is not None and uo.get("view") is not None:
+                leaves.append(leaves[uo["alias_output"]].as_strided(*uo["view"]))
+            else:
+                i = uo["index"]
+                leaves.append(_restride(outs[i], specs[i]["stride"]))
+        return leaves
+
+
+def _restride(t: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """Give a result the strides eager would have produced (the interpreter's are contiguous)."""
+    if list(t.stride()) == list(stride) or t.numel() <= 1 or 0 in stride:
+        return t
+    out = torch.empty_strided(t.shape, stride, dtype=t.dtype)
+    return out.copy_(t)

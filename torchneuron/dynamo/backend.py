@@ -1,0 +1,129 @@
+"""``torch.compile(backend="neuron")``: Dynamo graphs -> AOTAutograd -> the neuron compiler.
+
+Dynamo hands us a torch-level FX graph over neuron tensors. AOTAutograd traces it
+(through ``NeuronTensor.__tensor_flatten__``, so the joint graph is over the CPU
+buffers), splits forward and backward, and gives each graph to ``_compile_graph``,
+which compiles it into one executable launch on the simulated NeuronCore. A graph
+the compiler cannot handle runs eagerly on the device op by op, and the reason is
+counted in ``torchneuron.compiler.stats()``.
+
+Shapes are static, as on the real backend: ``dynamic=True`` is refused; when Dynamo
+marks a dimension dynamic by itself after a shape change, each new concrete shape
+is traced and compiled again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+from torchneuron.compiler import CompileError, compile_graph, decomposition_table
+from torchneuron.compiler import stats as compile_stats
+from torchneuron.device import NeuronTensor, random
+from torchneuron.device.module import current_device
+from torchneuron.hardware import compile_latency_enabled, get_core, program_compile_latency_ns
+
+__all__ = ["neuron_backend", "DynamicShapesNotSupported"]
+
+_graph_ids = itertools.count()
+
+
+class DynamicShapesNotSupported(RuntimeError):
+    """torch.compile(dynamic=True) asked for shape-polymorphic graphs."""
+
+
+def _device_index(example_inputs: list[Any]) -> int:
+    for t in example_inputs:
+        if isinstance(t, NeuronTensor):
+            return t._device_index
+        if isinstance(t, torch.Tensor) and t.device.type == "neuron":
+            return t.device.index or 0
+    return current_device()
+
+
+def _eager_on_device(gm: torch.fx.GraphModule, index: int) -> Callable:
+    """Run an AOT graph op by op on the device: the fallback for a failed compile."""
+
+    def run(args: list[Any]) -> Any:
+        wrapped = [NeuronTensor(a, index) if type(a) is torch.Tensor else a for a in args]
+        args.clear()
+        outs = gm(*wrapped)
+        return [o.buffer if isinstance(o, NeuronTensor) else o for o in outs]
+
+    return run
+
+
+def _compile_graph_for(index: int, kind: str) -> Callable:
+    def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        name = f"{kind}_{next(_graph_ids)}"
+        try:
+            exe = compile_graph(gm, example_inputs, name=name, source="torch.compile")
+        except CompileError:
+            compile_stats.record_fallback_run(name)
+            return make_boxed_func(_eager_on_device(gm, index))
+        core = get_core(index)
+        n_ops = exe.signature["num_stablehlo_ops"]
+        core.host(
+            program_compile_latency_ns(core.profile, n_ops, compile_latency_enabled()), "compile"
+        )
+
+        def run(args: list[Any]) -> list[torch.Tensor]:
+            inputs = list(args)
+            args.clear()
+            core.host(core.profile.graph_guard_ns, "guard")
+            return exe.run(inputs, core, lambda: random.rng_state_swapped(index))
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        run.executable = exe  # type: ignore[attr-defined]
+        return run
+
+    return compile_one
+
+
+def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    index = _device_index(example_inputs)
+    return aot_autograd(
+        fw_compiler=_compile_graph_for(index, "forward"),
+        bw_compiler=_compile_graph_for(index, "backward"),
+        inference_compiler=_compile_graph_for(index, "inference"),
+        decompositions=decomposition_table(),
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def _is_symbolic(x: Any) -> bool:
+    if isinstance(x, torch.SymInt):
+        return True
+    if isinstance(x, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in x.shape)
+    return False
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
+    """The ``neuron`` torch.compile backend."""
+    if not torch._dynamo.config.assume_static_by_default:
+        raise DynamicShapesNotSupported(
+            "torch.compile(backend='neuron') compiles static shapes only, as the Neuron "
+            "compiler does: dynamic=True is not supported. Call torch.compile without "
+            "dynamic=True; each new input shape is then compiled once."
+        )
+    if not any(_is_symbolic(x) for x in example_inputs):
+        return _aot(gm, example_inputs)
+
+    # Dynamo marked dimensions dynamic after a shape change: specialize per shape.
+    compiled: dict[tuple, Callable] = {}
+
+    def per_shape(*args: Any) -> Any:
+        key = tuple(
+            (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args
+        )
+        fn = compiled.get(key)
+        if fn is None:
+            fn = compiled[key] = _aot(gm, list(args))
+        return fn(*args)
+
+    return per_shape
