@@ -32,7 +32,7 @@ class NeuronCore:
     def __init__(self, index: int = 0, profile: HardwareProfile | None = None) -> None:
         self.index = index
         self.profile = profile if profile is not None else settings.current_profile()
-        self.timeline = Timeline(trace_limit=int(settings.get("timeline_trace")))
+        self.timeline = Timeline(trace_limit=int(settings.get_value("timeline_trace")))
         self.memory = MemoryTracker(self.profile.hbm_bytes_per_core, device=f"neuron:{index}")
         self.seen_signatures: set[tuple[str, tuple[Any, ...]]] = set()
         self.ops: Counter[str] = Counter()  # eager ops by name (metadata-only ones included)

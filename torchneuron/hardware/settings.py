@@ -32,9 +32,9 @@ __all__ = [
     "compile_latency_enabled",
     "current_profile",
     "describe",
-    "get",
+    "get_value",
     "override",
-    "set",
+    "set_value",
     "set_hardware",
 ]
 
@@ -84,7 +84,7 @@ def _load(setting: Setting) -> Any:
     return setting.default if raw is None else setting.parse(raw)
 
 
-def get(name: str) -> Any:
+def get_value(name: str) -> Any:
     """Current value of a setting (environment at first use, unless ``set``)."""
     if name not in _BY_NAME:
         raise KeyError(f"unknown setting {name!r}; valid: {', '.join(_BY_NAME)}")
@@ -93,23 +93,23 @@ def get(name: str) -> Any:
     return _values[name]
 
 
-def set(name: str, value: Any) -> None:  # noqa: A001 - mirrors get()
+def set_value(name: str, value: Any) -> None:
     """Set a setting for this process. ``hardware`` goes through ``set_hardware``."""
     if name == "hardware":
         set_hardware(value)
         return
-    get(name)  # validates the name
+    get_value(name)  # validates the name
     _values[name] = value
 
 
 @contextlib.contextmanager
 def override(**values: Any) -> Iterator[None]:
     """Temporarily set settings, e.g. ``with override(compile_latency=False): ...``."""
-    saved = {k: get(k) for k in values}
+    saved = {k: get_value(k) for k in values}
     saved_profile = _profile
     try:
         for k, v in values.items():
-            set(k, v)
+            set_value(k, v)
         yield
     finally:
         for k, v in saved.items():
@@ -121,14 +121,14 @@ def override(**values: Any) -> Iterator[None]:
 
 def compile_latency_enabled() -> bool:
     """Whether modeled compile latency is charged (``TORCHNEURON_COMPILE_LATENCY``)."""
-    return bool(get("compile_latency"))
+    return bool(get_value("compile_latency"))
 
 
 def current_profile() -> HardwareProfile:
     """The profile simulated now (``TORCHNEURON_HARDWARE`` until ``set_hardware``)."""
     global _profile
     if _profile is None:
-        _profile = get_profile(str(get("hardware")))
+        _profile = get_profile(str(get_value("hardware")))
     return _profile
 
 
@@ -155,5 +155,5 @@ def describe() -> str:
     """The table with the values in force, one setting per line, for reports."""
     lines = []
     for s in TABLE:
-        lines.append(f"{s.env}={get(s.name)!r}  # {s.doc} (default {s.default!r})")
+        lines.append(f"{s.env}={get_value(s.name)!r}  # {s.doc} (default {s.default!r})")
     return "\n".join(lines)
