@@ -1,0 +1,90 @@
+"""Engine work of single ops, and the op-by-op (eager) baseline built from it.
+
+Why one place: a fused kernel's work is the sum of its ops' compute plus only its
+boundary traffic; the eager baseline is the same compute with every op paying full
+HBM traffic and a launch. Sharing the per-op rule keeps that comparison honest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torchneuron.compiler.stablehlo import Function, Operation
+from torchneuron.hardware import HardwareProfile, KernelWork, kernel_cost
+
+from ._footprint import fit, footprint
+from ._ops import is_compute, kind, matmul_shape, nbytes, numel, short, users, value_types
+from .assign_engines import engine_for
+
+
+def op_work(op: Operation, engine: str, materialized: bool = True) -> KernelWork:
+    """Compute (no HBM traffic) of one op on ``engine``.
+
+    A broadcast that only feeds other ops of its kernel is an access pattern (stride 0)
+    and costs nothing; materialized, it is a copy on VectorE.
+    """
+    out = numel(op.result_types[0]) if op.result_types else 0
+    name = short(op.name)
+    if engine == "tensor":
+        b, m, k, n = matmul_shape(op)
+        return KernelWork(matmuls=[(b, m, k, n, op.operand_types[0].dtype)])
+    if engine == "scalar":
+        return KernelWork(scalar_elems=out)
+    if engine == "gpsimd":
+        if name == "sort":
+            return KernelWork(gpsimd_elems=out * max(1, math.ceil(math.log2(max(out, 2)))))
+        if name in ("scatter", "dynamic_update_slice") and len(op.operand_types) > 1:
+            return KernelWork(gpsimd_elems=numel(op.operand_types[-1]))
+        return KernelWork(gpsimd_elems=out)
+    if engine in ("dma", "none"):
+        return KernelWork()
+    if kind(op) == "reduce":
+        half = max(1, len(op.operand_types) // 2)
+        return KernelWork(vector_elems=sum(numel(t) for t in op.operand_types[:half]))
+    if name in ("broadcast_in_dim", "broadcast", "transpose", "convert"):
+        return KernelWork(vector_elems=out if materialized or name != "broadcast_in_dim" else 0)
+    return KernelWork(vector_elems=out * max(1, len(op.operands)))
+
+
+def op_engine(op: Operation) -> str:
+    """Engine of a lone op (the eager baseline has no kernel to look it up in)."""
+    return engine_for(short(op.name), numel(op.result_types[0]) if op.result_types else 0)
+
+
+@dataclass
+class EagerBaseline:
+    """What running the same ops one kernel each would cost."""
+
+    device_ns: int = 0
+    launches: int = 0
+    launch_ns: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+
+
+def eager_baseline(fn: Function, profile: HardwareProfile) -> EagerBaseline:
+    """Every compute op but views is a kernel with full HBM traffic and a launch.
+
+    Each such kernel is allocated by the same rule as compiled ones (``_footprint.fit``),
+    so a matmul too big for SBUF pays the same panel reloads in both columns.
+    """
+    base = EagerBaseline()
+    use, types = users(fn), value_types(fn)
+    for i, op in enumerate(fn.body):
+        engine = op_engine(op)
+        if not is_compute(op) or engine == "none":
+            continue
+        work = op_work(op, engine)
+        seen = dict(zip(op.operands, op.operand_types, strict=False))
+        _, extra_read, extra_write, _ = fit(
+            footprint(fn.body, [i], use, types, profile), profile.sbuf_bytes
+        )
+        work.hbm_read_bytes = sum(nbytes(t) for t in seen.values()) + extra_read
+        work.hbm_write_bytes = sum(nbytes(t) for t in op.result_types) + extra_write
+        base.device_ns += kernel_cost(work, profile).total_ns
+        base.launches += 1
+        base.launch_ns += profile.kernel_launch_ns
+        base.read_bytes += work.hbm_read_bytes
+        base.write_bytes += work.hbm_write_bytes
+    return base
