@@ -6,7 +6,7 @@ StableHLO op with torch CPU ops, so a wrong lowering gives wrong numbers).
 Imports only torch, numpy and the standard library (torch_mlir lazily inside parse).
 """
 
-# from .interpret import OPS, StableHLOExecutionError, UnsupportedStableHLOOp, interpret
+from .interpret import OPS, StableHLOExecutionError, UnsupportedStableHLOOp, interpret
 from .ir import Function, Module, Operation, TensorType
 from .parse import StableHLOParseError, parse_module
 

@@ -1,0 +1,259 @@
+"""Elementwise StableHLO ops (unary, binary, compare, select, clamp, convert).
+
+Each op computes in the operand dtype (bf16 stays bf16, f32 stays f32) so results
+match eager PyTorch; integer division truncates toward zero and remainder takes the
+sign of the dividend, as the StableHLO spec says.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ._registry import Runner, out_dtype, out_shape, register
+from .ir import Operation
+
+_WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+_LARGEST_F64_BELOW_2_63 = 9223372036854774784.0
+
+
+def _widen(args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """torch lacks arithmetic on uint16/32/64: compute those in int64 instead."""
+    return [a.to(torch.int64) if a.dtype in _WIDE_UNSIGNED else a for a in args]
+
+
+def _finish(op: Operation, r: torch.Tensor) -> torch.Tensor:
+    dt = out_dtype(op)
+    return r if r.dtype == dt else r.to(dt)
+
+
+def _unary(names: tuple[str, ...], fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def impl(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+        return [_finish(op, fn(_widen(args)[0]))]
+
+    register(*names)(impl)
+
+
+def _binary(names: tuple[str, ...], fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    def impl(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+        a, b = _widen(args)
+        return [_finish(op, fn(a, b))]
+
+    register(*names)(impl)
+
+
+def _is_float(t: torch.Tensor) -> bool:
+    return t.dtype.is_floating_point or t.dtype.is_complex
+
+
+def _divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if _is_float(a):
+        return a / b
+    if a.dtype == torch.bool:
+        return a
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+def _round_afz(x: torch.Tensor) -> torch.Tensor:
+    """Round half away from zero without the x + 0.5 precision trap."""
+    t = torch.trunc(x)
+    tie = (x - t).abs() == 0.5
+    return torch.where(tie, t + torch.sign(x), torch.round(x))
+
+
+def _cbrt(x: torch.Tensor) -> torch.Tensor:
+    return torch.sign(x) * x.abs().pow(1.0 / 3.0)
+
+
+def _not(x: torch.Tensor) -> torch.Tensor:
+    return torch.logical_not(x) if x.dtype == torch.bool else torch.bitwise_not(x)
+
+
+def _bits(t: torch.Tensor) -> int:
+    return 1 if t.dtype == torch.bool else t.element_size() * 8
+
+
+def _shift_left(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    over = (b < 0) | (b >= _bits(a))
+    return torch.where(over, torch.zeros_like(a), torch.bitwise_left_shift(a, b.clamp(0, _bits(a) - 1)))
+
+
+def _shift_right_arithmetic(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.bitwise_right_shift(a, b.clamp(0, _bits(a) - 1))
+
+
+def _shift_right_logical(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    n = _bits(a)
+    over = (b < 0) | (b >= n)
+    s = b.clamp(0, n - 1)
+    shifted = torch.bitwise_right_shift(a, s)
+    if a.dtype not in (torch.uint8, torch.bool):
+        # clear the sign bits an arithmetic shift copied in: mask = (1 << (n - s)) - 1
+        keep = torch.bitwise_left_shift(torch.ones_like(a), (n - s).clamp(max=n - 1)) - 1
+        keep = torch.where(s == 0, torch.full_like(a, -1), keep)
+        shifted = torch.bitwise_and(shifted, keep)
+    return torch.where(over, torch.zeros_like(a), shifted)
+
+
+def _popcnt(x: torch.Tensor) -> torch.Tensor:
+    n = _bits(x)
+    out = torch.zeros_like(x)
+    for i in range(n):
+        out = out + torch.bitwise_and(torch.bitwise_right_shift(x, i), 1)
+    return out
+
+
+def _clz(x: torch.Tensor) -> torch.Tensor:
+    n = _bits(x)
+    out = torch.full_like(x, n)
+    for i in range(n):  # highest set bit wins: later (higher) i overwrite
+        bit = torch.bitwise_and(torch.bitwise_right_shift(x, i), 1) != 0
+        out = torch.where(bit, torch.full_like(x, n - 1 - i), out)
+    return out
+
+
+def _erf_inv(x: torch.Tensor) -> torch.Tensor:
+    return torch.special.erfinv(x) if x.dtype != torch.bfloat16 else torch.erfinv(x)
+
+
+_unary(("stablehlo.negate",), torch.neg)
+_unary(("stablehlo.abs",), torch.abs)
+_unary(("stablehlo.sign",), torch.sign)
+_unary(("stablehlo.exponential",), torch.exp)
+_unary(("stablehlo.exponential_minus_one",), torch.expm1)
+_unary(("stablehlo.log",), torch.log)
+_unary(("stablehlo.log_plus_one",), torch.log1p)
+_unary(("stablehlo.logistic",), torch.sigmoid)
+_unary(("stablehlo.tanh",), torch.tanh)
+_unary(("stablehlo.sqrt",), torch.sqrt)
+_unary(("stablehlo.rsqrt",), torch.rsqrt)
+_unary(("stablehlo.cbrt",), _cbrt)
+_unary(("stablehlo.sine",), torch.sin)
+_unary(("stablehlo.cosine",), torch.cos)
+_unary(("stablehlo.tan",), torch.tan)
+_unary(("stablehlo.floor",), torch.floor)
+_unary(("stablehlo.ceil",), torch.ceil)
+_unary(("stablehlo.round_nearest_even",), torch.round)
+_unary(("stablehlo.round_nearest_afz",), _round_afz)
+_unary(("stablehlo.not",), _not)
+_unary(("stablehlo.is_finite",), torch.isfinite)
+_unary(("stablehlo.popcnt",), _popcnt)
+_unary(("stablehlo.count_leading_zeros",), _clz)
+_unary(("stablehlo.real",), torch.real)
+_unary(("stablehlo.imag",), torch.imag)
+_unary(("chlo.erf", "stablehlo.erf"), torch.erf)
+_unary(("chlo.erf_inv",), _erf_inv)
+_unary(("chlo.erfc",), torch.erfc)
+_unary(("chlo.lgamma",), torch.lgamma)
+_unary(("chlo.digamma",), torch.digamma)
+_unary(("chlo.asin",), torch.asin)
+_unary(("chlo.acos",), torch.acos)
+_unary(("chlo.atan",), torch.atan)
+_unary(("chlo.sinh",), torch.sinh)
+_unary(("chlo.cosh",), torch.cosh)
+_unary(("chlo.asinh",), torch.asinh)
+_unary(("chlo.acosh",), torch.acosh)
+_unary(("chlo.atanh",), torch.atanh)
+_unary(("chlo.tan",), torch.tan)
+_unary(("chlo.is_inf",), torch.isinf)
+_unary(("chlo.is_pos_inf",), torch.isposinf)
+_unary(("chlo.is_neg_inf",), torch.isneginf)
+
+_binary(("stablehlo.add", "chlo.broadcast_add"), lambda a, b: torch.logical_or(a, b) if a.dtype == torch.bool else a + b)
+_binary(("stablehlo.subtract", "chlo.broadcast_subtract"), torch.sub)
+_binary(("stablehlo.multiply", "chlo.broadcast_multiply"), lambda a, b: torch.logical_and(a, b) if a.dtype == torch.bool else a * b)
+_binary(("stablehlo.divide", "chlo.broadcast_divide"), _divide)
+_binary(("stablehlo.remainder", "chlo.broadcast_remainder"), torch.fmod)
+_binary(("stablehlo.power", "chlo.broadcast_power"), torch.pow)
+_binary(("stablehlo.maximum", "chlo.broadcast_maximum"), torch.maximum)
+_binary(("stablehlo.minimum", "chlo.broadcast_minimum"), torch.minimum)
+_binary(("stablehlo.and", "chlo.broadcast_and"), torch.bitwise_and)
+_binary(("stablehlo.or", "chlo.broadcast_or"), torch.bitwise_or)
+_binary(("stablehlo.xor", "chlo.broadcast_xor"), torch.bitwise_xor)
+_binary(("stablehlo.shift_left",), _shift_left)
+_binary(("stablehlo.shift_right_arithmetic",), _shift_right_arithmetic)
+_binary(("stablehlo.shift_right_logical",), _shift_right_logical)
+_binary(("stablehlo.atan2", "chlo.broadcast_atan2"), torch.atan2)
+_binary(("chlo.next_after", "stablehlo.next_after"), torch.nextafter)
+_binary(("stablehlo.complex",), torch.complex)
+
+
+def _total_order_key(x: torch.Tensor) -> torch.Tensor:
+    """Map floats to ints whose order is IEEE totalOrder (-NaN < -inf < ... < NaN)."""
+    itype = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    i = x.contiguous().view(itype).to(torch.int64)
+    top = (1 << (x.element_size() * 8 - 1)) - 1
+    return torch.where(i < 0, -(i & top) - 1, i)
+
+
+def _unsigned_key(x: torch.Tensor) -> torch.Tensor:
+    if x.dtype in (torch.bool, torch.uint8) or x.dtype in _WIDE_UNSIGNED:
+        return x.to(torch.int64) if x.dtype in _WIDE_UNSIGNED else x
+    n = _bits(x)
+    i = x.to(torch.int64)
+    return torch.where(i < 0, i + (1 << n), i) if n < 64 else i ^ (-(1 << 63))
+
+
+_COMPARE = {
+    "EQ": torch.eq,
+    "NE": torch.ne,
+    "GE": torch.ge,
+    "GT": torch.gt,
+    "LE": torch.le,
+    "LT": torch.lt,
+}
+
+
+@register("stablehlo.compare", "chlo.broadcast_compare")
+def compare(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    a, b = args
+    direction = op.attributes["comparison_direction"]
+    kind = op.attributes.get("compare_type", "NOTYPE")
+    if kind == "TOTALORDER" and a.dtype.is_floating_point:
+        a, b = _total_order_key(a), _total_order_key(b)
+    elif kind == "UNSIGNED":
+        a, b = _unsigned_key(a), _unsigned_key(b)
+    else:
+        a, b = _widen([a, b])
+    return [_COMPARE[direction](a, b)]
+
+
+@register("stablehlo.select")
+def select(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    pred, a, b = args
+    return [torch.where(pred, a, b)]
+
+
+@register("stablehlo.clamp")
+def clamp(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    lo, x, hi = _widen(args)
+    return [_finish(op, torch.minimum(torch.maximum(x, lo), hi))]
+
+
+@register("stablehlo.convert")
+def convert(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    (x,) = args
+    dt = out_dtype(op)
+    if x.dtype == dt:
+        return [x]
+    if dt == torch.bool:
+        return [x != 0]
+    if x.dtype.is_floating_point and not dt.is_floating_point:
+        # float -> int: NaN gives 0 and out-of-range values saturate in StableHLO/XLA
+        info = torch.iinfo(dt)
+        hi = min(float(info.max), _LARGEST_F64_BELOW_2_63)
+        x = torch.nan_to_num(x.to(torch.float64), nan=0.0).clamp(float(info.min), hi)
+    return [x.to(dt)]
+
+
+@register("stablehlo.bitcast_convert")
+def bitcast_convert(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    (x,) = args
+    dt = out_dtype(op)
+    x = x.contiguous()
+    if x.dtype == torch.bool:
+        x = x.to(torch.uint8)
+    if dt == torch.bool:
+        return [x.view(torch.uint8).reshape(out_shape(op)) != 0]
+    return [x.reshape(-1).view(dt).reshape(out_shape(op))]
