@@ -1,0 +1,313 @@
+"""prepare: any callable or FX graph -> a functional core-aten graph ready for Torch-MLIR.
+
+Steps, in order (each a small function below):
+  1. trace with fake tensors: make_fx(functionalize(fn, remove="mutations")) with our
+     decomposition table (views stay as views: this torch-mlir lowers `view`, not
+     `view_copy`); data-dependent or dynamic-shape ops fail here with a typed error;
+  2. write-backs: `copy_` into an input is cut out of the graph and becomes an extra
+     output that the caller copies into the input after the run;
+  3. random ops become graph inputs (`random_ops`), drawn by eager's kernels;
+  4. clean-up: python-scalar outputs become 0-d tensors, None outputs are dropped,
+     outputs that alias inputs or other outputs are recorded, dead nodes removed.
+Placeholders of the result are the user's tensor inputs followed by the random inputs;
+outputs are the user outputs followed by the write-back values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torchneuron.compiler.decompositions import decomposition_table
+from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
+
+__all__ = ["TensorSpec", "UserOutput", "PreparedGraph", "prepare", "format_graph"]
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape, stride and dtype of one graph input or output."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorSpec:
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+@dataclass
+class UserOutput:
+    """How to rebuild one leaf of the user's return value from the graph results.
+
+    kind: "tensor" (graph output ``index``), "scalar" (0-d graph output ``index``; the
+    caller returns ``.item()`` as ``scalar_type``), or "none" (the user returned None).
+    alias_input: the output is user input ``alias_input`` or a view of it (after the
+    write-backs): eager returns the input itself (``view`` None) or a view of it, so the
+    caller should return ``input.as_strided(*view)``; the graph still computes its value.
+    alias_output: the output is the same tensor as, or a view of, an earlier output.
+    """
+
+    kind: str
+    index: int | None = None
+    scalar_type: str | None = None
+    alias_input: int | None = None
+    alias_output: int | None = None
+    view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+
+
+@dataclass
+class PreparedGraph:
+    gm: fx.GraphModule
+    num_user_inputs: int
+    num_user_outputs: int
+    write_backs: list[tuple[int, int]]
+    random_inputs: list[RandomInputSpec]
+    input_specs: list[TensorSpec]
+    output_specs: list[TensorSpec]
+    user_outputs: list[UserOutput] = field(default_factory=list)
+    out_tree: Any = None
+    graph_text: str = ""
+
+    def apply_write_backs(self, inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor]) -> None:
+        """Copy write-back outputs into the mutated user inputs, as eager would have."""
+        for out_idx, in_idx in self.write_backs:
+            inputs[in_idx].copy_(results[out_idx])
+
+    def assemble_outputs(self, inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor]) -> Any:
+        """Rebuild the user's return value (pytree, scalars, Nones, views of inputs)."""
+        leaves: list[Any] = []
+        for uo in self.user_outputs:
+            if uo.kind == "none":
+                leaves.append(None)
+            elif uo.kind == "scalar":
+                assert uo.index is not None
+                leaves.append(results[uo.index].item())
+            elif uo.alias_input is not None:
+                base = inputs[uo.alias_input]
+                leaves.append(base if uo.view is None else base.as_strided(*uo.view))
+            else:
+                assert uo.index is not None
+                leaves.append(results[uo.index])
+        return pytree.tree_unflatten(leaves, self.out_tree)
+
+    def run_reference(self, inputs: Sequence[torch.Tensor],
+                      generator_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+                      ) -> Any:
+        """Run the prepared graph on CPU like an executable would: draw random inputs,
+        run, write back, assemble. The numbers every lowering is checked against."""
+        rand = draw_random_inputs(self.random_inputs, generator_context)
+        results = list(self.gm(*inputs, *rand))
+        self.apply_write_backs(inputs, results)
+        return self.assemble_outputs(inputs, results)
+
+
+def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None = None, *,
+            already_aten: bool = False) -> PreparedGraph:
+    """Functionalize, decompose, legalize random ops and clean up ``fn_or_gm``.
+
+    ``example_inputs``: tensors become graph inputs (their device is kept for tracing,
+    meta tensors are traced as CPU); python scalars are baked in as constants. For an FX
+    graph with ``meta["val"]`` on its placeholders (Dynamo / AOTAutograd), inputs may be
+    None. ``already_aten`` only documents intent: an aten-level graph is still retraced,
+    because retracing is what applies our decompositions and the clean-up.
+    """
+    if example_inputs is None:
+        example_inputs = _inputs_from_meta(fn_or_gm)
+    example = list(example_inputs)
+    tensor_pos = [i for i, a in enumerate(example) if isinstance(a, torch.Tensor)]
+    trace_inputs = [_traceable(example[i]) for i in tensor_pos]
+    box: dict[str, Any] = {}
+
+    def flat_fn(*tensors: torch.Tensor) -> list[Any]:
+        args = list(example)
+        for pos, t in zip(tensor_pos, tensors, strict=True):
+            args[pos] = t
+        leaves, box["tree"] = pytree.tree_flatten(fn_or_gm(*args))
+        return leaves
+
+    gm = _trace(flat_fn, trace_inputs)
+    n_in = len(trace_inputs)
+    wb_sources = _extract_write_backs(gm)
+    gm, specs = legalize_random_ops(gm)
+    user_outputs, outputs = _clean_outputs(gm, wb_sources)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    num_user_outputs = len(outputs)
+    write_backs = []
+    for in_idx, src in wb_sources.items():
+        write_backs.append((len(outputs), in_idx))
+        outputs.append(src)
+    out_node.args = (tuple(outputs),)
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    return PreparedGraph(
+        gm=gm, num_user_inputs=n_in, num_user_outputs=num_user_outputs,
+        write_backs=write_backs, random_inputs=specs,
+        input_specs=[TensorSpec.of(p.meta["val"]) for p in placeholders],
+        output_specs=[TensorSpec.of(o.meta["val"]) for o in outputs],
+        user_outputs=user_outputs, out_tree=box.get("tree"), graph_text=format_graph(gm))
+
+
+def _inputs_from_meta(gm: Any) -> list[Any]:
+    if not isinstance(gm, fx.GraphModule):
+        raise PrepareError("prepare() needs example_inputs for a plain callable.",
+                           reason="no-example-inputs")
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(not isinstance(v, torch.Tensor) for v in vals):
+        raise PrepareError("the graph's placeholders lack meta['val'] tensors; pass "
+                           "example_inputs.", reason="no-example-inputs")
+    return [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype) for v in vals]
+
+
+def _traceable(t: torch.Tensor) -> torch.Tensor:
+    if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    return t
+
+
+def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule:
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
+
+    try:
+        return make_fx(torch.func.functionalize(fn, remove="mutations"),
+                       decomposition_table=decomposition_table(), tracing_mode="fake",
+                       _allow_non_fake_inputs=True, pre_dispatch=False)(*inputs)
+    except PrepareError:
+        raise
+    except DynamicOutputShapeException as e:
+        raise PrepareError(f"{e.func} has an output shape that depends on input values; "
+                           "static-shape compilation cannot express it. It runs eagerly.",
+                           op=str(e.func), reason="dynamic-output-shape") from e
+    except DataDependentOutputException as e:
+        raise PrepareError(f"{e.func} returns a python value computed from tensor data; "
+                           "a compiled graph cannot branch on data. It runs eagerly.",
+                           op=str(e.func), reason="data-dependent") from e
+    except Exception as e:
+        reason = "data-dependent" if "data-dependent" in str(e).lower() else "trace-failed"
+        raise PrepareError(f"tracing to aten failed: {type(e).__name__}: {str(e)[:300]}. "
+                           "Expected a traceable tensor program.", reason=reason,
+                           detail=str(e)) from e
+
+
+def _extract_write_backs(gm: fx.GraphModule) -> dict[int, fx.Node]:
+    """Remove `copy_(input, value)` nodes; return {input index: value node}."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sources: dict[int, fx.Node] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target is aten.copy_.default and node.args[0] in placeholders:
+            ph, src = node.args[0], node.args[1]
+            idx = placeholders.index(ph)
+            node.replace_all_uses_with(ph)
+            gm.graph.erase_node(node)
+            want = ph.meta["val"]
+            if isinstance(src, fx.Node) and tuple(src.meta["val"].shape) == tuple(want.shape) \
+                    and src.meta["val"].dtype == want.dtype:
+                sources[idx] = src
+                continue
+            with gm.graph.inserting_before(_output_node(gm)):  # broadcast / cast like copy_
+                fixed = gm.graph.call_function(aten.copy.default, (ph, src))
+            fixed.meta["val"] = want
+            sources[idx] = fixed
+        elif node.target._schema.is_mutable:
+            raise PrepareError(f"{node.target} still mutates a tensor after functionalization; "
+                               "expected a functional graph.", op=str(node.target),
+                               reason="mutation-left")
+    return sources
+
+
+def _output_node(gm: fx.GraphModule) -> fx.Node:
+    return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+
+
+def _view_root(node: fx.Node) -> fx.Node:
+    while (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+           and node.target.is_view and isinstance(node.args[0], fx.Node)):
+        node = node.args[0]
+    return node
+
+
+def _clean_outputs(gm: fx.GraphModule, wb_sources: dict[int, fx.Node]
+                   ) -> tuple[list[UserOutput], list[fx.Node]]:
+    """Turn the flat user outputs into tensor nodes and describe each leaf."""
+    out_node = _output_node(gm)
+    leaves = list(out_node.args[0])
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    base_of_input = {src: i for i, src in wb_sources.items()}
+    user_outputs: list[UserOutput] = []
+    outputs: list[fx.Node] = []
+    for leaf in leaves:
+        if leaf is None:
+            user_outputs.append(UserOutput("none"))
+            continue
+        if isinstance(leaf, (bool, int, float)):
+            dtype = {bool: torch.bool, int: torch.int64, float: torch.float64}[type(leaf)]
+            with gm.graph.inserting_before(out_node):
+                node = gm.graph.call_function(aten.scalar_tensor.default, (leaf,), {"dtype": dtype})
+            node.meta["val"] = torch.empty((), dtype=dtype)
+            user_outputs.append(UserOutput("scalar", len(outputs), type(leaf).__name__))
+            outputs.append(node)
+            continue
+        if not isinstance(leaf, fx.Node) or not isinstance(leaf.meta.get("val"), torch.Tensor):
+            raise PrepareError(f"graph output {leaf!r} is not a tensor or python scalar; "
+                               "expected tensors.", reason="non-tensor-output")
+        uo = UserOutput("tensor", len(outputs))
+        root = _view_root(leaf)
+        if root in placeholders[: len(placeholders)] and root.op == "placeholder" and \
+                "random_spec" not in root.meta:
+            uo.alias_input = placeholders.index(root)
+        elif root in base_of_input:
+            uo.alias_input = base_of_input[root]
+        if uo.alias_input is not None and root is not leaf:
+            val = leaf.meta["val"]
+            uo.view = (tuple(val.shape), tuple(val.stride()), int(val.storage_offset()))
+        for j, prev in enumerate(outputs):
+            if prev is leaf or _view_root(prev) is root and root.op != "placeholder":
+                uo.alias_output = j
+                break
+        user_outputs.append(uo)
+        outputs.append(leaf)
+    return user_outputs, outputs
+
+
+def format_graph(gm: fx.GraphModule) -> str:
+    """One line per node: ``%mm: f32[4, 3] = aten.mm.default(%x, %w)`` (STYLE.md)."""
+    lines = []
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        ty = (f"{str(val.dtype).removeprefix('torch.')}{list(val.shape)}"
+              if isinstance(val, torch.Tensor) else "")
+        if n.op == "placeholder":
+            lines.append(f"%{n.name}: {ty} = input")
+        elif n.op == "output":
+            lines.append("return " + ", ".join(f"%{a.name}" for a in n.args[0]))
+        else:
+            args = ", ".join(_fmt_arg(a) for a in n.args)
+            kw = "".join(f", {k}={_fmt_arg(v)}" for k, v in n.kwargs.items())
+            lines.append(f"%{n.name}: {ty} = {n.target}({args}{kw})")
+    return "\n".join(lines)
+
+
+def _fmt_arg(a: Any) -> str:
+    if isinstance(a, fx.Node):
+        return f"%{a.name}"
+    if isinstance(a, (list, tuple)):
+        return "[" + ", ".join(_fmt_arg(x) for x in a) + "]"
+    return repr(a)

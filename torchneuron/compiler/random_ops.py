@@ -1,0 +1,213 @@
+"""Random-op legalization: compiled graphs draw exactly the numbers eager draws.
+
+Eager on the device runs each random aten op (tag ``nondeterministic_seeded``) with ATen's
+CPU kernel under the device generator's state. ATen's kernels are not reproducible from
+arithmetic on uniform numbers (bernoulli with a scalar p uses MKL's stream on CPU, for
+one), so we do not try: every random node is cut out of the graph and becomes a new graph
+input, described by a JSON-safe :class:`RandomInputSpec`. Before each run the caller calls
+:func:`draw_random_inputs`, which re-runs the same aten ops on CPU, in graph order, on
+fresh empty tensors of the recorded shapes, inside the caller's generator context.
+
+Policy for tensor arguments whose *values* matter (``bernoulli(probs)``,
+``normal(mean_tensor, std)``, ``multinomial``, ``poisson``...): we raise
+``PrepareError(reason="random-op-with-tensor-values")`` instead of splitting the graph.
+Only arguments listed in :data:`SHAPE_ONLY_ARGS` (tensors that merely give the result's
+shape, dtype and layout) are accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torchneuron.compiler.errors import PrepareError
+
+__all__ = [
+    "RandomInputSpec",
+    "SHAPE_ONLY_ARGS",
+    "is_random_op",
+    "legalize_random_ops",
+    "draw_random_inputs",
+]
+
+# op overload name -> positional indices of tensor args that only provide shape/dtype.
+SHAPE_ONLY_ARGS: dict[str, tuple[int, ...]] = {
+    "aten.bernoulli.p": (0,),
+    "aten.uniform.default": (0,),
+    "aten.normal_functional.default": (0,),
+    "aten.exponential.default": (0,),
+    "aten.geometric.default": (0,),
+    "aten.cauchy.default": (0,),
+    "aten.log_normal.default": (0,),
+    "aten.random.default": (0,),
+    "aten.random.from": (0,),
+    "aten.random.to": (0,),
+    "aten.rand_like.default": (0,),
+    "aten.randn_like.default": (0,),
+    "aten.randint_like.default": (0,),
+    "aten.randint_like.low_dtype": (0,),
+    "aten.randint_like.Tensor": (0,),
+}
+
+
+@dataclass
+class RandomInputSpec:
+    """How to redraw one random node. JSON-safe (``asdict`` / ``from_dict`` round trip).
+
+    ``args`` / ``kwargs`` hold the non-tensor arguments; a tensor argument that only gives
+    a shape appears as ``{"tensor": i}`` pointing into ``tensor_args`` (shape, stride,
+    dtype), dtypes as ``{"dtype": "float32"}``. ``shape``/``dtype`` describe the result.
+    """
+
+    op: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    tensor_args: list[dict[str, Any]] = field(default_factory=list)
+    shape: list[int] = field(default_factory=list)
+    dtype: str = "float32"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RandomInputSpec:
+        return cls(**d)
+
+
+def is_random_op(target: Any) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and (
+        torch.Tag.nondeterministic_seeded in target.tags)
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _encode(value: Any, op: str) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, torch.dtype):
+        return {"dtype": _dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"device": "cpu"}  # eager draws random numbers with CPU kernels
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, op) for v in value]
+    if isinstance(value, torch.Generator):
+        raise PrepareError(
+            f"random op {op} was called with an explicit torch.Generator; compiled graphs "
+            "draw from the device's default generator only. Use the default generator, "
+            "or run this code eagerly.", op=op, reason="explicit-generator")
+    raise PrepareError(f"random op {op} has an argument of unsupported type "
+                       f"{type(value).__name__}; expected scalars, dtypes or shape-only "
+                       "tensors.", op=op, reason="random-op-unsupported-arg")
+
+
+def _decode(value: Any, tensors: list[torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if isinstance(value, dict):
+        if "tensor" in value:
+            return tensors[value["tensor"]]
+        if "dtype" in value:
+            return getattr(torch, value["dtype"])
+        if "device" in value:
+            return torch.device("cpu")
+        if "layout" in value:
+            return getattr(torch, value["layout"])
+        if "memory_format" in value:
+            return getattr(torch, value["memory_format"])
+    return value
+
+
+def _node_spec(node: fx.Node) -> RandomInputSpec:
+    op = str(node.target)
+    shape_only = SHAPE_ONLY_ARGS.get(op, ())
+    tensor_args: list[dict[str, Any]] = []
+
+    def enc(v: Any, pos: int | None) -> Any:
+        if isinstance(v, fx.Node):
+            if pos not in shape_only:
+                raise PrepareError(
+                    f"random op {op} reads the values of a tensor argument (position "
+                    f"{pos}); such draws cannot be lifted out of the graph and replayed "
+                    "exactly. Expected only shape-giving tensors. This region runs eagerly.",
+                    op=op, reason="random-op-with-tensor-values")
+            val = v.meta["val"]
+            tensor_args.append({"shape": list(val.shape), "stride": list(val.stride()),
+                                "dtype": _dtype_name(val.dtype)})
+            return {"tensor": len(tensor_args) - 1}
+        return _encode(v, op)
+
+    args = [enc(a, i) for i, a in enumerate(node.args)]
+    kwargs = {k: enc(v, None) for k, v in node.kwargs.items()}
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise PrepareError(f"random op {op} does not produce a single tensor; expected one "
+                           "tensor result.", op=op, reason="random-op-multi-output")
+    return RandomInputSpec(op=op, args=args, kwargs=kwargs, tensor_args=tensor_args,
+                           shape=list(val.shape), dtype=_dtype_name(val.dtype))
+
+
+def legalize_random_ops(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[RandomInputSpec]]:
+    """Replace every random node by a new placeholder (appended after the existing ones,
+    in graph order) and return the specs that redraw them. Mutates and returns ``gm``."""
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    last = placeholders[-1] if placeholders else None
+    specs: list[RandomInputSpec] = []
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not is_random_op(node.target):
+            continue
+        spec = _node_spec(node)
+        if last is None:
+            ctx: Any = graph.inserting_before(next(iter(graph.nodes)))
+        else:
+            ctx = graph.inserting_after(last)
+        with ctx:
+            ph = graph.placeholder(f"random_{len(specs)}")
+        ph.meta = {"val": node.meta["val"], "random_spec": len(specs)}
+        if "tensor_meta" in node.meta:
+            ph.meta["tensor_meta"] = node.meta["tensor_meta"]
+        node.replace_all_uses_with(ph)
+        graph.erase_node(node)
+        last = ph
+        specs.append(spec)
+    graph.lint()
+    gm.recompile()
+    return gm, specs
+
+
+def draw_random_inputs(
+    specs: Sequence[RandomInputSpec],
+    generator_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+) -> list[torch.Tensor]:
+    """Redraw the random inputs on CPU, in graph order, exactly as eager would.
+
+    ``generator_context`` is a factory of a context manager inside which the CPU default
+    generator holds the device's RNG state (and is written back on exit); by default no
+    swap: the CPU default generator is used directly.
+    """
+    ctx = generator_context() if generator_context is not None else contextlib.nullcontext()
+    out: list[torch.Tensor] = []
+    with ctx:
+        for spec in specs:
+            op = _resolve(spec.op)
+            tensors = [torch.empty_strided(t["shape"], t["stride"], dtype=getattr(torch, t["dtype"]))
+                       for t in spec.tensor_args]
+            kwargs = {k: _decode(v, tensors) for k, v in spec.kwargs.items()}
+            out.append(op(*_decode(spec.args, tensors), **kwargs))
+    return out
+
+
+def _resolve(name: str) -> Any:
+    ns, op, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, ns), op), overload)
