@@ -97,3 +97,17 @@ def test_unknown_or_odd_ops_never_crash() -> None:
     # a malformed call is still costed, from its output
     w = aten_kernel_work(aten.mm.default, (), {}, torch.empty(3, 3))
     assert w is not None and w.vector_elems == 9
+
+
+def test_foreach_fills_and_host_only_ops() -> None:
+    xs = [torch.randn(10) for _ in range(3)]
+    ys = [torch.randn(10) for _ in range(3)]
+    add = _work(aten._foreach_add_.List, xs, ys)  # returns None, writes xs
+    assert add is not None and add.vector_elems == 60
+    assert (add.hbm_read_bytes, add.hbm_write_bytes) == (240, 120)
+    sqrt = _work(aten._foreach_sqrt.default, xs)
+    assert sqrt is not None and (sqrt.scalar_elems, sqrt.vector_elems) == (30, 0)
+    zeros = _work(aten.zeros_like.default, xs[0])
+    assert zeros == KernelWork(vector_elems=10, hbm_write_bytes=40)
+    enter = torch.ops.profiler._record_function_enter_new.default
+    assert aten_kernel_work(enter, ("label", None), {}, None) is None

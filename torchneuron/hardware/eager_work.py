@@ -71,7 +71,7 @@ _REDUCTION = frozenset(
 # Reductions that also exponentiate every element (on ScalarE).
 _SOFTMAX = frozenset(
     "softmax _softmax log_softmax _log_softmax logsumexp _softmax_backward_data "
-    "_log_softmax_backward_data cross_entropy_loss".split()
+    "_log_softmax_backward_data cross_entropy_loss _safe_softmax".split()
 )
 _TRANSCENDENTAL = frozenset(
     "exp exp2 expm1 log log2 log10 log1p tanh sigmoid gelu silu mish erf erfc erfinv rsqrt "
@@ -100,7 +100,15 @@ _COPY = frozenset(
     "t_copy slice_copy select_copy squeeze_copy unsqueeze_copy as_strided_copy alias_copy "
     "detach_copy diagonal_copy unfold_copy split_copy split_with_sizes_copy unbind_copy "
     "_reshape_copy narrow_copy slice_scatter select_scatter diagonal_scatter as_strided_scatter "
-    "tril triu new_zeros".split()
+    "tril triu select_backward slice_backward diagonal_backward unfold_backward "
+    "as_strided_scatter".split()
+)
+# Namespaces of host-side bookkeeping ops (the profiler's record_function markers).
+_NO_KERNEL_NS = frozenset({"profiler"})
+# Fills: VectorE writes every output element, reads nothing.
+_FILL = frozenset(
+    "fill zero zeros ones full zeros_like ones_like full_like scalar_tensor new_ones new_full "
+    "new_zeros".split()
 )
 # Ops whose tensor arguments supply only metadata or a fill value (no elementwise read).
 _WRITE_ONLY = frozenset(
@@ -118,6 +126,17 @@ def op_name(func: Any) -> str:
     if name.endswith("_") and not name.endswith("__") and name.rstrip("_"):
         name = name[:-1]
     return name
+
+
+def _namespace(func: Any) -> str:
+    schema = getattr(func, "_schema", None)
+    return schema.name.split("::")[0] if schema is not None and "::" in schema.name else "aten"
+
+
+def _is_inplace(func: Any) -> bool:
+    schema = getattr(func, "_schema", None)
+    name = schema.name if schema is not None else ""
+    return torch.Tag.inplace in getattr(func, "tags", ()) or name.endswith("_")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -219,7 +238,12 @@ def _conv_args(args: Sequence[Any], kwargs: dict[str, Any], first: int) -> tuple
 
 
 def _classify(
-    name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any], outs: list[torch.Tensor]
+    name: str,
+    func: Any,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    outs: list[torch.Tensor],
+    foreach: bool = False,
 ) -> KernelWork:
     out_elems = sum(_numel(t) for t in outs)
     ins = [t for t in _tensors(list(args)) if isinstance(t, torch.Tensor)]
@@ -267,7 +291,7 @@ def _classify(
         work.vector_elems = factor * in_elems
     elif name in _TRANSCENDENTAL:
         work.scalar_elems = out_elems
-        if len(ins) > 1:
+        if len(ins) > 1 and not foreach:  # binary: the second operand goes through VectorE
             work.vector_elems = out_elems * (len(ins) - 1)
     elif name in _GPSIMD:
         if name in _SORTING and ins:
@@ -279,7 +303,11 @@ def _classify(
             work.vector_elems = out_elems
     elif name in _COPY:
         pass  # DMA only
-    elif torch.Tag.pointwise in getattr(func, "tags", ()) or name in ("fill", "zero", "where"):
+    elif name in _FILL:
+        work.vector_elems = out_elems  # memset-like: one write per element
+    elif foreach:
+        work.vector_elems = max(in_elems, out_elems)  # every input element is read once
+    elif torch.Tag.pointwise in getattr(func, "tags", ()) or name == "where":
         work.vector_elems = max(out_elems, 1) * max(1, len(ins))
     else:
         work.vector_elems = out_elems or in_elems
@@ -310,11 +338,16 @@ def aten_kernel_work(
         t = args[0] if args and isinstance(args[0], torch.Tensor) else None
         nbytes = t.element_size() if t is not None else 8
         return KernelWork(hbm_read_bytes=nbytes)
-    if getattr(func, "is_view", False) or name in _METADATA:
+    if getattr(func, "is_view", False) or name in _METADATA or _namespace(func) in _NO_KERNEL_NS:
         return None
     outs = list(_tensors(out))
+    if not outs and _is_inplace(func) and args:
+        outs = list(_tensors(args[0]))  # _foreach_add_ & co. return None but write self
+    foreach = name.startswith("_foreach_")
+    if foreach:
+        name = name[len("_foreach_") :]  # the same kernel over a list of tensors
     try:
-        return _classify(name, func, args, kwargs, outs)
+        return _classify(name, func, args, kwargs, outs, foreach)
     except Exception:  # never crash on an op we do not understand: cost it as vector work
         elems = sum(_numel(t) for t in outs)
         nbytes = sum(t.numel() * t.element_size() for t in outs)
