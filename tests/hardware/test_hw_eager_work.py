@@ -111,3 +111,12 @@ def test_foreach_fills_and_host_only_ops() -> None:
     assert zeros == KernelWork(vector_elems=10, hbm_write_bytes=40)
     enter = torch.ops.profiler._record_function_enter_new.default
     assert aten_kernel_work(enter, ("label", None), {}, None) is None
+
+
+def test_transposed_convolution_gemm() -> None:
+    x, w = torch.randn(2, 8, 5, 5), torch.randn(8, 4, 3, 3)  # Cin=8, Cout=4
+    conv = _work(aten.convolution.default, x, w, None, [2, 2], [0, 0], [1, 1], True, [0, 0], 1)
+    # every input pixel scatters Cout*k outputs: M = 2*25, K = Cin, N = 4*9
+    assert conv is not None and conv.matmuls == [(1, 50, 8, 36, "f32")]
+    # flops of the direct form: every input element meets Cout * kh * kw weights
+    assert conv.flops == 2 * x.numel() * w.shape[1] * 9

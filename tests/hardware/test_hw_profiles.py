@@ -46,3 +46,9 @@ def test_override_with_replace_and_frozen() -> None:
 def test_unknown_profile_lists_valid_names() -> None:
     with pytest.raises(ValueError, match="trn2, trn3"):
         get_profile("trn9")
+
+
+def test_describe_assumptions_names_every_assumed_field() -> None:
+    text = get_profile("trn2").describe_assumptions()
+    assert all(f"{name} = " in text for name in ASSUMED_FIELDS)
+    assert "eager_compile_ns = 150000000 (assumed)" in text

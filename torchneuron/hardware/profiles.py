@@ -113,6 +113,11 @@ class HardwareProfile:
         """The assumed fields and their values, for reports."""
         return {f: getattr(self, f) for f in ASSUMED_FIELDS}
 
+    def describe_assumptions(self) -> str:
+        """One line per assumed figure, e.g. ``host_dispatch_ns = 15000 (assumed)``."""
+        head = f"{self.name} ({self.core_version}): figures with no public source"
+        return "\n".join([head, *(f"  {k} = {v} (assumed)" for k, v in self.assumptions().items())])
+
 
 def matmul_rate(dtype: str, profile: HardwareProfile) -> float:
     """Matmul throughput relative to BF16: fp8 faster, bf16/f16 full rate, others as fp32."""
