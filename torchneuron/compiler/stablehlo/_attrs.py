@@ -8,7 +8,8 @@ from their printed form when numpy has no matching dtype (bf16).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -112,7 +113,7 @@ def convert(ir: Any, a: Any, resources: dict[str, bytes], to_type: Callable[[Any
         return [convert(ir, x, resources, to_type) for x in a]
     if isinstance(a, ir.DictAttr):
         return {x.name: convert(ir, x.attr, resources, to_type) for x in a}
-    if isinstance(a, ir.DenseResourceElementsAttr):
+    if isinstance(a, ir.DenseResourceElementsAttr) or str(a).startswith("dense_resource<"):
         return _resource(a, resources, to_type(a.type))
     if isinstance(a, ir.DenseElementsAttr):
         return _dense(ir, a, to_type(a.type))

@@ -7,7 +7,8 @@ sign of the dividend, as the StableHLO spec says.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -45,7 +45,7 @@ def gather(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     starts = [zero] * r
     for k, d in enumerate(dn["start_index_map"]):
         starts[d] = idx[..., k].clamp(0, max(operand.shape[d] - sizes[d], 0))
-    for od, idim in zip(obatch, ibatch):
+    for od, idim in zip(obatch, ibatch, strict=False):
         pos = _batch_pos(idim, ivd)
         view = [1] * nb
         view[pos] = batch_shape[pos]
@@ -108,7 +108,7 @@ def scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     for k, d in enumerate(to_operand):
         full[d] = place(idx[..., k])
     batch_shape = list(idx.shape[:-1])
-    for od, idim in zip(obatch, ibatch):
+    for od, idim in zip(obatch, ibatch, strict=False):
         pos = _batch_pos(idim, ivd)
         view = [1] * len(batch_shape)
         view[pos] = batch_shape[pos]
@@ -139,6 +139,6 @@ def scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         for j in range(lin.numel()):
             k = int(lin[j])
             res = run.region(op, 0, [o[k] for o in outs] + [v[j] for v in vals])
-            for o, x in zip(outs, res):
+            for o, x in zip(outs, res, strict=False):
                 o[k] = x
     return [o.reshape(shape) for o in outs]

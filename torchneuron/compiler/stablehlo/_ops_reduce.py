@@ -97,7 +97,7 @@ def reduce_tensors(
         merged = run.region(op, 0, a + b, batched=True)
         cols = [
             torch.cat([m.expand(c[:, :half].shape), c[:, 2 * half :]], dim=1) if width % 2 else m
-            for m, c in zip(merged, cols)
+            for m, c in zip(merged, cols, strict=False)
         ]
     k = cols[0].shape[0]
     if cols[0].shape[1] == 0:
@@ -145,7 +145,7 @@ def reduce_window(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     n = len(args) // 2
     xs, inits = list(args[:n]), list(args[n:])
     r = xs[0].dim()
-    wins = [_windows(x, i, op)[0] for x, i in zip(xs, inits)]
+    wins = [_windows(x, i, op)[0] for x, i in zip(xs, inits, strict=False)]
     return reduce_tensors(op, wins, inits, list(range(r, 2 * r)), run)
 
 
@@ -170,7 +170,7 @@ def select_and_scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]
     x, source, init = args
     r = x.dim()
     wins, low, wshape = _windows(x, _select_pad_value(op, x), op)
-    padded_shape = [n + a + b for n, a, b in zip(x.shape, low, ints(op, "padding", [0] * 2 * r)[1::2])]
+    padded_shape = [n + a + b for n, a, b in zip(x.shape, low, ints(op, "padding", [0] * 2 * r)[1::2], strict=False)]
     pos = torch.arange(_prod(padded_shape)).reshape(padded_shape)
     pos_w, _, _ = _windows_index(pos, op)
     vals = wins.reshape(-1, _prod(wshape))
@@ -195,7 +195,7 @@ def select_and_scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]
             k = int(chosen[j])
             out[k] = run.region(op, 1, [out[k], src[j]])[0]
     out = out.reshape(padded_shape)
-    return [out[tuple(slice(lo, lo + n) for lo, n in zip(low, x.shape))]]
+    return [out[tuple(slice(lo, lo + n) for lo, n in zip(low, x.shape, strict=False))]]
 
 
 def _windows_index(pos: torch.Tensor, op: Operation) -> tuple[torch.Tensor, list[int], list[int]]:

@@ -87,7 +87,7 @@ def slice_(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     x = args[0]
     start, limit = ints(op, "start_indices"), ints(op, "limit_indices")
     strides = ints(op, "strides", [1] * len(start))
-    return [x[tuple(slice(s, e, st) for s, e, st in zip(start, limit, strides))]]
+    return [x[tuple(slice(s, e, st) for s, e, st in zip(start, limit, strides, strict=False))]]
 
 
 @register("stablehlo.real_dynamic_slice")
@@ -95,7 +95,7 @@ def real_dynamic_slice(op: Operation, args: list[Any], run: Runner) -> list[Any]
     x, start, limit, strides = args
     idx = tuple(
         slice(int(s), int(e), int(st))
-        for s, e, st in zip(start.tolist(), limit.tolist(), strides.tolist())
+        for s, e, st in zip(start.tolist(), limit.tolist(), strides.tolist(), strict=False)
     )
     return [x[idx]]
 
@@ -113,7 +113,7 @@ def dynamic_slice(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     x, *starts = args
     sizes = ints(op, "slice_sizes")
     begin = _clamped_starts(x, starts, sizes)
-    return [x[tuple(slice(b, b + n) for b, n in zip(begin, sizes))]]
+    return [x[tuple(slice(b, b + n) for b, n in zip(begin, sizes, strict=False))]]
 
 
 @register("stablehlo.dynamic_update_slice")
@@ -122,7 +122,7 @@ def dynamic_update_slice(op: Operation, args: list[Any], run: Runner) -> list[An
     sizes = list(upd.shape)
     begin = _clamped_starts(x, starts, sizes)
     out = x.clone()
-    out[tuple(slice(b, b + n) for b, n in zip(begin, sizes))] = upd
+    out[tuple(slice(b, b + n) for b, n in zip(begin, sizes, strict=False))] = upd
     return [out]
 
 
@@ -136,21 +136,21 @@ def pad_tensor(
 ) -> torch.Tensor:
     """StableHLO pad: interior padding between elements, then (possibly negative) edges."""
     if any(interior):
-        shape = [(n - 1) * (i + 1) + 1 if n > 0 else 0 for n, i in zip(x.shape, interior)]
+        shape = [(n - 1) * (i + 1) + 1 if n > 0 else 0 for n, i in zip(x.shape, interior, strict=False)]
         spread = value.reshape(()).expand(shape).clone()
         spread[tuple(slice(None, None, i + 1) for i in interior)] = x
         x = spread
     crop = tuple(
-        slice(max(0, -lo), n - max(0, -hi)) for n, lo, hi in zip(x.shape, low, high)
+        slice(max(0, -lo), n - max(0, -hi)) for n, lo, hi in zip(x.shape, low, high, strict=False)
     )
     x = x[crop]
     lo_pos = [max(0, lo) for lo in low]
     hi_pos = [max(0, hi) for hi in high]
     if not any(lo_pos) and not any(hi_pos):
         return x
-    shape = [n + a + b for n, a, b in zip(x.shape, lo_pos, hi_pos)]
+    shape = [n + a + b for n, a, b in zip(x.shape, lo_pos, hi_pos, strict=False)]
     out = value.reshape(()).to(x.dtype).expand(shape).clone()
-    out[tuple(slice(a, a + n) for a, n in zip(lo_pos, x.shape))] = x
+    out[tuple(slice(a, a + n) for a, n in zip(lo_pos, x.shape, strict=False))] = x
     return out
 
 

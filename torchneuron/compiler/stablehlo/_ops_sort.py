@@ -64,10 +64,10 @@ def _transposition_sort(op: Operation, xs: list[torch.Tensor], dim: int, run: Ru
         left = [c[..., start : start + 2 * m : 2] for c in cols]
         right = [c[..., start + 1 : start + 2 * m : 2] for c in cols]
         args: list[Any] = []
-        for lo, hi in zip(right, left):
+        for lo, hi in zip(right, left, strict=False):
             args += [lo, hi]
         swap = run.region(op, 0, args, batched=True)[0].expand(left[0].shape)
-        for c, lo, hi in zip(cols, left, right):
+        for c, lo, hi in zip(cols, left, right, strict=False):
             new_left = torch.where(swap, hi, lo)
             new_right = torch.where(swap, lo, hi)
             c[..., start : start + 2 * m : 2] = new_left

@@ -7,7 +7,8 @@ bodies, sort comparators, while loops) with the same interpreter.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 

@@ -49,7 +49,7 @@ class _Interpreter:
             raise StableHLOExecutionError(
                 f"@{fn.name} takes {len(fn.args)} inputs, got {len(args)}"
             )
-        env = {name: value for (name, _), value in zip(fn.args, args)}
+        env = {name: value for (name, _), value in zip(fn.args, args, strict=False)}
         return self.run_block(fn.body, env)
 
     def region(
@@ -60,7 +60,7 @@ class _Interpreter:
             raise StableHLOExecutionError(
                 f"{op.name} region {index} takes {len(params)} values, got {len(args)}"
             )
-        env = {name: value for (name, _), value in zip(params, args)}
+        env = {name: value for (name, _), value in zip(params, args, strict=False)}
         return self.run_block(op.regions[index], env, check_shapes=not batched)
 
     def run_block(
@@ -88,7 +88,7 @@ class _Interpreter:
                 raise StableHLOExecutionError(
                     f"{_describe(op)} produced {len(results)} results, expected {len(op.results)}"
                 )
-            for name, value, tt in zip(op.results, results, op.result_types):
+            for name, value, tt in zip(op.results, results, op.result_types, strict=False):
                 _check(op, value, tt, check_shapes)
                 env[name] = value
         raise StableHLOExecutionError("block ended without a return op")
@@ -111,7 +111,7 @@ def _check(op: Operation, value: Any, tt: TensorType, check_shapes: bool) -> Non
         )
     if check_shapes and (
         len(tt.shape) != value.dim()
-        or any(s >= 0 and s != v for s, v in zip(tt.shape, value.shape))
+        or any(s >= 0 and s != v for s, v in zip(tt.shape, value.shape, strict=False))
     ):
         raise StableHLOExecutionError(
             f"{_describe(op)} produced shape {list(value.shape)}, declared {tt} "
@@ -123,13 +123,13 @@ def interpret(module: Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tens
     """Run ``module.entry`` on CPU tensors; returns fresh contiguous output tensors."""
     fn = module.functions[module.entry]
     args = list(inputs)
-    for i, ((name, tt), x) in enumerate(zip(fn.args, args)):
+    for i, ((name, tt), x) in enumerate(zip(fn.args, args, strict=False)):
         want = TORCH_DTYPES.get(tt.dtype)
         if want is not None and x.dtype != want:
             raise StableHLOExecutionError(
                 f"input {i} (%{name}) has dtype {x.dtype}, the program expects {tt}"
             )
-        if len(tt.shape) != x.dim() or any(s >= 0 and s != v for s, v in zip(tt.shape, x.shape)):
+        if len(tt.shape) != x.dim() or any(s >= 0 and s != v for s, v in zip(tt.shape, x.shape, strict=False)):
             raise StableHLOExecutionError(
                 f"input {i} (%{name}) has shape {list(x.shape)}, the program expects {tt}"
             )

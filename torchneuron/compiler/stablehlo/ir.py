@@ -90,14 +90,14 @@ class Operation:
     def pretty(self, indent: int = 0) -> str:
         """One line per op, e.g. ``%3: f32[64,512] = stablehlo.add(%1, %2)``."""
         pad = "  " * indent
-        lhs = ", ".join(f"%{r}: {t}" for r, t in zip(self.results, self.result_types))
+        lhs = ", ".join(f"%{r}: {t}" for r, t in zip(self.results, self.result_types, strict=False))
         call = f"{self.name}({', '.join('%' + o for o in self.operands)})"
         attrs = ", ".join(f"{k}={_short_attr(v)}" for k, v in self.attributes.items())
         line = f"{pad}{lhs} = {call}" if lhs else f"{pad}{call}"
         if attrs:
             line += " {" + attrs + "}"
         lines = [line]
-        for args, region in zip(self.region_args, self.regions):
+        for args, region in zip(self.region_args, self.regions, strict=False):
             sig = ", ".join(f"%{n}: {t}" for n, t in args)
             lines.append(f"{pad}  ^({sig}):")
             lines.extend(op.pretty(indent + 2) for op in region)
