@@ -119,3 +119,12 @@ def test_get_core_singletons_and_bounds() -> None:
     assert device_count() == 8
     with pytest.raises(ValueError, match="0..7"):
         get_core(8)
+
+
+def test_dma_only_work_is_launched_but_never_compiled() -> None:
+    core = NeuronCore(0)
+    with settings.override(compile_latency=True):
+        cost = core.run_eager_kernel("copy_", ("sig",), KernelWork(hbm_read_bytes=4096))
+    assert cost is not None and cost.bound in ("dma", "fixed")
+    assert "compile" not in core.timeline.host_by_category and core.eager_compiles == 0
+    assert core.kernels == 1

@@ -7,8 +7,9 @@ its clock, memory and compiled-kernel cache must be shared by every layer that t
 The core does not compute numbers (callers do, on CPU tensors); it charges time:
 
 - ``run_eager_kernel``: host dispatch (always); for a kernel, the eager NEFF compile on a
-  signature's first use (unless compile latency is zeroed), the kernel launch on the host,
-  and the kernel's device time on the queue.
+  signature's first use (unless compile latency is zeroed; DMA-only work such as copies and
+  host reads is never compiled), the kernel launch on the host, and the kernel's device
+  time on the queue.
 - ``run_executable``: the executable's launch on the host and its device time on the queue.
 """
 
@@ -64,7 +65,7 @@ class NeuronCore:
         if work is None:
             return None
         key = (name, tuple(signature))
-        if key not in self.seen_signatures:
+        if _computes(work) and key not in self.seen_signatures:
             self.seen_signatures.add(key)
             self.eager_compiles += 1
             compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
@@ -125,6 +126,12 @@ class NeuronCore:
 
     def __repr__(self) -> str:
         return f"NeuronCore(index={self.index}, profile={self.profile.name!r}, {self.timeline!r})"
+
+
+def _computes(work: KernelWork) -> bool:
+    """Whether a kernel uses a compute engine. Pure data movement (copies, host reads and
+    writes) is runtime DMA: it is launched but never compiled to a NEFF."""
+    return bool(work.matmuls or work.vector_elems or work.scalar_elems or work.gpsimd_elems)
 
 
 _cores: dict[int, NeuronCore] = {}
