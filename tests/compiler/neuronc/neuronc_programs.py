@@ -127,3 +127,13 @@ def mlp(batch: int = 64, d_in: int = 256, hidden: int = 512, d_out: int = 128) -
     bias = b.op("broadcast_in_dim", [b1], (batch, hidden), broadcast_dimensions=[1])
     a = b.op("logistic", [b.op("add", [h, bias])])
     return b.build(b.dot(a, w2))
+
+
+def softmax_like(rows: int, cols: int) -> Module:
+    """Row-normalisation: reduce, subtract, exp, reduce, divide (sum stands in for max)."""
+    b = Builder()
+    x = b.arg((rows, cols))
+    m = b.op("broadcast_in_dim", [b.reduce_sum(x, [1])], (rows, cols), broadcast_dimensions=[0])
+    e = b.op("exponential", [b.op("subtract", [x, m])])
+    s = b.op("broadcast_in_dim", [b.reduce_sum(e, [1])], (rows, cols), broadcast_dimensions=[0])
+    return b.build(b.op("divide", [e, s]))

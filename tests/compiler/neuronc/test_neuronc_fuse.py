@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from neuronc_programs import mlp
+from neuronc_programs import mlp, softmax_like
 
 from torchneuron.compiler.neuronc import compile_module
+from torchneuron.compiler.neuronc._footprint import Footprint, fit
 
 
 def test_mlp_fuses_into_fewer_kernels_with_less_hbm(trn2):
@@ -79,3 +80,27 @@ def test_value_used_outside_its_kernel_is_written_once(builder, trn2):
     k = program.kernels[0]
     assert sorted(k.outputs) == sorted([e, "1"])  # e is a program output too
     assert k.work is not None and k.work.hbm_write_bytes == 2 * 256 * 256 * 4
+
+
+def test_fusion_stops_when_whole_rows_do_not_fit_sbuf(trn2):
+    small = compile_module(softmax_like(1024, 1024), trn2)
+    assert len(small.kernels) == 1  # rows of 4 KiB: the whole softmax is one kernel
+    huge = compile_module(softmax_like(128, 1 << 20), trn2)  # a 128-row block is 512 MiB
+    assert len(huge.kernels) > 1
+    assert all(k.sbuf_bytes <= trn2.sbuf_bytes for k in huge.kernels + small.kernels)
+    assert huge.cost is not None and huge.cost.spill_bytes == 0
+
+
+def test_allocation_spills_largest_intermediates_first():
+    fp = Footprint(
+        intermediates=["a", "b", "c"],
+        streamed_sbuf=100,
+        intermediate_bytes={"a": 1000, "b": 4000, "c": 2000},
+        intermediate_blocks={"a": 10, "b": 40, "c": 20},
+    )
+    sbuf, extra_read, extra_write, spill = fit(fp, capacity=70)
+    assert sbuf == 60  # b (40) spilled first: 100 - 40 fits
+    assert (extra_read, extra_write, spill) == (4000, 4000, 8000)
+    fp.stationary_sbuf, fp.read_bytes = 50, 50 + 300  # a matmul rhs of 50 next to 300 moving
+    sbuf, extra_read, _, _ = fit(fp, capacity=120)
+    assert sbuf <= 120 and extra_read >= 300  # panelled rhs: moving inputs re-read

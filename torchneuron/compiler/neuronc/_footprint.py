@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from torchneuron.compiler.stablehlo import Operation, TensorType
 from torchneuron.hardware import HardwareProfile
 
-from ._ops import all_operands, is_constant, is_splat_constant, kind, nbytes, row_blocks
+from ._ops import (
+    all_operands,
+    dtype_bytes,
+    is_constant,
+    is_splat_constant,
+    kind,
+    nbytes,
+    row_blocks,
+)
 
 
 @dataclass
@@ -43,8 +51,29 @@ class Footprint:
         return self.streamed_sbuf + self.stationary_sbuf
 
 
-def _block(t: TensorType) -> int:
-    return -(-nbytes(t) // row_blocks(t))
+def _block(t: TensorType, cap_elems: int | None) -> int:
+    """Bytes of one streamed block of ``t``: 128 whole rows, or one fixed tile if allowed."""
+    rows = -(-nbytes(t) // row_blocks(t))
+    if cap_elems is None:
+        return rows
+    return min(rows, cap_elems * dtype_bytes(t.dtype))
+
+
+def needs_whole_rows(body: Sequence[Operation], op_indices: Sequence[int]) -> bool:
+    """Does an op run after a reduction in this kernel (softmax, layernorm...)?
+
+    Then a block must hold whole rows: the reduced value is needed before the rest of
+    the row can be finished. Otherwise blocks are fixed 128 x ``tile_free_elems`` tiles
+    whatever the row length (elementwise chains, matmul epilogues, lone reductions
+    accumulate chunk by chunk).
+    """
+    seen_reduce = False
+    for i in op_indices:
+        is_reduce = kind(body[i]) == "reduce"
+        if seen_reduce and not is_reduce:
+            return True
+        seen_reduce = seen_reduce or is_reduce
+    return False
 
 
 def footprint(
@@ -59,6 +88,11 @@ def footprint(
     produced = {r: i for i in op_indices for r in body[i].results}
     defs_const = {r: op for op in body if is_constant(op) for r in op.results}
     fp = Footprint()
+    cap = (
+        None
+        if needs_whole_rows(body, op_indices)
+        else profile.sbuf_partitions * profile.tile_free_elems
+    )
     stationary: set[str] = set()
     for i in op_indices:
         op = body[i]
@@ -78,7 +112,7 @@ def footprint(
                 fp.stationary_sbuf += nbytes(types[v])
                 fp.stationary_inputs.append(v)
             else:
-                fp.streamed_sbuf += 2 * _block(types[v])
+                fp.streamed_sbuf += 2 * _block(types[v], cap)
     last_use: dict[str, int] = {}
     for v in produced:
         outside = [u for u in users.get(v, []) if u not in members]
@@ -86,13 +120,13 @@ def footprint(
         if outside or not inside:
             fp.outputs.append(v)
             fp.write_bytes += nbytes(types[v])
-            fp.streamed_sbuf += 2 * _block(types[v])
+            fp.streamed_sbuf += 2 * _block(types[v], cap)
         else:
             fp.intermediates.append(v)
             fp.intermediate_bytes[v] = nbytes(types[v])
-            fp.intermediate_blocks[v] = _block(types[v])
+            fp.intermediate_blocks[v] = _block(types[v], cap)
             last_use[v] = max(inside)
-    fp.streamed_sbuf += _peak_live(body, op_indices, last_use, types)
+    fp.streamed_sbuf += _peak_live(body, op_indices, last_use, fp.intermediate_blocks)
     return fp
 
 
@@ -100,7 +134,7 @@ def _peak_live(
     body: Sequence[Operation],
     op_indices: Sequence[int],
     last_use: dict[str, int],
-    types: dict[str, TensorType],
+    blocks: dict[str, int],
 ) -> int:
     """Largest sum of live intermediate blocks at any op (matmul outputs sit in PSUM)."""
     live: dict[str, int] = {}
@@ -110,7 +144,7 @@ def _peak_live(
         in_psum = kind(op) == "contraction"
         for r in op.results:
             if r in last_use and not in_psum:
-                live[r] = _block(types[r])
+                live[r] = blocks[r]
         peak = max(peak, sum(live.values()))
         for v in [v for v, last in last_use.items() if last == i]:
             live.pop(v, None)
