@@ -138,6 +138,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         return leaves
 
     gm = _trace(flat_fn, trace_inputs)
+    _reject_symbolic(gm)
     n_in = len(trace_inputs)
     wb_sources = _extract_write_backs(gm)
     gm, specs = legalize_random_ops(gm)
@@ -150,15 +151,34 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         write_backs.append((len(outputs), in_idx))
         outputs.append(src)
     out_node.args = (tuple(outputs),)
+    _fold_aliases(gm)
     gm.graph.eliminate_dead_code()
-    gm.graph.lint()
-    gm.recompile()
+    gm = _plain(gm)
     return PreparedGraph(
         gm=gm, num_user_inputs=n_in, num_user_outputs=num_user_outputs,
         write_backs=write_backs, random_inputs=specs,
         input_specs=[TensorSpec.of(p.meta["val"]) for p in placeholders],
         output_specs=[TensorSpec.of(o.meta["val"]) for o in outputs],
         user_outputs=user_outputs, out_tree=box.get("tree"), graph_text=format_graph(gm))
+
+
+def _fold_aliases(gm: fx.GraphModule) -> None:
+    """`aten.alias` (from detach) is a no-op in a functional graph; keep it only where it
+    is itself an output, so output aliasing stays visible."""
+    out_node = _output_node(gm)
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is aten.alias.default:
+            node.replace_all_uses_with(node.args[0], delete_user_cb=lambda u: u is not out_node)
+
+
+def _plain(gm: fx.GraphModule) -> fx.GraphModule:
+    """Copy into a plain GraphModule (node meta kept): make_fx's module remembers its tracer
+    class, and unpickling it (to send it to the compile worker) re-traces with that class
+    and fails."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    graph.lint()
+    return fx.GraphModule(gm, graph)
 
 
 def _inputs_from_meta(gm: Any) -> list[Any]:
@@ -203,6 +223,21 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
         raise PrepareError(f"tracing to aten failed: {type(e).__name__}: {str(e)[:300]}. "
                            "Expected a traceable tensor program.", reason=reason,
                            detail=str(e)) from e
+
+
+def _reject_symbolic(gm: fx.GraphModule) -> None:
+    """Fake tracing gives data-dependent results unbacked symbols instead of failing; a
+    static-shape executable cannot express them."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise PrepareError(f"{node.target} produces a python number computed from tensor "
+                               "data; a compiled graph cannot branch on data. It runs eagerly.",
+                               op=str(node.target), reason="data-dependent")
+        if isinstance(val, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in val.shape):
+            raise PrepareError(f"{node.target} has an output shape that depends on input "
+                               "values; static-shape compilation cannot express it. It runs "
+                               "eagerly.", op=str(node.target), reason="dynamic-output-shape")
 
 
 def _extract_write_backs(gm: fx.GraphModule) -> dict[int, fx.Node]:
