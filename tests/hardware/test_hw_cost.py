@@ -69,3 +69,12 @@ def test_trn3_moves_bytes_faster() -> None:
         kernel_cost(work, get_profile("trn3")).total_ns
         < kernel_cost(work, get_profile("trn2")).total_ns
     )
+
+
+def test_skinny_matmul_uses_cheaper_orientation() -> None:
+    p = get_profile("trn2")
+    gemv = kernel_cost(KernelWork(matmuls=[(1, 1, 4096, 4096, "bf16")]), p)
+    vgem = kernel_cost(KernelWork(matmuls=[(1, 4096, 4096, 1, "bf16")]), p)
+    assert gemv.engine_ns["tensor"] == vgem.engine_ns["tensor"]
+    # 32 stationary tiles x 32 contraction tiles, each at the 64-cycle minimum
+    assert gemv.engine_ns["tensor"] < (32 * 32 * 64 + 32 * 100) * 1.01 / 2.4

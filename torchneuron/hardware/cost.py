@@ -110,23 +110,30 @@ def _ns(cycles: int, clock_hz: int) -> int:
     return _ceil_div(cycles * 1_000_000_000, clock_hz)
 
 
+def _matmul_cycles(m: int, k: int, n: int, rate: Fraction, p: HardwareProfile) -> int:
+    """TensorE cycles of one (m, k, n) matmul with m on the stationary side (see module doc)."""
+    m_tiles = _ceil_div(m, p.pe_cols)
+    k_tiles = _ceil_div(k, p.pe_rows)
+    n_full, n_rest = divmod(n, p.psum_bank_fp32_cols)
+
+    def init(n_tile: int) -> int:
+        # moving columns per cycle scale with the dtype's rate; never below the min II
+        return max(math.ceil(n_tile / rate), p.min_initiation_cycles)
+
+    per_mk = n_full * init(p.psum_bank_fp32_cols) + (init(n_rest) if n_rest else 0)
+    groups = m_tiles * (n_full + (1 if n_rest else 0))
+    return m_tiles * k_tiles * per_mk + groups * p.instruction_overhead_cycles
+
+
 def _tensor_cycles(work: KernelWork, p: HardwareProfile) -> int:
+    """Sum over matmuls; each takes the cheaper orientation (C = A B or C^T = B^T A^T), as a
+    compiler would pick which operand stays stationary in the PE array."""
     cycles = 0
     for batch, m, k, n, dtype in work.matmuls:
         if batch <= 0 or m <= 0 or k <= 0 or n <= 0:
             continue
         rate = Fraction(matmul_rate(dtype, p))
-        m_tiles = _ceil_div(m, p.pe_cols)
-        k_tiles = _ceil_div(k, p.pe_rows)
-        n_full, n_rest = divmod(n, p.psum_bank_fp32_cols)
-
-        def init(n_tile: int, rate: Fraction = rate) -> int:
-            # moving columns per cycle scale with the dtype's rate; never below the min II
-            return max(math.ceil(n_tile / rate), p.min_initiation_cycles)
-
-        per_mk = n_full * init(p.psum_bank_fp32_cols) + (init(n_rest) if n_rest else 0)
-        groups = batch * m_tiles * (n_full + (1 if n_rest else 0))
-        cycles += batch * m_tiles * k_tiles * per_mk + groups * p.instruction_overhead_cycles
+        cycles += batch * min(_matmul_cycles(m, k, n, rate, p), _matmul_cycles(n, k, m, rate, p))
     return cycles
 
 
