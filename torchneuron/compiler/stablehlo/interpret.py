@@ -9,7 +9,8 @@ drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing nume
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import ChainMap
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ class _Interpreter:
 
     def __init__(self, module: Module) -> None:
         self.module = module
+        self.scope: MutableMapping[str, Any] = {}
 
     def call(self, name: str, args: list[Any]) -> list[Any]:
         fn = self.module.functions.get(name)
@@ -60,11 +62,22 @@ class _Interpreter:
             raise StableHLOExecutionError(
                 f"{op.name} region {index} takes {len(params)} values, got {len(args)}"
             )
-        env = {name: value for (name, _), value in zip(params, args, strict=False)}
+        # regions see the values of the enclosing block (a while body reads outer constants)
+        env = ChainMap({name: value for (name, _), value in zip(params, args, strict=False)}, self.scope)
         return self.run_block(op.regions[index], env, check_shapes=not batched)
 
     def run_block(
-        self, ops: list[Operation], env: dict[str, Any], check_shapes: bool = True
+        self, ops: list[Operation], env: MutableMapping[str, Any], check_shapes: bool = True
+    ) -> list[Any]:
+        outer = self.scope
+        self.scope = env
+        try:
+            return self._run_ops(ops, env, check_shapes)
+        finally:
+            self.scope = outer
+
+    def _run_ops(
+        self, ops: list[Operation], env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
         for op in ops:
             if op.name in _RETURNS:
