@@ -4,10 +4,10 @@
 ``torch.neuron``) and the ``torch.compile`` backend named ``"neuron"``.
 """
 
+from torchneuron import dynamo as _dynamo
 from torchneuron.device import NeuronTensor, register
 from torchneuron.dispatch import executed_ops, fallback_ops, fallback_reasons, install
 from torchneuron.hardware import current_profile, set_hardware
-from torchneuron import dynamo as _dynamo
 
 register()
 install()

@@ -26,19 +26,24 @@ from torchneuron.hardware import current_profile, get_profile
 __all__ = ["compile_graph", "lower_and_compile"]
 
 
-def lower_and_compile(gm: Any, example_inputs: Sequence[Any], target: str,
+def lower_and_compile(gm: Any, input_specs: list[tuple[Any, ...]], target: str,
                       options: dict[str, Any]) -> dict[str, Any]:
     """Torch-MLIR import -> StableHLO -> parse -> neuron compiler. Runs in the worker.
 
+    ``input_specs`` are (shape, stride, dtype) of the prepared graph's placeholders.
     Returns JSON-safe data only: the StableHLO text, the parsed IR, the program and
     the seconds each stage took.
     """
+    import torch
+
     from torchneuron.compiler.lower import lower_to_stablehlo
     from torchneuron.compiler.neuronc import compile_module
     from torchneuron.compiler.stablehlo import parse_module
 
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
+    example_inputs = [torch.empty_strided(shape, stride, dtype=dtype)
+                      for shape, stride, dtype in input_specs]
     text = lower_to_stablehlo(gm, example_inputs)
     t1 = time.perf_counter()
     seconds["lower"] = t1 - t0
@@ -67,6 +72,10 @@ def lower_and_compile(gm: Any, example_inputs: Sequence[Any], target: str,
         "num_ops": len(module.functions[module.entry].body),
         "seconds": seconds,
     }
+
+
+def _placeholder_values(prepared: PreparedGraph) -> list[Any]:
+    return [n.meta["val"] for n in prepared.gm.graph.nodes if n.op == "placeholder"]
 
 
 def _signature(prepared: PreparedGraph, num_ops: int) -> dict[str, Any]:
@@ -121,7 +130,7 @@ def compile_graph(
         lowered = run_in_worker(
             "torchneuron.compiler.pipeline.lower_and_compile",
             prepared.gm,
-            [*list(example_inputs), *[]],
+            [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in _placeholder_values(prepared)],
             target,
             options,
             in_process=in_process,

@@ -7,7 +7,8 @@ The compiler is imported on first use, so ``import torchneuron`` stays light.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["neuron_backend", "register"]
 

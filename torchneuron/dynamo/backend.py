@@ -15,14 +15,15 @@ is traced and compiled again.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table
-from torchneuron.compiler import stats as compile_stats
+from torchneuron.compiler.stats import record_fallback_run
 from torchneuron.device import NeuronTensor, random
 from torchneuron.device.module import current_device
 from torchneuron.hardware import compile_latency_enabled, get_core, program_compile_latency_ns
@@ -48,9 +49,8 @@ def _device_index(example_inputs: list[Any]) -> int:
 def _eager_on_device(gm: torch.fx.GraphModule, index: int) -> Callable:
     """Run an AOT graph op by op on the device: the fallback for a failed compile."""
 
-    def run(args: list[Any]) -> Any:
+    def run(*args: Any) -> Any:
         wrapped = [NeuronTensor(a, index) if type(a) is torch.Tensor else a for a in args]
-        args.clear()
         outs = gm(*wrapped)
         return [o.buffer if isinstance(o, NeuronTensor) else o for o in outs]
 
@@ -61,9 +61,12 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         name = f"{kind}_{next(_graph_ids)}"
         try:
-            exe = compile_graph(gm, example_inputs, name=name, source="torch.compile")
+            # Trace with static shapes of our own, not under the fake mode of the
+            # TracingContext AOTAutograd leaves installed (its ShapeEnv is symbolic).
+            with torch._guards.tracing(None):
+                exe = compile_graph(gm, example_inputs, name=name, source="torch.compile")
         except CompileError:
-            compile_stats.record_fallback_run(name)
+            record_fallback_run(name)
             return make_boxed_func(_eager_on_device(gm, index))
         core = get_core(index)
         n_ops = exe.signature["num_stablehlo_ops"]
