@@ -25,7 +25,14 @@ def _reduce_ex(self: NeuronTensor, protocol: int) -> tuple:
     return (_rebuild_neuron_tensor, (self.detach().cpu(), self._device_index, self.requires_grad))
 
 
+def _tolist(self: NeuronTensor) -> object:
+    """``Tensor.tolist`` refuses tensor subclasses; read the values back through ``.cpu()``
+    (an op, so the device sees the read), then convert as PyTorch does."""
+    return self.detach().cpu().tolist()
+
+
 NeuronTensor.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign]
+NeuronTensor.tolist = _tolist  # type: ignore[method-assign]
 torch.serialization.add_safe_globals([_rebuild_neuron_tensor])
 
 __all__ = ["NeuronTensor", "neuron_device", "set_op_handler", "register", "module"]

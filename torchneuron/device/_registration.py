@@ -8,12 +8,26 @@ Uses PyTorch's Python path for PrivateUse1 backends: the rename, the generated
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from torchneuron.device import module as neuron_module
+from torchneuron.device import tensor as _tensor
 
 _registered = False
+_lib: torch.library.Library | None = None
+
+# Ops that PyTorch's C++ calls on a neuron tensor with the Python dispatch key
+# excluded, so they reach the PrivateUse1 key instead of ``__torch_dispatch__``:
+# ``torch.tensor(data, device="neuron")``, ``torch.as_tensor``, ``new_tensor`` build
+# a CPU tensor and ``copy_`` it into an ``empty`` neuron tensor under
+# ``ExcludeDispatchKeyGuard(Python)``. The boxed Python fallback cannot serve that
+# call (torch 2.13 trips ``func != nullptr`` in python_dispatch.cpp), so these ops
+# get explicit PrivateUse1 kernels that hand them to the op handler.
+_PYTHON_KEY_EXCLUDED_OPS = ("copy_",)
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -32,12 +46,26 @@ class _Guard(torch._C._acc.DeviceGuard):
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
+def _kernel(name: str) -> Callable[..., Any]:
+    op = getattr(torch.ops.aten, name).default
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        handler = _tensor._op_handler
+        assert handler is not None, "import torchneuron to register the neuron device"
+        return handler(op, (), args, kwargs)
+
+    return kernel
+
+
 def register() -> None:
     """Make ``torch.device("neuron")`` and ``torch.neuron`` exist (idempotent)."""
-    global _registered
+    global _registered, _lib
     if _registered:
         return
     _setup_privateuseone_for_python_backend(
         rename="neuron", backend_module=neuron_module, hook=_Hooks(), device_guard=_Guard()
     )
+    _lib = torch.library.Library("aten", "IMPL")
+    for name in _PYTHON_KEY_EXCLUDED_OPS:
+        _lib.impl(name, _kernel(name), "PrivateUse1")
     _registered = True

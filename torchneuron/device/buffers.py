@@ -5,7 +5,9 @@ count twice. We count each storage once, from the first wrapper that holds it to
 the last wrapper's death (a token in the wrapper's ``__dict__`` whose ``__del__``
 releases it: no weakref, so ``torch.utils.swap_tensors`` and ``Module.to`` keep
 working), keyed by the storage's data
-pointer. Allocation is checked *before* a factory op materializes its result, so an
+pointer. Each entry remembers the core it was charged to, so a storage allocated
+before ``torchneuron.hardware.reset()`` is released on the core that counted it,
+never on its fresh successor. Allocation is checked *before* a factory op materializes its result, so an
 oversized request raises ``torch.OutOfMemoryError`` and leaves state intact.
 """
 
@@ -13,12 +15,24 @@ from __future__ import annotations
 
 import torch
 
-from torchneuron.hardware import get_core
+from torchneuron.hardware import NeuronCore, get_core
 
 __all__ = ["track", "storage_nbytes", "live_storages"]
 
-# (device index, storage data_ptr) -> [wrapper refcount, accounted bytes]
-_live: dict[tuple[int, int], list[int]] = {}
+
+class _Entry:
+    """One accounted storage: how many wrappers hold it, its bytes, the core charged."""
+
+    __slots__ = ("refs", "nbytes", "core")
+
+    def __init__(self, nbytes: int, core: NeuronCore) -> None:
+        self.refs = 1
+        self.nbytes = nbytes
+        self.core = core
+
+
+# (device index, storage data_ptr) -> entry
+_live: dict[tuple[int, int], _Entry] = {}
 
 
 def storage_nbytes(buffer: torch.Tensor) -> int:
@@ -37,10 +51,10 @@ class _Token:
         entry = _live.get(self.key)
         if entry is None:
             return
-        entry[0] -= 1
-        if entry[0] == 0:
+        entry.refs -= 1
+        if entry.refs == 0:
             del _live[self.key]
-            get_core(self.key[0]).memory.free(entry[1])
+            entry.core.memory.free(entry.nbytes)
 
 
 def track(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> None:
@@ -52,13 +66,14 @@ def track(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> None:
     key = (index, storage.data_ptr())
     entry = _live.get(key)
     if entry is None:
-        get_core(index).memory.allocate(nbytes)
-        _live[key] = [1, nbytes]
+        core = get_core(index)
+        core.memory.allocate(nbytes)
+        _live[key] = _Entry(nbytes, core)
     else:
-        entry[0] += 1
-        if nbytes > entry[1]:  # resized in place: account the growth
-            get_core(index).memory.allocate(nbytes - entry[1])
-            entry[1] = nbytes
+        if nbytes > entry.nbytes:  # resized in place: account the growth
+            entry.core.memory.allocate(nbytes - entry.nbytes)
+            entry.nbytes = nbytes
+        entry.refs += 1
     wrapper._memory_token = _Token(key)  # type: ignore[attr-defined]
 
 
