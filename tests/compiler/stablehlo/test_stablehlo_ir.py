@@ -73,7 +73,9 @@ def test_generic_and_pretty_forms_parse_the_same(lower) -> None:
     _stablehlo.register_dialect(ctx)
     generic = ir.Module.parse(text, ctx).operation.get_asm(print_generic_op_form=True)
     a, b = parse_module(text), parse_module(generic)
-    assert [op.name for op in a.functions["main"].body] == [op.name for op in b.functions["main"].body]
+    assert [op.name for op in a.functions["main"].body] == [
+        op.name for op in b.functions["main"].body
+    ]
     x = torch.randn(3, 5)
     assert torch.equal(interpret(a, [x])[0], interpret(b, [x])[0])
 

@@ -106,7 +106,15 @@ def test_compare_totalorder_and_unsigned(run_json) -> None:
     nan = float("nan")
     a = torch.tensor([-0.0, 1.0, nan, -nan])
     b = torch.tensor([0.0, nan, 1.0, 1.0])
-    lt, ult, eq = run_json(text, [a, b, torch.tensor([-1, 1, 5], dtype=torch.int8), torch.tensor([1, -1, 5], dtype=torch.int8)])
+    lt, ult, eq = run_json(
+        text,
+        [
+            a,
+            b,
+            torch.tensor([-1, 1, 5], dtype=torch.int8),
+            torch.tensor([1, -1, 5], dtype=torch.int8),
+        ],
+    )
     assert lt.tolist() == [True, True, False, True]
     assert ult.tolist() == [False, True, False]
     assert eq.tolist() == [True, False, False, False]
@@ -153,7 +161,9 @@ def test_multi_key_sort_with_general_comparator(run_json) -> None:
     v = torch.randn(2, 7)
     ks, vs = run_json(text, [k, v])
     for row in range(2):
-        want = sorted(zip(k[row].tolist(), v[row].tolist(), strict=False), key=lambda p: (p[0], -p[1]))
+        want = sorted(
+            zip(k[row].tolist(), v[row].tolist(), strict=False), key=lambda p: (p[0], -p[1])
+        )
         assert list(zip(ks[row].tolist(), vs[row].tolist(), strict=False)) == want
 
 

@@ -91,7 +91,9 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
-def convert(ir: Any, a: Any, resources: dict[str, bytes], to_type: Callable[[Any], TensorType]) -> Any:
+def convert(
+    ir: Any, a: Any, resources: dict[str, bytes], to_type: Callable[[Any], TensorType]
+) -> Any:
     """Convert one attribute; unknown kinds become ``{"_kind": "opaque", "text": ...}``."""
     from torch_mlir._mlir_libs import _stablehlo as shlo
 
@@ -171,7 +173,9 @@ _TOKEN_RE = re.compile(r"0x[0-9A-Fa-f]+|true|false|[-+]?(?:inf|nan|[0-9.]+(?:[eE
 def _dense_from_text(text: str, tt: TensorType) -> torch.Tensor:
     """Read ``dense<...>`` as printed by MLIR (lists, a hex blob, or hex elements)."""
     dt = torch_dtype(tt.dtype)
-    inner = text[text.index("<") + 1 : text.rindex(">", 0, text.rindex(" : ") if " : " in text else None)]
+    inner = text[
+        text.index("<") + 1 : text.rindex(">", 0, text.rindex(" : ") if " : " in text else None)
+    ]
     inner = inner.strip()
     numel = 1
     for s in tt.shape:

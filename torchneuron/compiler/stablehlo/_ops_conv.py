@@ -40,7 +40,13 @@ def _prod(xs: list[int]) -> int:
 
 
 def dot_general_tensors(
-    a: torch.Tensor, b: torch.Tensor, lb: list[int], rb: list[int], lc: list[int], rc: list[int], out: torch.dtype
+    a: torch.Tensor,
+    b: torch.Tensor,
+    lb: list[int],
+    rb: list[int],
+    lc: list[int],
+    rc: list[int],
+    out: torch.dtype,
 ) -> torch.Tensor:
     lf = [d for d in range(a.dim()) if d not in lb and d not in lc]
     rf = [d for d in range(b.dim()) if d not in rb and d not in rc]
@@ -123,7 +129,10 @@ def convolution(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         xs = x.chunk(bgc, dim=0)
         ws = w.chunk(bgc, dim=0)
         y = torch.cat(
-            [conv(xg, wg, stride=strides, dilation=rhs_dil, groups=fgc) for xg, wg in zip(xs, ws, strict=False)],
+            [
+                conv(xg, wg, stride=strides, dilation=rhs_dil, groups=fgc)
+                for xg, wg in zip(xs, ws, strict=False)
+            ],
             dim=1,
         )
     # y is [b, f, spatial...]; move to the declared output layout
@@ -139,4 +148,6 @@ def _conv0d(x: torch.Tensor, w: torch.Tensor, fgc: int, bgc: int) -> torch.Tenso
     if bgc == 1:
         return F.conv1d(x3, w3, groups=fgc).squeeze(-1)
     xs, ws = x3.chunk(bgc, dim=0), w3.chunk(bgc, dim=0)
-    return torch.cat([F.conv1d(a, b, groups=fgc) for a, b in zip(xs, ws, strict=False)], dim=1).squeeze(-1)
+    return torch.cat(
+        [F.conv1d(a, b, groups=fgc) for a, b in zip(xs, ws, strict=False)], dim=1
+    ).squeeze(-1)

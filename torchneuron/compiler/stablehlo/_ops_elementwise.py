@@ -36,7 +36,9 @@ def _unary(names: tuple[str, ...], fn: Callable[[torch.Tensor], torch.Tensor]) -
     register(*names)(impl)
 
 
-def _binary(names: tuple[str, ...], fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+def _binary(
+    names: tuple[str, ...], fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> None:
     def impl(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         a, b = _widen(args)
         return [_finish(op, fn(a, b))]
@@ -77,7 +79,9 @@ def _bits(t: torch.Tensor) -> int:
 
 def _shift_left(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     over = (b < 0) | (b >= _bits(a))
-    return torch.where(over, torch.zeros_like(a), torch.bitwise_left_shift(a, b.clamp(0, _bits(a) - 1)))
+    return torch.where(
+        over, torch.zeros_like(a), torch.bitwise_left_shift(a, b.clamp(0, _bits(a) - 1))
+    )
 
 
 def _shift_right_arithmetic(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -161,9 +165,15 @@ _unary(("chlo.is_inf",), torch.isinf)
 _unary(("chlo.is_pos_inf",), torch.isposinf)
 _unary(("chlo.is_neg_inf",), torch.isneginf)
 
-_binary(("stablehlo.add", "chlo.broadcast_add"), lambda a, b: torch.logical_or(a, b) if a.dtype == torch.bool else a + b)
+_binary(
+    ("stablehlo.add", "chlo.broadcast_add"),
+    lambda a, b: torch.logical_or(a, b) if a.dtype == torch.bool else a + b,
+)
 _binary(("stablehlo.subtract", "chlo.broadcast_subtract"), torch.sub)
-_binary(("stablehlo.multiply", "chlo.broadcast_multiply"), lambda a, b: torch.logical_and(a, b) if a.dtype == torch.bool else a * b)
+_binary(
+    ("stablehlo.multiply", "chlo.broadcast_multiply"),
+    lambda a, b: torch.logical_and(a, b) if a.dtype == torch.bool else a * b,
+)
 _binary(("stablehlo.divide", "chlo.broadcast_divide"), _divide)
 _binary(("stablehlo.remainder", "chlo.broadcast_remainder"), torch.fmod)
 _binary(("stablehlo.power", "chlo.broadcast_power"), torch.pow)

@@ -64,7 +64,10 @@ def gather(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     res = res.reshape(batch_shape + [sizes[d] for d in off_dims])
     out_rank = nb + no
     batch_out = [i for i in range(out_rank) if i not in offset_dims]
-    perm = [nb + offset_dims.index(i) if i in offset_dims else batch_out.index(i) for i in range(out_rank)]
+    perm = [
+        nb + offset_dims.index(i) if i in offset_dims else batch_out.index(i)
+        for i in range(out_rank)
+    ]
     return [res.permute(perm)]
 
 

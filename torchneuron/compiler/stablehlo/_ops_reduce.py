@@ -170,7 +170,10 @@ def select_and_scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]
     x, source, init = args
     r = x.dim()
     wins, low, wshape = _windows(x, _select_pad_value(op, x), op)
-    padded_shape = [n + a + b for n, a, b in zip(x.shape, low, ints(op, "padding", [0] * 2 * r)[1::2], strict=False)]
+    padded_shape = [
+        n + a + b
+        for n, a, b in zip(x.shape, low, ints(op, "padding", [0] * 2 * r)[1::2], strict=False)
+    ]
     pos = torch.arange(_prod(padded_shape)).reshape(padded_shape)
     pos_w, _, _ = _windows_index(pos, op)
     vals = wins.reshape(-1, _prod(wshape))

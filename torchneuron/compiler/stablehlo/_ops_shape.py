@@ -103,8 +103,7 @@ def real_dynamic_slice(op: Operation, args: list[Any], run: Runner) -> list[Any]
 def _clamped_starts(x: torch.Tensor, starts: list[Any], sizes: list[int]) -> list[int]:
     """StableHLO clamps dynamic starts so the slice stays inside the operand."""
     return [
-        max(0, min(int(s.reshape(()).item()), x.shape[d] - sizes[d]))
-        for d, s in enumerate(starts)
+        max(0, min(int(s.reshape(()).item()), x.shape[d] - sizes[d])) for d, s in enumerate(starts)
     ]
 
 
@@ -136,7 +135,9 @@ def pad_tensor(
 ) -> torch.Tensor:
     """StableHLO pad: interior padding between elements, then (possibly negative) edges."""
     if any(interior):
-        shape = [(n - 1) * (i + 1) + 1 if n > 0 else 0 for n, i in zip(x.shape, interior, strict=False)]
+        shape = [
+            (n - 1) * (i + 1) + 1 if n > 0 else 0 for n, i in zip(x.shape, interior, strict=False)
+        ]
         spread = value.reshape(()).expand(shape).clone()
         spread[tuple(slice(None, None, i + 1) for i in interior)] = x
         x = spread
@@ -215,4 +216,3 @@ def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         f"stablehlo.custom_call @{target} has no CPU implementation in the simulator; "
         "the lowering must not emit custom calls for graphs that run on neuron"
     )
-

@@ -63,7 +63,9 @@ class _Interpreter:
                 f"{op.name} region {index} takes {len(params)} values, got {len(args)}"
             )
         # regions see the values of the enclosing block (a while body reads outer constants)
-        env = ChainMap({name: value for (name, _), value in zip(params, args, strict=False)}, self.scope)
+        env = ChainMap(
+            {name: value for (name, _), value in zip(params, args, strict=False)}, self.scope
+        )
         return self.run_block(op.regions[index], env, check_shapes=not batched)
 
     def run_block(
@@ -127,8 +129,7 @@ def _check(op: Operation, value: Any, tt: TensorType, check_shapes: bool) -> Non
         or any(s >= 0 and s != v for s, v in zip(tt.shape, value.shape, strict=False))
     ):
         raise StableHLOExecutionError(
-            f"{_describe(op)} produced shape {list(value.shape)}, declared {tt} "
-            "(interpreter bug)"
+            f"{_describe(op)} produced shape {list(value.shape)}, declared {tt} (interpreter bug)"
         )
 
 
@@ -142,7 +143,9 @@ def interpret(module: Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tens
             raise StableHLOExecutionError(
                 f"input {i} (%{name}) has dtype {x.dtype}, the program expects {tt}"
             )
-        if len(tt.shape) != x.dim() or any(s >= 0 and s != v for s, v in zip(tt.shape, x.shape, strict=False)):
+        if len(tt.shape) != x.dim() or any(
+            s >= 0 and s != v for s, v in zip(tt.shape, x.shape, strict=False)
+        ):
             raise StableHLOExecutionError(
                 f"input {i} (%{name}) has shape {list(x.shape)}, the program expects {tt}"
             )

@@ -127,4 +127,3 @@ class _Walker:
         from . import _attrs
 
         return _attrs.convert(self.ir, a, self.resources, self.type)
-
