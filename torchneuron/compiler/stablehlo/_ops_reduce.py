@@ -95,10 +95,12 @@ def reduce_tensors(
         a = [c[:, 0 : 2 * half : 2] for c in cols]
         b = [c[:, 1 : 2 * half : 2] for c in cols]
         merged = run.region(op, 0, a + b, batched=True)
-        cols = [
-            torch.cat([m.expand(c[:, :half].shape), c[:, 2 * half :]], dim=1) if width % 2 else m
-            for m, c in zip(merged, cols, strict=False)
-        ]
+        merged = [m.expand(c[:, :half].shape) for m, c in zip(merged, cols, strict=False)]
+        if width % 2:  # the odd last column waits for the next round
+            merged = [
+                torch.cat([m, c[:, 2 * half :]], dim=1) for m, c in zip(merged, cols, strict=False)
+            ]
+        cols = merged
     k = cols[0].shape[0]
     if cols[0].shape[1] == 0:
         return [i.expand(out_shape).clone() for i in inits]
@@ -120,24 +122,28 @@ def reduce(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     return reduce_tensors(op, list(args[:n]), list(args[n:]), ints(op, "dimensions"), run)
 
 
-def _windows(
+def _padded(
     x: torch.Tensor, pad_value: torch.Tensor, op: Operation
-) -> tuple[torch.Tensor, list[int], list[int]]:
-    """Pad ``x`` then view it as [out..., window...]; also returns the padding lows."""
+) -> tuple[torch.Tensor, list[int]]:
+    """Apply the window op's padding and base dilation; also returns the low pads."""
+    r = x.dim()
+    base = ints(op, "base_dilations", [1] * r)
+    padding = ints(op, "padding", [0] * (2 * r))
+    low, high = padding[0::2], padding[1::2]
+    return pad_tensor(x, pad_value, low, high, [b - 1 for b in base]), low
+
+
+def _unfold(x: torch.Tensor, op: Operation) -> tuple[torch.Tensor, list[int]]:
+    """View (already padded) ``x`` as [out..., window...]; returns the window shape too."""
     r = x.dim()
     wdims = ints(op, "window_dimensions")
     strides = ints(op, "window_strides", [1] * r)
-    base = ints(op, "base_dilations", [1] * r)
     wdil = ints(op, "window_dilations", [1] * r)
-    padding = ints(op, "padding", [0] * (2 * r))
-    low, high = padding[0::2], padding[1::2]
-    x = pad_tensor(x, pad_value, low, high, [b - 1 for b in base])
     for d in range(r):
-        span = (wdims[d] - 1) * wdil[d] + 1
-        x = x.unfold(d, span, strides[d])
+        x = x.unfold(d, (wdims[d] - 1) * wdil[d] + 1, strides[d])
         if wdil[d] > 1:
             x = x[..., :: wdil[d]]
-    return x, low, list(x.shape[r:])
+    return x, list(x.shape[r:])
 
 
 @register("stablehlo.reduce_window")
@@ -145,7 +151,7 @@ def reduce_window(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     n = len(args) // 2
     xs, inits = list(args[:n]), list(args[n:])
     r = xs[0].dim()
-    wins = [_windows(x, i, op)[0] for x, i in zip(xs, inits, strict=False)]
+    wins = [_unfold(_padded(x, i, op)[0], op)[0] for x, i in zip(xs, inits, strict=False)]
     return reduce_tensors(op, wins, inits, list(range(r, 2 * r)), run)
 
 
@@ -168,14 +174,10 @@ def _select_pad_value(op: Operation, x: torch.Tensor) -> torch.Tensor:
 @register("stablehlo.select_and_scatter")
 def select_and_scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     x, source, init = args
-    r = x.dim()
-    wins, low, wshape = _windows(x, _select_pad_value(op, x), op)
-    padded_shape = [
-        n + a + b
-        for n, a, b in zip(x.shape, low, ints(op, "padding", [0] * 2 * r)[1::2], strict=False)
-    ]
-    pos = torch.arange(_prod(padded_shape)).reshape(padded_shape)
-    pos_w, _, _ = _windows_index(pos, op)
+    padded, low = _padded(x, _select_pad_value(op, x), op)
+    wins, wshape = _unfold(padded, op)
+    padded_shape = list(padded.shape)
+    pos_w, _ = _unfold(torch.arange(padded.numel()).reshape(padded_shape), op)
     vals = wins.reshape(-1, _prod(wshape))
     idx = pos_w.reshape(-1, _prod(wshape))
     while vals.shape[1] > 1:
@@ -199,16 +201,3 @@ def select_and_scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]
             out[k] = run.region(op, 1, [out[k], src[j]])[0]
     out = out.reshape(padded_shape)
     return [out[tuple(slice(lo, lo + n) for lo, n in zip(low, x.shape, strict=False))]]
-
-
-def _windows_index(pos: torch.Tensor, op: Operation) -> tuple[torch.Tensor, list[int], list[int]]:
-    """Window view of already padded positions (no further padding)."""
-    r = pos.dim()
-    wdims = ints(op, "window_dimensions")
-    strides = ints(op, "window_strides", [1] * r)
-    wdil = ints(op, "window_dilations", [1] * r)
-    for d in range(r):
-        pos = pos.unfold(d, (wdims[d] - 1) * wdil[d] + 1, strides[d])
-        if wdil[d] > 1:
-            pos = pos[..., :: wdil[d]]
-    return pos, [], list(pos.shape[r:])

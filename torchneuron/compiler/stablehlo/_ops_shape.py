@@ -16,7 +16,7 @@ from ._registry import Runner, ints, out_dtype, out_shape, register
 from .ir import Operation
 
 
-@register("stablehlo.constant", "arith.constant", "tosa.const")
+@register("stablehlo.constant", "arith.constant")
 def constant(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     v = op.attributes["value"]
     if isinstance(v, dict) and v.get("_kind") == "dense":

@@ -30,7 +30,7 @@ from .ir import Function, Module, Operation, TensorType
 
 __all__ = ["interpret", "OPS", "UnsupportedStableHLOOp", "StableHLOExecutionError"]
 
-_RETURNS = ("func.return", "stablehlo.return", "tosa.yield", "scf.yield")
+_RETURNS = ("func.return", "stablehlo.return")
 
 
 class _Interpreter:
