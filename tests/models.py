@@ -83,7 +83,10 @@ class Block(nn.Module):
         super().__init__()
         self.n_heads = n_heads
         self.ln1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        # No qkv bias (as in LLaMA-style models): the key bias's gradient is zero in exact
+        # arithmetic (softmax is shift-invariant), so in floats it is pure rounding noise,
+        # which Adam would normalize into full-size, backend-dependent updates.
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model)
         self.ln2 = nn.LayerNorm(d_model)
         self.fc = nn.Linear(d_model, 4 * d_model)
