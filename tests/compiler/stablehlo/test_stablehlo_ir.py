@@ -154,3 +154,9 @@ func.func @main(%arg0: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
     a, b = interpret(parse_module(text), [x])
     a.add_(1)
     assert torch.equal(b, x)
+
+
+def test_interpret_records_no_autograd() -> None:
+    x = torch.randn(2, 3, requires_grad=True)
+    (out,) = interpret(parse_module(SMALL), [x, torch.randn(3)])
+    assert not out.requires_grad

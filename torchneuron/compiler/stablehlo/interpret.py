@@ -149,7 +149,8 @@ def interpret(module: Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tens
             raise StableHLOExecutionError(
                 f"input {i} (%{name}) has shape {list(x.shape)}, the program expects {tt}"
             )
-    outs = _Interpreter(module).run_function(fn, args)
+    with torch.no_grad():  # the simulator executes a program; it never records autograd
+        outs = _Interpreter(module).run_function(fn, args)
     seen = {x.untyped_storage().data_ptr() for x in args if x.numel()}
     result = []
     for o in outs:  # never hand back storage shared with an input or another output
