@@ -1,0 +1,164 @@
+"""Memory accounting of neuron tensors against the simulated HBM.
+
+Why: ``torch.neuron.memory_allocated`` is what users (and our benchmarks) read to
+size batches, and out-of-memory is how a too-big program fails on the real
+device. Sizes are compared with what the same CPU tensor's storage occupies, so
+the tests fail if views count twice, if a freed tensor stays counted, if a failed
+allocation leaks, or if the device is unusable after an OOM.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from tests import models
+from torchneuron.hardware import current_profile, format_size, get_core, settings
+
+
+def _alloc() -> int:
+    gc.collect()
+    return torch.neuron.memory_allocated()
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
+
+
+@pytest.fixture
+def small_hbm() -> Iterator[int]:
+    """A profile with 64 MiB of HBM per core, so an op's output can exceed it cheaply."""
+    base = current_profile()
+    small = dataclasses.replace(base, hbm_bytes_per_chip=64 * 2**20 * base.cores_per_chip)
+    with settings.override(hardware=small):
+        yield small.hbm_bytes_per_core
+
+
+def test_allocation_counts_storage_bytes_and_is_freed() -> None:
+    base = _alloc()
+    cpu = torch.randn(37, 11)
+    x = cpu.to("neuron")
+    assert _alloc() - base == _nbytes(cpu)
+    y = x.to(torch.bfloat16)
+    assert _alloc() - base == _nbytes(cpu) + _nbytes(cpu.to(torch.bfloat16))
+    del x
+    assert _alloc() - base == _nbytes(cpu.to(torch.bfloat16))
+    del y
+    assert _alloc() == base
+
+
+def test_views_do_not_count_twice() -> None:
+    base = _alloc()
+    x = torch.empty(64, 32, device="neuron")
+    size = _alloc() - base
+    assert size == 64 * 32 * 4
+    views = [x[1:], x.t(), x.view(-1), x.detach(), x[:, ::2], x.unsqueeze(0), x.expand(2, 64, 32)]
+    assert _alloc() - base == size
+    del x
+    assert _alloc() - base == size, "views keep the base storage alive"
+    del views
+    assert _alloc() == base
+
+
+def test_in_place_ops_do_not_allocate() -> None:
+    x = torch.zeros(128, device="neuron")
+    base = _alloc()
+    x.add_(1).mul_(3)
+    x[3:9].fill_(2)
+    assert _alloc() == base
+    assert torch.equal(x.cpu(), torch.ones(128).add_(0).mul_(3).index_fill_(0, torch.arange(3, 9), 2))
+
+
+def test_peak_and_reset() -> None:
+    base = _alloc()
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() == base
+    a = torch.empty(1000, device="neuron")
+    b = torch.empty(3000, device="neuron")
+    del b
+    assert torch.neuron.memory_allocated() == base + 4000
+    assert torch.neuron.max_memory_allocated() == base + 16000
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() == base + 4000
+    del a
+
+
+def test_module_parameters_and_buffers_are_accounted() -> None:
+    cpu = models.build("cnn")
+    base = _alloc()
+    dev = copy.deepcopy(cpu).to("neuron")
+    expected = sum(_nbytes(t) for t in [*cpu.parameters(), *cpu.buffers()])
+    assert _alloc() - base == expected
+    del dev
+    assert _alloc() == base
+
+
+def test_training_steady_state_does_not_leak() -> None:
+    model = models.build("mlp").to("neuron")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    seen = []
+    for step in range(4):
+        x, y = models.batch("mlp", seed=step)
+        opt.zero_grad(set_to_none=True)
+        models.loss("mlp", model(x.to("neuron")), y.to("neuron")).backward()
+        opt.step()
+        del x, y
+        seen.append(_alloc())
+    # step 0 creates momentum buffers and grads; afterwards memory is flat
+    assert seen[1] == seen[2] == seen[3]
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
+    assert seen[-1] >= params + grads  # params, grads and momentum are all live
+
+
+def test_device_indices_are_accounted_separately() -> None:
+    base0, base1 = _alloc(), torch.neuron.memory_allocated(1)
+    x = torch.empty(256, device="neuron:1")
+    assert torch.neuron.memory_allocated(1) - base1 == 1024
+    assert _alloc() == base0
+    del x
+
+
+# --- out of memory -------------------------------------------------------------------------------
+
+
+def test_factory_beyond_hbm_raises_oom_and_leaves_state_intact() -> None:
+    capacity = get_core(0).memory.capacity
+    assert capacity == current_profile().hbm_bytes_per_core
+    keep = torch.arange(10.0).to("neuron")
+    base = _alloc()
+    peak = torch.neuron.max_memory_allocated()
+    n = capacity // 4 + 1  # one float more than fits; never allocated on the host
+    with pytest.raises(torch.OutOfMemoryError) as e:
+        torch.empty(n, device="neuron")
+    msg = str(e.value)
+    assert "out of memory" in msg
+    assert f"tried to allocate {format_size(n * 4)}" in msg and format_size(capacity) in msg
+    assert _alloc() == base and torch.neuron.max_memory_allocated() == peak
+    # the device still works and still computes what CPU computes
+    assert torch.equal((keep * 2).cpu(), torch.arange(10.0) * 2)
+    assert torch.equal(torch.ones(3, device="neuron").cpu(), torch.ones(3))
+
+
+def test_op_output_beyond_hbm_raises_oom_and_leaves_state_intact(small_hbm: int) -> None:
+    x = torch.ones(2**20, device="neuron")  # 4 MiB
+    base = _alloc()
+    with pytest.raises(torch.OutOfMemoryError, match="MiB") as e:
+        x.repeat(17)  # 68 MiB output > 64 MiB HBM
+    assert "68.00 MiB" in str(e.value) and "64.00 MiB" in str(e.value)
+    assert _alloc() == base
+    y = x.repeat(3)
+    assert _alloc() == base + 3 * 4 * 2**20
+    assert torch.equal(y[-5:].cpu(), torch.ones(5))
+    del x, y
+
+
+def test_memory_stats_reports_capacity() -> None:
+    stats = torch.neuron.memory_stats()
+    assert stats["capacity_bytes"] == current_profile().hbm_bytes_per_core
+    assert stats["allocated_bytes.all.current"] == torch.neuron.memory_allocated()
