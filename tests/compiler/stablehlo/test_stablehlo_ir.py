@@ -128,6 +128,12 @@ def test_parse_error_is_typed() -> None:
         parse_module("func.func @main( this is not mlir")
     with pytest.raises(StableHLOParseError):
         parse_module("module {}")
+    bad = SMALL.replace(
+        "%1 = stablehlo.add %arg0, %0 : tensor<2x3xf32>",
+        "%1 = stablehlo.add %arg0, %arg1 : tensor<2x3xf32>",
+    )
+    with pytest.raises(StableHLOParseError, match="stablehlo.add"):
+        parse_module(bad)
 
 
 def test_unknown_op_in_ir_raises_typed_error() -> None:

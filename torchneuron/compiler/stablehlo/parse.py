@@ -34,6 +34,15 @@ def _resources(text: str) -> dict[str, bytes]:
     return out
 
 
+def _where(text: str, message: str) -> str:
+    """Quote the source line MLIR's first diagnostic points at, so the op is named."""
+    m = re.search(r'"-":(\d+):\d+', message)
+    lines = text.splitlines()
+    if m is None or not 0 < int(m.group(1)) <= len(lines):
+        return ""
+    return f" at line {m.group(1)} ({lines[int(m.group(1)) - 1].strip()[:160]})"
+
+
 def parse_module(text: str) -> Module:
     """Parse StableHLO text (as printed by torch-mlir) into a ``Module``."""
     from torch_mlir import ir
@@ -45,7 +54,9 @@ def parse_module(text: str) -> Module:
     try:
         mlir_module = ir.Module.parse(text, ctx)
     except Exception as e:  # MLIRError carries the diagnostics with line:col
-        raise StableHLOParseError(f"MLIR could not parse the module: {e}") from e
+        raise StableHLOParseError(
+            f"MLIR could not parse the module{_where(text, str(e))}: {e}"
+        ) from e
     walker = _Walker(ir, _resources(text))
     functions: dict[str, Function] = {}
     with ctx:
