@@ -59,6 +59,11 @@ def _block(t: TensorType, cap_elems: int | None) -> int:
     return min(rows, cap_elems * dtype_bytes(t.dtype))
 
 
+def splat_values(body: Sequence[Operation]) -> set[str]:
+    """Names of splat constants: memsets on chip, never read from HBM."""
+    return {r for op in body if is_constant(op) and is_splat_constant(op) for r in op.results}
+
+
 def needs_whole_rows(body: Sequence[Operation], op_indices: Sequence[int]) -> bool:
     """Does an op run after a reduction in this kernel (softmax, layernorm...)?
 
@@ -82,11 +87,18 @@ def footprint(
     users: dict[str, list[int]],
     types: dict[str, TensorType],
     profile: HardwareProfile,
+    splats: set[str] | None = None,
 ) -> Footprint:
-    """Sizes of the kernel made of ``op_indices`` (ascending) of ``body``."""
+    """Sizes of the kernel made of ``op_indices`` (ascending) of ``body``.
+
+    ``splats`` (values of splat constants) may be passed in by callers that size many
+    kernels of one body, to avoid rescanning it.
+    """
     members = set(op_indices)
     produced = {r: i for i in op_indices for r in body[i].results}
-    defs_const = {r: op for op in body if is_constant(op) for r in op.results}
+    if splats is None:
+        splats = splat_values(body)
+    seen: set[str] = set()
     fp = Footprint()
     cap = (
         None
@@ -101,11 +113,11 @@ def footprint(
             fp.psum_bytes = max(fp.psum_bytes, _psum(op, profile))
     for i in op_indices:
         for v in all_operands(body[i]):
-            if v in produced or v in fp.inputs or v not in types:
+            if v in produced or v in seen or v not in types:
                 continue
+            seen.add(v)
             fp.inputs.append(v)
-            const = defs_const.get(v)
-            if const is not None and is_splat_constant(const):
+            if v in splats:
                 continue
             fp.read_bytes += nbytes(types[v])
             if v in stationary:
@@ -137,17 +149,21 @@ def _peak_live(
     blocks: dict[str, int],
 ) -> int:
     """Largest sum of live intermediate blocks at any op (matmul outputs sit in PSUM)."""
+    dies_at: dict[int, list[str]] = {}
+    for v, last in last_use.items():
+        dies_at.setdefault(last, []).append(v)
     live: dict[str, int] = {}
-    peak = 0
+    current = peak = 0
     for i in op_indices:
         op = body[i]
-        in_psum = kind(op) == "contraction"
-        for r in op.results:
-            if r in last_use and not in_psum:
-                live[r] = blocks[r]
-        peak = max(peak, sum(live.values()))
-        for v in [v for v, last in last_use.items() if last == i]:
-            live.pop(v, None)
+        if kind(op) != "contraction":
+            for r in op.results:
+                if r in last_use and r not in live:
+                    live[r] = blocks[r]
+                    current += blocks[r]
+        peak = max(peak, current)
+        for v in dies_at.get(i, []):
+            current -= live.pop(v, 0)
     return peak
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torchneuron.compiler.stablehlo import Function, Operation
 from torchneuron.hardware import HardwareProfile, KernelWork, kernel_cost
 
-from ._footprint import fit, footprint
+from ._footprint import fit, footprint, splat_values
 from ._ops import is_compute, kind, matmul_shape, nbytes, numel, short, users, value_types
 from .assign_engines import engine_for
 
@@ -70,7 +70,7 @@ def eager_baseline(fn: Function, profile: HardwareProfile) -> EagerBaseline:
     so a matmul too big for SBUF pays the same panel reloads in both columns.
     """
     base = EagerBaseline()
-    use, types = users(fn), value_types(fn)
+    use, types, splats = users(fn), value_types(fn), splat_values(fn.body)
     for i, op in enumerate(fn.body):
         engine = op_engine(op)
         if not is_compute(op) or engine == "none":
@@ -78,7 +78,7 @@ def eager_baseline(fn: Function, profile: HardwareProfile) -> EagerBaseline:
         work = op_work(op, engine)
         seen = dict(zip(op.operands, op.operand_types, strict=False))
         _, extra_read, extra_write, _ = fit(
-            footprint(fn.body, [i], use, types, profile), profile.sbuf_bytes
+            footprint(fn.body, [i], use, types, profile, splats), profile.sbuf_bytes
         )
         work.hbm_read_bytes = sum(nbytes(t) for t in seen.values()) + extra_read
         work.hbm_write_bytes = sum(nbytes(t) for t in op.result_types) + extra_write

@@ -17,20 +17,26 @@ from __future__ import annotations
 
 import dataclasses
 
+from torchneuron.compiler.stablehlo import TensorType
 from torchneuron.hardware import HardwareProfile, KernelWork
 
-from ._footprint import fit, footprint
+from ._footprint import fit, footprint, splat_values
 from ._ops import users, value_types
 from ._work import op_work
 from .program import Kernel, Program
 
 
 def allocate_kernel(
-    program: Program, kernel: Kernel, profile: HardwareProfile, use: dict, types: dict
+    program: Program,
+    kernel: Kernel,
+    profile: HardwareProfile,
+    use: dict[str, list[int]],
+    types: dict[str, TensorType],
+    splats: set[str],
 ) -> Kernel:
     """One kernel's boundary, SBUF/PSUM bytes, spills and total work."""
     body = program.function.body
-    fp = footprint(body, kernel.op_indices, use, types, profile)
+    fp = footprint(body, kernel.op_indices, use, types, profile, splats)
     sbuf, extra_read, extra_write, spill = fit(fp, profile.sbuf_bytes)
     work = KernelWork()
     outputs = set(fp.outputs)
@@ -54,6 +60,6 @@ def allocate_kernel(
 def run(program: Program, profile: HardwareProfile) -> Program:
     """Allocate every kernel; kernels are independent here (each runs to completion)."""
     fn = program.function
-    use, types = users(fn), value_types(fn)
-    kernels = [allocate_kernel(program, k, profile, use, types) for k in program.kernels]
+    use, types, splats = users(fn), value_types(fn), splat_values(fn.body)
+    kernels = [allocate_kernel(program, k, profile, use, types, splats) for k in program.kernels]
     return dataclasses.replace(program, kernels=kernels)
