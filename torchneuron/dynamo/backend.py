@@ -14,6 +14,7 @@ is traced and compiled again.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -60,13 +61,16 @@ def _eager_on_device(gm: torch.fx.GraphModule, index: int) -> Callable:
 def _compile_graph_for(index: int, kind: str) -> Callable:
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         name = f"{kind}_{next(_graph_ids)}"
+        graph = copy.deepcopy(gm)
+        _retarget_factories(graph, "neuron", "cpu", wrap=False)
         try:
             # Trace with static shapes of our own, not under the fake mode of the
             # TracingContext AOTAutograd leaves installed (its ShapeEnv is symbolic).
             with torch._guards.tracing(None):
-                exe = compile_graph(gm, example_inputs, name=name, source="torch.compile")
+                exe = compile_graph(graph, example_inputs, name=name, source="torch.compile")
         except CompileError:
             record_fallback_run(name)
+            _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
             return make_boxed_func(_eager_on_device(gm, index))
         core = get_core(index)
         n_ops = exe.signature["num_stablehlo_ops"]
@@ -87,8 +91,41 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
     return compile_one
 
 
+def wrap_buffer(buffer: torch.Tensor, index: int) -> NeuronTensor:
+    """Inside a traced graph: make a neuron tensor over a CPU buffer (no copy, no op)."""
+    return NeuronTensor(buffer, index)
+
+
+def _retarget_factories(gm: torch.fx.GraphModule, src: str, dst: str, wrap: bool) -> None:
+    """Move factory ops (``torch.arange(..., device=src)``) in ``gm`` to device ``dst``.
+
+    Dynamo graphs (``wrap=True``, neuron -> cpu): under tracing, a factory op on the
+    neuron device is answered by the fake tensor mode itself and yields a plain tensor
+    *on* neuron rather than a neuron wrapper of a CPU buffer; building the buffer on
+    CPU and wrapping it keeps every tensor a neuron tensor over a CPU buffer, which is
+    what AOTAutograd unwraps. AOTAutograd graphs are over CPU buffers: to compile
+    them, stray neuron factories go to CPU; to run them eagerly on the device (the
+    fallback), CPU factories go to neuron.
+    """
+    for node in list(gm.graph.nodes):
+        dev = node.kwargs.get("device") if node.op == "call_function" else None
+        if dev is None or not isinstance(dev, (torch.device, str)):
+            continue
+        dev = torch.device(dev)
+        if dev.type != src:
+            continue
+        node.kwargs = {**node.kwargs, "device": torch.device(dst)}
+        if not wrap:
+            continue
+        with gm.graph.inserting_after(node):
+            wrapped = gm.graph.call_function(wrap_buffer, (node, dev.index or 0))
+        node.replace_all_uses_with(wrapped, delete_user_cb=lambda u, w=wrapped: u is not w)
+    gm.recompile()
+
+
 def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     index = _device_index(example_inputs)
+    _retarget_factories(gm, "neuron", "cpu", wrap=True)
     return aot_autograd(
         fw_compiler=_compile_graph_for(index, "forward"),
         bw_compiler=_compile_graph_for(index, "backward"),
