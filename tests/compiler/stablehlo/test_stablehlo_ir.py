@@ -132,15 +132,17 @@ def test_parse_error_is_typed() -> None:
         "%1 = stablehlo.add %arg0, %0 : tensor<2x3xf32>",
         "%1 = stablehlo.add %arg0, %arg1 : tensor<2x3xf32>",
     )
-    with pytest.raises(StableHLOParseError, match="stablehlo.add"):
+    with pytest.raises(StableHLOParseError, match="stablehlo.add") as info:
         parse_module(bad)
+    assert info.value.op == "stablehlo.add"
 
 
 def test_unknown_op_in_ir_raises_typed_error() -> None:
     module = Module.from_dict(json.loads(json.dumps(parse_module(SMALL).to_dict())))
     module.functions["main"].body[2].name = "stablehlo.frobnicate"
-    with pytest.raises(UnsupportedStableHLOOp, match="stablehlo.frobnicate"):
+    with pytest.raises(UnsupportedStableHLOOp, match="stablehlo.frobnicate") as info:
         interpret(module, [torch.ones(2, 3), torch.ones(3)])
+    assert info.value.op == "stablehlo.frobnicate"
 
 
 def test_wrong_inputs_explain_themselves() -> None:
@@ -166,3 +168,14 @@ def test_interpret_records_no_autograd() -> None:
     x = torch.randn(2, 3, requires_grad=True)
     (out,) = interpret(parse_module(SMALL), [x, torch.randn(3)])
     assert not out.requires_grad
+
+
+def test_dense_helpers_round_trip() -> None:
+    from torchneuron.compiler.stablehlo import dense_to_tensor, splat_dense, tensor_to_dense
+
+    x = torch.randn(3, 4).bfloat16()
+    assert torch.equal(dense_to_tensor(tensor_to_dense(x)).view(torch.int16), x.view(torch.int16))
+    inf = dense_to_tensor(
+        json.loads(json.dumps(splat_dense(float("-inf"), "f32", [2]), allow_nan=False))
+    )
+    assert inf.tolist() == [float("-inf")] * 2

@@ -214,5 +214,6 @@ def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     target = op.attributes.get("call_target_name", "?")
     raise UnsupportedStableHLOOp(
         f"stablehlo.custom_call @{target} has no CPU implementation in the simulator; "
-        "the lowering must not emit custom calls for graphs that run on neuron"
+        "the lowering must not emit custom calls for graphs that run on neuron",
+        op=op.name,
     )

@@ -28,11 +28,19 @@ __all__ = [
 
 
 class UnsupportedStableHLOOp(NotImplementedError):
-    """The interpreter has no implementation for this op (the message names it)."""
+    """The interpreter has no implementation for this op (the message and ``.op`` name it)."""
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message)
+        self.op = op
 
 
 class StableHLOExecutionError(RuntimeError):
-    """An op failed while running; the message names the op and its result."""
+    """An op failed while running; the message names the op and ``.op`` holds its name."""
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message)
+        self.op = op
 
 
 class Runner(Protocol):

@@ -88,7 +88,8 @@ class _Interpreter:
             if fn is None:
                 raise UnsupportedStableHLOOp(
                     f"no CPU implementation for {op.name} (result %{', %'.join(op.results)}); "
-                    "add one to torchneuron/compiler/stablehlo with @register"
+                    "add one to torchneuron/compiler/stablehlo with @register",
+                    op=op.name,
                 )
             try:
                 args = [env[o] for o in op.operands]
@@ -97,7 +98,7 @@ class _Interpreter:
                 raise
             except Exception as e:
                 raise StableHLOExecutionError(
-                    f"{type(e).__name__} while running {_describe(op)}: {e}"
+                    f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
                 ) from e
             if len(results) != len(op.results):
                 raise StableHLOExecutionError(

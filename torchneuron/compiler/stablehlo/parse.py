@@ -17,7 +17,11 @@ __all__ = ["StableHLOParseError", "parse_module"]
 
 
 class StableHLOParseError(ValueError):
-    """The text is not a StableHLO module we can read; the message names the op."""
+    """The text is not a StableHLO module we can read; the message and ``.op`` name the op."""
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message)
+        self.op = op
 
 
 _RESOURCE_RE = re.compile(r'^\s*"?([^\s":]+)"?\s*:\s*"0x([0-9A-Fa-f]*)"', re.MULTILINE)
@@ -34,13 +38,15 @@ def _resources(text: str) -> dict[str, bytes]:
     return out
 
 
-def _where(text: str, message: str) -> str:
-    """Quote the source line MLIR's first diagnostic points at, so the op is named."""
+def _where(text: str, message: str) -> tuple[str, str | None]:
+    """The source line MLIR's first diagnostic points at, and the op name on it."""
     m = re.search(r'"-":(\d+):\d+', message)
     lines = text.splitlines()
     if m is None or not 0 < int(m.group(1)) <= len(lines):
-        return ""
-    return f" at line {m.group(1)} ({lines[int(m.group(1)) - 1].strip()[:160]})"
+        return "", None
+    line = lines[int(m.group(1)) - 1].strip()
+    op = re.search(r'(?:^|=\s*|")([a-z_]+\.[a-z_.]+)', line)
+    return f" at line {m.group(1)} ({line[:160]})", op.group(1) if op else None
 
 
 def parse_module(text: str) -> Module:
@@ -54,9 +60,8 @@ def parse_module(text: str) -> Module:
     try:
         mlir_module = ir.Module.parse(text, ctx)
     except Exception as e:  # MLIRError carries the diagnostics with line:col
-        raise StableHLOParseError(
-            f"MLIR could not parse the module{_where(text, str(e))}: {e}"
-        ) from e
+        where, op_name = _where(text, str(e))
+        raise StableHLOParseError(f"MLIR could not parse the module{where}: {e}", op_name) from e
     walker = _Walker(ir, _resources(text))
     functions: dict[str, Function] = {}
     with ctx:
@@ -128,11 +133,12 @@ class _Walker:
                 region_args=region_args,
             )
         except StableHLOParseError as e:
-            if str(op.name) in str(e):
+            if e.op is not None:
                 raise
-            raise StableHLOParseError(f"while reading {op.name}: {e}") from e
+            raise StableHLOParseError(f"while reading {op.name}: {e}", str(op.name)) from e
         except Exception as e:
-            raise StableHLOParseError(f"while reading {op.name}: {type(e).__name__}: {e}") from e
+            msg = f"while reading {op.name}: {type(e).__name__}: {e}"
+            raise StableHLOParseError(msg, str(op.name)) from e
 
     def attr(self, a: Any) -> Any:
         from . import _attrs
