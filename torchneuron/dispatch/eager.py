@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torchneuron.device import buffers, random
@@ -45,6 +46,57 @@ def wrap(buffer: torch.Tensor, index: int) -> NeuronTensor:
     return t
 
 
+def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -> None:
+    """Give ``wrapper`` its buffer's sizes, strides and offset after it was written to.
+
+    Why: ``resize_``, ``set_``, ``as_strided_``, ``t_``, ``squeeze_`` and every
+    ``out=`` op (which resizes its output) change the metadata of the tensor they
+    write. The CPU kernel changes the buffer's;
+    the wrapper must follow, or it would report stale sizes and read the wrong
+    elements. The wrapper's metadata is rewritten with ``set_`` under the meta
+    kernel, without dispatching (as ``return_and_correct_aliasing`` does).
+    """
+    b = wrapper.buffer
+    same = (wrapper.shape, wrapper.stride(), wrapper.storage_offset()) == (
+        b.shape, b.stride(), b.storage_offset()
+    )
+    if not same:
+        with no_dispatch():
+            meta_in_tls = torch._C._meta_in_tls_dispatch_include()
+            torch._C._set_meta_in_tls_dispatch_include(True)
+            try:
+                aten.set_.source_Storage_storage_offset(
+                    wrapper, wrapper.untyped_storage(), b.storage_offset(), b.shape, b.stride()
+                )
+            finally:
+                torch._C._set_meta_in_tls_dispatch_include(meta_in_tls)
+    if storage_ptr is not None and b.untyped_storage().data_ptr() != storage_ptr:
+        buffers.track(wrapper, b, index)  # the storage has grown or been replaced
+
+
+_written: dict[Any, list[tuple[int, str]]] = {}
+
+
+def _mutated_args(func: Any, args: tuple, kwargs: dict) -> list[NeuronTensor]:
+    """The neuron tensors that ``func``'s schema says it writes to."""
+    where = _written.get(func)
+    if where is None:
+        schema = getattr(func, "_schema", None)
+        where = [
+            (i, a.name) for i, a in enumerate(schema.arguments if schema else ())
+            if a.alias_info is not None and a.alias_info.is_write
+        ]  # fmt: skip
+        _written[func] = where
+    out = []
+    for i, name in where:
+        v = args[i] if i < len(args) else kwargs.get(name)
+        if isinstance(v, NeuronTensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(t for t in v if isinstance(t, NeuronTensor))
+    return out
+
+
 def unwrap_device(dev: Any) -> Any:
     """Map a neuron device argument to the CPU device its buffers live on."""
     if dev is not None and torch.device(dev).type == "neuron":
@@ -68,6 +120,16 @@ def _mixed_device_error(func: Any, a: str, b: str) -> RuntimeError:
     )
 
 
+def _traced_to_cpu(t: torch.Tensor) -> torch.Tensor:
+    """Under tracing, a plain tensor *on* neuron (a factory op answered by the fake or
+    functional mode inside a composite op), moved to where neuron buffers live.
+
+    Traced as ``_to_copy(device=cpu)``; the compiler rewrites ``device=neuron``
+    factories in its graphs to CPU, which makes that copy a no-op.
+    """
+    return aten._to_copy.default(t, device=torch.device("cpu"))
+
+
 def _scan(func: Any, flat: list) -> int | None:
     """The device index of the op's neuron tensors; raises on mixed devices."""
     index: int | None = None
@@ -78,6 +140,8 @@ def _scan(func: Any, flat: list) -> int | None:
                 index = a._device_index
             elif a._device_index != index:
                 raise _mixed_device_error(func, f"neuron:{index}", f"neuron:{a._device_index}")
+        elif isinstance(a, torch.Tensor) and a.device.type == "neuron":
+            index = a.device.index or 0 if index is None else index
         elif isinstance(a, torch.Tensor) and a.dim() != 0:
             cpu_seen = True
     if cpu_seen and index is not None and func not in _CROSS_DEVICE_OPS:
@@ -92,7 +156,7 @@ def _returns_host_values(func: Any) -> bool:
         return False
     for r in schema.returns:
         kind = str(r.type)
-        if kind in ("Scalar", "bool", "int", "float", "complex", "SymInt", "SymFloat"):
+        if kind in ("number", "Scalar", "bool", "int", "float", "complex", "SymInt", "SymFloat"):
             return True
     return False
 
@@ -126,6 +190,11 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
             same[id(b)] = a
             uflat.append(b)
             tensors.append(b)
+        elif isinstance(a, torch.Tensor) and a.device.type == "neuron":
+            b = _traced_to_cpu(a)
+            same[id(b)] = a
+            uflat.append(b)
+            tensors.append(b)
         elif isinstance(a, torch.Tensor):
             same[id(a)] = a
             uflat.append(a)
@@ -143,8 +212,12 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     if any(type(t) is not torch.Tensor for t in tensors):
         # Tracing (fake / functional tensors under torch.compile): metadata only,
         # nothing runs on the device and nothing is charged.
-        return _wrap_outputs(func(*uargs, **ukwargs), same, index, track=False)
+        out = func(*uargs, **ukwargs)
+        for t in _mutated_args(func, args, kwargs):
+            _sync_metadata(t, index, None)
+        return _wrap_outputs(out, same, index, track=False)
 
+    written = [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(func, args, kwargs)]
     name = func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)
     reason = fallback_reason(name, tensors)
     if reason is not None:
@@ -164,6 +237,8 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
 
     if to_host:
         return out
+    for t, ptr in written:
+        _sync_metadata(t, index, ptr)
     return _wrap_outputs(out, same, index)
 
 
@@ -179,11 +254,29 @@ def _wrap_outputs(out: Any, same: dict[int, Any], index: int, track: bool = True
         if isinstance(o, torch.Tensor):
             original = same.get(id(o))
             if original is None:
+                if o._is_zerotensor():
+                    # Autograd's known-zero gradients have no memory; the device
+                    # gives them real zeros (same metadata) so they can be held.
+                    o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).zero_()
                 original = wrap(o, index) if track else NeuronTensor(o, index)
+                _mirror_bits(original, o)
             wrapped.append(original)
         else:
             wrapped.append(o)
     return tree_unflatten(wrapped, spec)
+
+
+def _mirror_bits(wrapper: torch.Tensor, buffer: torch.Tensor) -> None:
+    """Carry the buffer's lazy conjugate / negative bits over to the wrapper.
+
+    Why: ``conj()`` and ``_neg_view()`` are views that only set a bit. Autograd
+    formulas (fft, complex ops) branch on ``is_conj()`` of the tensor they hold, the
+    wrapper; if it disagreed with its buffer they would take the wrong branch.
+    """
+    if buffer.is_conj():
+        torch._C._set_conj(wrapper, True)
+    if buffer.is_neg():
+        torch._C._set_neg(wrapper, True)
 
 
 def _bytes(ts: list[torch.Tensor]) -> int:
