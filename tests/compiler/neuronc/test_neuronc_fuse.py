@@ -104,3 +104,17 @@ def test_allocation_spills_largest_intermediates_first():
     fp.stationary_sbuf, fp.read_bytes = 50, 50 + 300  # a matmul rhs of 50 next to 300 moving
     sbuf, extra_read, _, _ = fit(fp, capacity=120)
     assert sbuf <= 120 and extra_read >= 300  # panelled rhs: moving inputs re-read
+
+
+def test_view_only_kernels_are_free_and_iota_fuses(builder, trn2):
+    b = builder()
+    x, idx = b.arg((8, 32)), b.arg((2,), "i64")
+    r = b.op("reshape", [idx], (2, 1))
+    s = b.op("sort", [r], dimension=0, is_stable=True)  # isolated consumer: reshape alone
+    io = b.op("iota", [], (8, 32), "i32", iota_dimension=1)
+    y = b.op("add", [b.op("convert", [io], (8, 32), "f32"), x])
+    program = compile_module(b.build(s, y), trn2)
+    by_name = {k.name: k for k in program.kernels}
+    view = by_name["reshape"]
+    assert view.work is not None and view.work.hbm_bytes == 0 and view.cost["total_ns"] == 0
+    assert "fused_iota_add" in by_name and by_name["fused_iota_add"].engines[0] == "gpsimd"

@@ -95,7 +95,7 @@ def kind(op: Operation) -> str:
         return "elementwise"
     if s in LAYOUT:
         return "layout"
-    if s in DATA_MOVE:
+    if s in DATA_MOVE or s == "iota":  # iota: a generator, fused as an index producer
         return "data"
     if s in REDUCE:
         return "reduce"

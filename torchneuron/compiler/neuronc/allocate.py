@@ -46,6 +46,9 @@ def allocate_kernel(
         work = work + op_work(op, engine, materialized=any(r in outputs for r in op.results))
     work.hbm_read_bytes = fp.read_bytes + extra_read
     work.hbm_write_bytes = fp.write_bytes + extra_write
+    if all(e == "none" for e in engines):
+        # only reshapes/bitcasts: the output aliases the input buffer, nothing moves
+        work, sbuf, spill = KernelWork(), 0, 0
     return dataclasses.replace(
         kernel,
         inputs=list(fp.inputs),
