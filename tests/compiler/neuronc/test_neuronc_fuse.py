@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from neuronc_programs import mlp, softmax_like
 
 from torchneuron.compiler.neuronc import compile_module
@@ -118,3 +120,22 @@ def test_view_only_kernels_are_free_and_iota_fuses(builder, trn2):
     view = by_name["reshape"]
     assert view.work is not None and view.work.hbm_bytes == 0 and view.cost["total_ns"] == 0
     assert "fused_iota_add" in by_name and by_name["fused_iota_add"].engines[0] == "gpsimd"
+
+
+def test_long_chains_compile_quickly_into_one_kernel(builder, trn2):
+    b = builder()
+    x = b.arg((256, 256))
+    v = x
+    for i in range(1000):
+        v = b.op("add", [v, x]) if i % 2 else b.op("tanh", [v])
+    start = time.perf_counter()
+    program = compile_module(b.build(v), trn2)
+    assert time.perf_counter() - start < 10  # ~0.3 s; quadratic passes would take minutes
+    assert len(program.kernels) == 1 and program.kernels[0].sbuf_bytes <= trn2.sbuf_bytes
+
+
+def test_program_without_ops(builder, trn2):
+    b = builder()
+    x = b.arg((4,))
+    program = compile_module(b.build(x), trn2)
+    assert program.kernels == [] and program.cost is not None and program.cost.total_ns == 0
