@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from torchneuron.compiler.neuronc import compile_module
 from torchneuron.compiler.neuronc._ops import is_constant
 from torchneuron.compiler.neuronc.constant_fold import MAX_FOLD_BYTES, const_attr
+from torchneuron.compiler.stablehlo import interpret
 from torchneuron.compiler.stablehlo._dtypes import dense_to_tensor
-
-
-def _interpret():
-    try:
-        from torchneuron.compiler.stablehlo import interpret
-    except ImportError:
-        return None
-    return interpret
 
 
 def test_dce_removes_unused_ops(builder, trn2):
@@ -66,12 +58,6 @@ def test_constant_fold_splat_chain_becomes_one_splat(builder, trn2):
 
 
 def test_constant_fold_values_match_unfolded(builder, trn2):
-    interpret = _interpret()
-    if interpret is None:
-        pytest.skip(
-            "torchneuron.compiler.stablehlo.interpret not available yet: non-splat "
-            "folding needs the interpreter"
-        )
     module, _ = _fold_program(builder)
     folded = compile_module(module, trn2)
     assert folded.stats["folded"] >= 5  # convert, broadcast, add, negate, exponential

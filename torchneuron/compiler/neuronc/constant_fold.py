@@ -4,7 +4,7 @@ Why: torch-mlir emits scalar arithmetic on literals (``convert`` of an i64 one, 
 ``broadcast_in_dim`` to the activation shape, ...). Left alone each would be a kernel
 and an HBM tensor; folded, a splat is a free on-chip memset. Values come from the
 StableHLO interpreter on a one-op function, so folding can never disagree with
-execution; without the interpreter only shape-only rules on splats apply.
+execution (a small table of scalar rules covers ops the interpreter rejects).
 Results larger than ``MAX_FOLD_BYTES`` stay ops (a constant that big costs HBM reads
 and executable size), except splats, which are stored as one value whatever their size.
 """
@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.stablehlo import Function, Module, Operation, TensorType
+from torchneuron.compiler.stablehlo import Function, Module, Operation, TensorType, interpret
+from torchneuron.compiler.stablehlo._dtypes import (
+    dense_to_tensor,
+    splat_dense,
+    tensor_to_dense,
+    torch_dtype,
+)
 from torchneuron.hardware import HardwareProfile
 
 from . import dce
@@ -38,21 +44,8 @@ def const_attr(op: Operation) -> dict[str, Any] | None:
 
 
 def _constant(results: list[str], rtype: TensorType, dense: dict[str, Any]) -> Operation:
+    """A ``stablehlo.constant`` defining ``results`` (the folded op's names are kept)."""
     return Operation("stablehlo.constant", list(results), [], [], [rtype], {"value": dense})
-
-
-def _interpret() -> Any:
-    try:
-        from torchneuron.compiler.stablehlo import interpret
-    except ImportError:  # the interpreter is optional: rules still fold shape-only ops
-        return None
-    return interpret
-
-
-def _dense_helpers() -> tuple[Any, Any, Any]:
-    from torchneuron.compiler.stablehlo._dtypes import dense_to_tensor, splat_dense, tensor_to_dense
-
-    return dense_to_tensor, splat_dense, tensor_to_dense
 
 
 _SCALAR_RULES: dict[str, Any] = {
@@ -75,13 +68,10 @@ _SCALAR_RULES: dict[str, Any] = {
 
 
 def _rule(op: Operation, consts: list[Operation]) -> torch.Tensor | None:
-    """Fallback when no interpreter is importable: a few elementwise ops on rank-0 splats."""
+    """Fallback when the interpreter cannot run an op: a few elementwise ops on splats."""
     fn = _SCALAR_RULES.get(short(op.name))
     if fn is None or len(op.result_types) != 1:
         return None
-    dense_to_tensor, _, _ = _dense_helpers()
-    from torchneuron.compiler.stablehlo._dtypes import torch_dtype
-
     args = []
     for c in consts:
         d = const_attr(c)
@@ -94,10 +84,6 @@ def _rule(op: Operation, consts: list[Operation]) -> torch.Tensor | None:
 
 def _evaluate(op: Operation, consts: list[Operation], scalar: bool) -> torch.Tensor | None:
     """Run ``op`` alone on its constant inputs (as rank-0 values when ``scalar``)."""
-    interpret = _interpret()
-    if interpret is None:
-        return _rule(op, consts) if scalar else None
-    dense_to_tensor, splat_dense, _ = _dense_helpers()
     body: list[Operation] = []
     operand_types: list[TensorType] = []
     for c, t in zip(consts, op.operand_types, strict=True):
@@ -123,8 +109,8 @@ def _evaluate(op: Operation, consts: list[Operation], scalar: bool) -> torch.Ten
     fn = Function("main", [], [*body, inner, ret], list(rtypes))
     try:
         (out,) = interpret(Module({"main": fn}), [])
-    except Exception:  # an op the interpreter lacks: leave it unfolded, never fail compile
-        return None
+    except Exception:  # an op the interpreter lacks: fold by rule or leave it, never fail
+        return _rule(op, consts) if scalar else None
     return out
 
 
@@ -143,7 +129,6 @@ def _fold(op: Operation, consts: list[Operation]) -> Operation | None:
     if all_splat and kind(op) == "elementwise":
         out = _evaluate(op, consts, scalar=True)
         if out is not None:
-            _, splat_dense, _ = _dense_helpers()
             value = out.item()
             return _constant(op.results, rtype, splat_dense(value, rtype.dtype, list(rtype.shape)))
     if nbytes(rtype) > MAX_FOLD_BYTES:
@@ -151,7 +136,6 @@ def _fold(op: Operation, consts: list[Operation]) -> Operation | None:
     out = _evaluate(op, consts, scalar=False)
     if out is None:
         return None
-    _, splat_dense, tensor_to_dense = _dense_helpers()
     flat = out.reshape(-1)
     if flat.numel() > 0 and bool((flat == flat[0]).all()) and not out.is_complex():
         return _constant(

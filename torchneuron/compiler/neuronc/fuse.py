@@ -74,6 +74,7 @@ class _Groups:
         self.last_other: dict[int, float] = {}
 
     def new(self, i: int) -> int:
+        """Make op ``i`` a group of its own, wired to its producers' groups."""
         self.group_of[i] = i
         self.members[i] = [i]
         self.lo[i] = self.hi[i] = i
@@ -95,6 +96,7 @@ class _Groups:
         return i
 
     def _exact(self, ops: list[int]) -> int:
+        """Streamed SBUF bytes of ``ops`` as one kernel (the same rule allocate uses)."""
         fp = footprint(self.body, ops, self.users, self.types, self.profile, self.splats)
         return fp.streamed_sbuf
 
@@ -114,6 +116,7 @@ class _Groups:
         return False
 
     def legal(self, a: int, b: int) -> bool:
+        """May groups a and b become one kernel? (see the module docstring for the rules)"""
         if self.isolated[a] or self.isolated[b] or self.n_dot[a] + self.n_dot[b] > 1:
             return False
         if self.reaches_via_other(a, b) or self.reaches_via_other(b, a):
