@@ -104,11 +104,6 @@ def test_module_neuron_keeps_tied_weights_tied() -> None:
 
 # --- factories ------------------------------------------------------------------------------
 
-_OUT_RESIZE_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="dispatch/eager.py: an out= op that resizes its neuron out tensor (arange.out, "
-    "eye.out) resizes the buffer but not the wrapper; reported to the dispatch owner",
-)
 
 
 @pytest.mark.parametrize(
@@ -117,9 +112,9 @@ _OUT_RESIZE_BUG = pytest.mark.xfail(
         lambda **kw: torch.zeros(2, 3, **kw),
         lambda **kw: torch.ones(4, dtype=torch.bfloat16, **kw),
         lambda **kw: torch.full((2, 2), 7, **kw),
-        pytest.param(lambda **kw: torch.arange(0, 10, 3, **kw), marks=_OUT_RESIZE_BUG),
+        lambda **kw: torch.arange(0, 10, 3, **kw),
         lambda **kw: torch.linspace(0, 1, 5, **kw),
-        pytest.param(lambda **kw: torch.eye(3, **kw), marks=_OUT_RESIZE_BUG),
+        lambda **kw: torch.eye(3, **kw),
         lambda **kw: torch.tensor([[1.5, -2.0], [3.0, 4.25]], **kw),
         lambda **kw: torch.as_tensor([1, 2, 3], **kw),
         lambda **kw: torch.tensor(3.5, **kw),
