@@ -89,7 +89,7 @@ def run_sample(op: Any, sample: Any, interpret: bool) -> tuple[str, str, str | N
         pg = prepare(fn, [t.clone() for t in tensors])
         text = lower_in_worker(pg.gm, timeout=120)
     except CompileError as e:
-        return (e.stage, e.reason, e.op)
+        return (e.stage, e.reason, e.op or str(e).splitlines()[0][:160])
     if not interpret:
         return None
     from torchneuron.compiler.random_ops import draw_random_inputs
@@ -106,7 +106,7 @@ def run_sample(op: Any, sample: Any, interpret: bool) -> tuple[str, str, str | N
         got = pg.assemble_outputs(ins, results)
         pg.apply_write_backs(ins, results)
     except Exception as e:  # noqa: BLE001
-        return ("interpret", type(e).__name__, getattr(e, "op", None))
+        return ("interpret", type(e).__name__, getattr(e, "op", None) or str(e)[:160])
     bad = _close(ref, got)
     return None if bad is None else ("compare", "mismatch", bad)
 

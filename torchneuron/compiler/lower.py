@@ -40,7 +40,7 @@ def parse_failed_op(message: str) -> tuple[str | None, str]:
         named = _OPERATOR.search(message)
         if op == "torch.operator" and named:
             op = named.group(1)
-        if op.startswith("torch.constant") or op.startswith("torch.prim"):
+        if op.startswith(("torch.constant.", "torch.prim.")):
             return op, "dangling-scalar"
         if op.startswith("torch."):
             op = op.removeprefix("torch.")
@@ -75,12 +75,19 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
         return True
 
     handle = context.attach_diagnostic_handler(on_diagnostic)
+    importer = FxImporter(context=context)
     try:
         module = tmfx.stateless_fx_import(gm, output_type="stablehlo", model_name=func_name,
-                                          fx_importer=FxImporter(context=context))
+                                          fx_importer=importer)
     except Exception as e:  # torch_mlir raises plain Exception / RuntimeError
         text = "\n".join(diagnostics) + "\n" + str(e)
         op, reason = parse_failed_op(text)
+        if reason in ("dangling-scalar", "lowering-failed"):
+            # The first diagnostic often names a scalar constant whose consumer did not
+            # convert; the partially converted module still holds that consumer.
+            left = _leftover_torch_op(importer)
+            if left is not None:
+                op, reason = left, "no-lowering"
         first = (diagnostics[0] if diagnostics else text.strip().splitlines()[0]).strip()
         raise LoweringError(
             f"Torch-MLIR could not lower the graph to StableHLO: {first[:300]}. Expected "
@@ -92,10 +99,24 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
     return module.operation.get_asm(large_elements_limit=None)
 
 
+_LEFTOVER = re.compile(r"= torch\.(aten\.\w+|prims\.\w+)|name = \"torch\.(aten\.\w+)\"")
+
+
+def _leftover_torch_op(importer: Any) -> str | None:
+    try:
+        asm = importer.module.operation.get_asm(large_elements_limit=16)
+    except Exception:  # noqa: BLE001 - best effort diagnosis only
+        return None
+    m = _LEFTOVER.search(asm)
+    return None if m is None else (m.group(1) or m.group(2))
+
+
 def _ensure_meta(gm: fx.GraphModule, example_inputs: Sequence[Any] | None) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if all("val" in n.meta for n in placeholders):
-        return
+    if all("val" in n.meta for n in gm.graph.nodes if n.op != "output"):
+        return  # (pickling a GraphModule, e.g. to the worker, drops all node meta)
+    if example_inputs is None and not placeholders:
+        example_inputs = []
     if example_inputs is None or len(example_inputs) != len(placeholders):
         raise LoweringError("graph placeholders lack meta['val'] and no matching "
                             "example_inputs were given; prepare() the graph first.",

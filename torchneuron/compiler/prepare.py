@@ -204,10 +204,17 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
         DynamicOutputShapeException,
     )
 
+    table = decomposition_table()
     try:
-        return make_fx(torch.func.functionalize(fn, remove="mutations"),
-                       decomposition_table=decomposition_table(), tracing_mode="fake",
-                       _allow_non_fake_inputs=True, pre_dispatch=False)(*inputs)
+        gm = make_fx(torch.func.functionalize(fn, remove="mutations"), decomposition_table=table,
+                     tracing_mode="fake", _allow_non_fake_inputs=True, pre_dispatch=False)(*inputs)
+        for _ in range(3):  # decompositions run below functionalization and may mutate
+            if not _mutates_intermediates(gm):
+                break
+            gm = make_fx(torch.func.functionalize(gm, remove="mutations"),
+                         decomposition_table=table, tracing_mode="fake",
+                         _allow_non_fake_inputs=True, pre_dispatch=False)(*inputs)
+        return gm
     except PrepareError:
         raise
     except DynamicOutputShapeException as e:
@@ -219,10 +226,22 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
                            "a compiled graph cannot branch on data. It runs eagerly.",
                            op=str(e.func), reason="data-dependent") from e
     except Exception as e:
-        reason = "data-dependent" if "data-dependent" in str(e).lower() else "trace-failed"
+        low = str(e).lower()
+        reason = ("data-dependent" if "data-dependent" in low or "data is not allocated" in low
+                  else "trace-failed")
         raise PrepareError(f"tracing to aten failed: {type(e).__name__}: {str(e)[:300]}. "
                            "Expected a traceable tensor program.", reason=reason,
                            detail=str(e)) from e
+
+
+def _mutates_intermediates(gm: fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and node.target._schema.is_mutable:
+            if node.target is aten.copy_.default and node.args[0].op == "placeholder":
+                continue
+            return True
+    return False
 
 
 def _reject_symbolic(gm: fx.GraphModule) -> None:
