@@ -14,7 +14,8 @@ pending tensor asks its producer to materialize it first.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
@@ -66,6 +67,12 @@ class NeuronTensor(torch.Tensor):
     ) -> NeuronTensor:
         like = buffer if buffer is not None else meta
         assert like is not None, "a NeuronTensor needs a buffer or a meta tensor"
+        if like.layout != torch.strided:
+            # PyTorch's wrapper subclasses cannot carry sparse/mkldnn layouts.
+            raise NotImplementedError(
+                f"the neuron device supports the strided layout only, not {like.layout}; "
+                "keep sparse tensors on the CPU (or call .to_dense() first)"
+            )
         r = torch.Tensor._make_wrapper_subclass(
             cls,
             like.size(),

@@ -30,7 +30,7 @@ def _requested_bytes(func: Any, args: tuple, kwargs: dict) -> int:
             stride = args[1]
             if any(s == 0 for s in size):
                 return 0
-            extent = 1 + sum((n - 1) * st for n, st in zip(size, stride))
+            extent = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
             return extent * itemsize
         return math.prod(size) * itemsize
     return 0
