@@ -437,3 +437,47 @@ def spherical_bessel_j0(x: torch.Tensor) -> torch.Tensor:
     safe = torch.where(x == 0, 1.0 + 0 * x, x)
     out = torch.where(x == 0, 1.0 + 0 * x, torch.sin(safe) / safe)
     return torch.where(torch.isinf(x), 0.0 * safe, out)
+
+
+# --------------------------------------------------------------------------- fast paths
+# nn.TransformerEncoderLayer's inference fast path (eval + no_grad) is one fused aten op
+# with no decomposition in PyTorch; spelled out here as the layer's own Python path.
+@_register(aten._transformer_encoder_layer_fwd.default)
+def transformer_encoder_layer_fwd(
+    src: torch.Tensor, embed_dim: int, num_heads: int, qkv_weight: torch.Tensor,
+    qkv_bias: torch.Tensor, proj_weight: torch.Tensor, proj_bias: torch.Tensor,
+    use_gelu: bool, norm_first: bool, eps: float, norm_weight_1: torch.Tensor,
+    norm_bias_1: torch.Tensor, norm_weight_2: torch.Tensor, norm_bias_2: torch.Tensor,
+    ffn_weight_1: torch.Tensor, ffn_bias_1: torch.Tensor, ffn_weight_2: torch.Tensor,
+    ffn_bias_2: torch.Tensor, mask: torch.Tensor | None = None, mask_type: int | None = None,
+) -> Any:
+    import torch.nn.functional as F
+
+    if mask is not None:
+        return NotImplemented
+    b, t, _ = src.shape
+    head = embed_dim // num_heads
+
+    def attention(h: torch.Tensor) -> torch.Tensor:
+        q, k, v = F.linear(h, qkv_weight, qkv_bias).chunk(3, dim=-1)
+        q, k, v = (z.reshape(b, t, num_heads, head).transpose(1, 2) for z in (q, k, v))
+        # math attention (SDPA would pick a CPU flash kernel tagged as random)
+        weights = torch.softmax((q @ k.transpose(-2, -1)) * head**-0.5, dim=-1)
+        out = weights @ v
+        return F.linear(out.transpose(1, 2).reshape(b, t, embed_dim), proj_weight, proj_bias)
+
+    def feed_forward(h: torch.Tensor) -> torch.Tensor:
+        act = F.gelu if use_gelu else F.relu
+        return F.linear(act(F.linear(h, ffn_weight_1, ffn_bias_1)), ffn_weight_2, ffn_bias_2)
+
+    def ln1(h: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(h, (embed_dim,), norm_weight_1, norm_bias_1, eps)
+
+    def ln2(h: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(h, (embed_dim,), norm_weight_2, norm_bias_2, eps)
+
+    if norm_first:
+        x = src + attention(ln1(src))
+        return x + feed_forward(ln2(x))
+    x = ln1(src + attention(src))
+    return ln2(x + feed_forward(x))

@@ -79,7 +79,9 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
         )
 
         def run(args: list[Any]) -> list[torch.Tensor]:
-            inputs = list(args)
+            # Python scalars (specialized sizes) were baked into the graph by prepare;
+            # per-shape compilation keys on them, so only tensors are inputs.
+            inputs = [a for a in args if isinstance(a, torch.Tensor)]
             args.clear()
             core.host(core.profile.graph_guard_ns, "guard")
             return exe.run(inputs, core, lambda: random.rng_state_swapped(index))

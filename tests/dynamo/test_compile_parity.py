@@ -1,0 +1,99 @@
+"""torch.compile(backend="neuron") gives the numbers eager gives on the device.
+
+Each model is trained for a few optimizer steps twice from the same weights: once
+eagerly on the neuron device, once through torch.compile; outputs, gradients,
+parameters and buffers must agree to fp32 tolerances that allow reassociated sums.
+Both runs must also have *compiled* (no silent fallback): the compile stats are
+checked.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import torchneuron.compiler as tc
+from tests import models
+
+pytestmark = pytest.mark.slow
+
+_TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def _assert_state_close(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        torch.testing.assert_close(x.cpu(), y.cpu(), **_TOL, msg=f"state {name} differs")
+    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        if p.grad is not None or q.grad is not None:
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), **_TOL, msg=f"grad {name}")
+
+
+@pytest.mark.parametrize(
+    "name,opt",
+    [("mlp", torch.optim.SGD), ("tiny_lm", torch.optim.AdamW), ("dropout_mlp", torch.optim.AdamW),
+     ("cnn", torch.optim.SGD)],
+)
+def test_training_matches_eager(name: str, opt: type) -> None:
+    tc.reset_stats()
+    base = models.build(name)
+    eager, compiled = copy.deepcopy(base).to("neuron"), copy.deepcopy(base).to("neuron")
+    opt_e, opt_c = opt(eager.parameters(), lr=1e-2), opt(compiled.parameters(), lr=1e-2)
+    step = torch.compile(compiled, backend="neuron")
+    x, y = models.batch(name)
+    x, y = x.to("neuron"), y.to("neuron")
+    for i in range(3):
+        torch.manual_seed(100 + i)
+        le = models.loss(name, eager(x), y)
+        le.backward()
+        torch.manual_seed(100 + i)
+        lc = models.loss(name, step(x), y)
+        lc.backward()
+        torch.testing.assert_close(lc.cpu(), le.cpu(), **_TOL)
+        _assert_state_close(compiled, eager)
+        opt_e.step(), opt_c.step()
+        opt_e.zero_grad(), opt_c.zero_grad()
+    _assert_state_close(compiled, eager)
+    s = tc.stats()
+    assert s["failures"] == 0, tc.explain()
+    assert s["compilations"] >= 2  # forward and backward
+
+
+def test_inference_encoder_matches_eager() -> None:
+    """An inference-only transformer encoder under no_grad: one inference graph."""
+    tc.reset_stats()
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval().to("neuron")
+    x = torch.randn(2, 10, 32).to("neuron")
+    with torch.no_grad():
+        want = enc(x)
+        got = torch.compile(enc, backend="neuron")(x)
+    torch.testing.assert_close(got.cpu(), want.cpu(), **_TOL)
+    assert tc.stats()["failures"] == 0, tc.explain()
+
+
+def test_graph_break_and_recompile_on_new_shape() -> None:
+    tc.reset_stats()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.sin(x) * 2
+        if y.sum().item() > 0:  # data-dependent branch: a graph break
+            y = y + 1
+        return torch.relu(y) @ x.T
+
+    cf = torch.compile(f, backend="neuron")
+    for shape in [(4, 8), (4, 8), (6, 8)]:
+        x = torch.randn(shape).to("neuron")
+        torch.testing.assert_close(cf(x).cpu(), f(x).cpu(), **_TOL)
+    s = tc.stats()
+    assert s["failures"] == 0, tc.explain()
+    # two graphs around the break, compiled again for the second shape
+    assert s["compilations"] >= 4
+
+
+def test_dynamic_true_is_refused_clearly() -> None:
+    cf = torch.compile(lambda x: x * 2, backend="neuron", dynamic=True)
+    with pytest.raises(Exception, match="dynamic=True is not supported"):
+        cf(torch.randn(3).to("neuron"))
