@@ -10,7 +10,7 @@ and lets callers switch passes off by name (``options={"fuse": False}``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from torchneuron.compiler.stablehlo import Module
@@ -19,18 +19,14 @@ from torchneuron.hardware import HardwareProfile
 from . import allocate, assign_engines, constant_fold, dce, fuse, schedule, tile
 from .program import Program
 
-Pass = Callable[[Program, HardwareProfile], Program]
-
-PASSES: list[tuple[str, Pass]] = [
-    ("dce", dce.run),
-    ("constant_fold", constant_fold.run),
-    ("fuse", fuse.run),
-    ("assign_engines", assign_engines.run),
-    ("tile", tile.run),
-    ("allocate", allocate.run),
-    ("schedule", schedule.run),
-]
+# each pass is a module with ``run(program, profile) -> program``
+PASSES: list[ModuleType] = [dce, constant_fold, fuse, assign_engines, tile, allocate, schedule]
 OPTIONAL = frozenset({"dce", "constant_fold", "fuse"})
+
+
+def pass_name(module: ModuleType) -> str:
+    """``torchneuron.compiler.neuronc.fuse`` -> ``fuse``: the name options use."""
+    return module.__name__.rsplit(".", 1)[-1]
 
 
 def compile_module(
@@ -42,7 +38,7 @@ def compile_module(
     Unknown option names raise, so a typo cannot silently leave fusion on.
     """
     options = dict(options or {})
-    names = {name for name, _ in PASSES}
+    names = {pass_name(p) for p in PASSES}
     unknown = sorted(set(options) - names)
     if unknown:
         raise ValueError(f"unknown neuronc options {unknown}; known passes: {sorted(names)}")
@@ -52,11 +48,12 @@ def compile_module(
     if module.entry not in module.functions:
         raise ValueError(f"module has no entry function {module.entry!r}")
     program = Program(module=module, profile=profile.name)
-    for name, run in PASSES:
+    for module_ in PASSES:
+        name = pass_name(module_)
         enabled = bool(options.get(name, True))
         if name == "fuse":
             program = fuse.run(program, profile, enabled=enabled)
         elif enabled:
-            program = run(program, profile)
+            program = module_.run(program, profile)
         program.passes_run.append(name if enabled else f"{name}(off)")
     return program
