@@ -325,3 +325,18 @@ def test_custom_call_and_unknown_ops_raise_typed_error(run_json) -> None:
     )
     with pytest.raises(UnsupportedStableHLOOp, match="stablehlo.fft"):
         run_json(fft, [torch.randn(4, dtype=torch.complex64)])
+
+
+def test_convert_to_and_from_complex(run_json) -> None:
+    text = _fn(
+        """
+  %0 = stablehlo.convert %arg0 : (tensor<3xf32>) -> tensor<3xcomplex<f32>>
+  %1 = stablehlo.convert %0 : (tensor<3xcomplex<f32>>) -> tensor<3xf64>
+  return %0, %1 : tensor<3xcomplex<f32>>, tensor<3xf64>""",
+        "%arg0: tensor<3xf32>",
+        "tensor<3xcomplex<f32>>, tensor<3xf64>",
+    )
+    x = torch.randn(3)
+    c, back = run_json(text, [x])
+    assert c.dtype == torch.complex64 and torch.equal(c.real, x) and not c.imag.any()
+    assert torch.equal(back, x.double())

@@ -246,7 +246,9 @@ def convert(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         return [x]
     if dt == torch.bool:
         return [x != 0]
-    if x.dtype.is_floating_point and not dt.is_floating_point:
+    if x.dtype.is_complex and not dt.is_complex:
+        x = x.real  # StableHLO: complex -> real keeps the real part
+    if x.dtype.is_floating_point and not (dt.is_floating_point or dt.is_complex):
         # float -> int: NaN gives 0 and out-of-range values saturate in StableHLO/XLA
         info = torch.iinfo(dt)
         hi = min(float(info.max), _LARGEST_F64_BELOW_2_63)
