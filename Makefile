@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check torchneuron tests examples tools
 
 bench: $(STAMP)
-	$(PY) -m pytest benchmarks --benchmark-only
+	$(PY) -m pytest benchmarks --benchmark-only -s -p no:logging
 
 clean:
 	rm -rf $(VENV)

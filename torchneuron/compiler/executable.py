@@ -2,8 +2,9 @@
 
 An executable is JSON (never pickle: loading a cache entry must not be able to run
 code). It holds everything needed to run the program in a fresh process without
-the FX graph: the StableHLO text, the parsed StableHLO IR that the simulator
-executes, the neuron compiler's program (kernels, schedule, cost), the input and
+the FX graph: the StableHLO text as imported, the neuron compiler's program (the
+StableHLO IR after its dead-code and constant-folding passes, which the simulator
+executes, with kernels, schedule and cost), the input and
 output signature, write-backs into inputs, the random inputs to draw, and the
 versions and hardware target it was built for. ``to_bytes`` is canonical, so a
 save/load round trip is byte for byte.
@@ -39,7 +40,6 @@ class Executable:
     name: str
     target: str
     stablehlo: str
-    module: dict[str, Any]
     program: dict[str, Any]
     signature: dict[str, Any]
     options: dict[str, Any] = field(default_factory=dict)
@@ -59,7 +59,6 @@ class Executable:
             "options": self.options,
             "signature": self.signature,
             "program": self.program,
-            "module": self.module,
             "stablehlo": self.stablehlo,
         }
 
@@ -84,7 +83,6 @@ class Executable:
             name=d["name"],
             target=d["target"],
             stablehlo=d["stablehlo"],
-            module=d["module"],
             program=d["program"],
             signature=d["signature"],
             options=d["options"],
@@ -125,7 +123,7 @@ class Executable:
         if self._ir is None:
             from torchneuron.compiler.stablehlo import Module
 
-            self._ir = Module.from_dict(self.module)
+            self._ir = Module.from_dict(self.program["module"])
         return self._ir
 
     def run(

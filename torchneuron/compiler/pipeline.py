@@ -67,7 +67,6 @@ def lower_and_compile(gm: Any, input_specs: list[tuple[Any, ...]], target: str,
     seconds["neuronc"] = time.perf_counter() - t2
     return {
         "stablehlo": text,
-        "module": module.to_dict(),
         "program": program.to_dict(),
         "num_ops": len(module.functions[module.entry].body),
         "seconds": seconds,
@@ -144,7 +143,6 @@ def compile_graph(
         name=name,
         target=target,
         stablehlo=lowered["stablehlo"],
-        module=lowered["module"],
         program=lowered["program"],
         signature=_signature(prepared, lowered["num_ops"]),
         options=options,
