@@ -488,7 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, why in s["skipped"].items():
         print(f"  {name}: {why}")
     if s["excluded"]:
-        print("excluded (no sample runs on CPU): " + ", ".join(s["excluded"]))
+        print("excluded from the denominator (no float32 sample runs on CPU):")
+        for name, why in s["excluded"].items():
+            print(f"  {name}: {why}")
     print("\nforward failures:")
     for r in results:
         if r.status in ("fail", "crash"):
