@@ -340,3 +340,38 @@ def test_convert_to_and_from_complex(run_json) -> None:
     c, back = run_json(text, [x])
     assert c.dtype == torch.complex64 and torch.equal(c.real, x) and not c.imag.any()
     assert torch.equal(back, x.double())
+
+
+def test_batch_norm_ops_match_torch(run_json) -> None:
+    text = _fn(
+        """
+  %0:3 = "stablehlo.batch_norm_training"(%arg0, %arg1, %arg2) {epsilon = 1.0e-05 : f32, feature_index = 1 : i64} : (tensor<4x3x5xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<4x3x5xf32>, tensor<3xf32>, tensor<3xf32>)
+  %1:3 = "stablehlo.batch_norm_grad"(%arg0, %arg1, %0#1, %0#2, %arg3) {epsilon = 1.0e-05 : f32, feature_index = 1 : i64} : (tensor<4x3x5xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<4x3x5xf32>) -> (tensor<4x3x5xf32>, tensor<3xf32>, tensor<3xf32>)
+  %2 = "stablehlo.batch_norm_inference"(%arg0, %arg1, %arg2, %0#1, %0#2) {epsilon = 1.0e-05 : f32, feature_index = 1 : i64} : (tensor<4x3x5xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<4x3x5xf32>
+  return %0#0, %1#0, %1#1, %1#2, %2 : tensor<4x3x5xf32>, tensor<4x3x5xf32>, tensor<3xf32>, tensor<3xf32>, tensor<4x3x5xf32>""",
+        "%arg0: tensor<4x3x5xf32>, %arg1: tensor<3xf32>, %arg2: tensor<3xf32>, %arg3: tensor<4x3x5xf32>",
+        "tensor<4x3x5xf32>, tensor<4x3x5xf32>, tensor<3xf32>, tensor<3xf32>, tensor<4x3x5xf32>",
+    )
+    x, w, b, dy = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3), torch.randn(4, 3, 5)
+    y, dx, dw, db, y_inf = run_json(text, [x, w, b, dy])
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+    want = F.batch_norm(xs, None, None, ws, bs, training=True)
+    gx, gw, gb = torch.autograd.grad(want, (xs, ws, bs), dy)
+    for got, exp in [(y, want), (dx, gx), (dw, gw), (db, gb), (y_inf, want)]:
+        torch.testing.assert_close(got, exp.detach())
+
+
+def test_cholesky_and_triangular_solve(run_json) -> None:
+    text = _fn(
+        """
+  %0 = "stablehlo.cholesky"(%arg0) {lower = true} : (tensor<3x3xf32>) -> tensor<3x3xf32>
+  %1 = "stablehlo.triangular_solve"(%0, %arg1) {left_side = true, lower = true, unit_diagonal = false, transpose_a = #stablehlo<transpose TRANSPOSE>} : (tensor<3x3xf32>, tensor<3x2xf32>) -> tensor<3x2xf32>
+  return %0, %1 : tensor<3x3xf32>, tensor<3x2xf32>""",
+        "%arg0: tensor<3x3xf32>, %arg1: tensor<3x2xf32>",
+        "tensor<3x3xf32>, tensor<3x2xf32>",
+    )
+    m = torch.randn(3, 3)
+    a, b = m @ m.T + 3 * torch.eye(3), torch.randn(3, 2)
+    chol, sol = run_json(text, [a, b])
+    torch.testing.assert_close(chol, torch.linalg.cholesky(a))
+    torch.testing.assert_close(chol.T @ sol, b)  # solves L^T x = b

@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (importing registers the op families)
     _ops_conv,
     _ops_elementwise,
     _ops_gather,
+    _ops_misc,
     _ops_reduce,
     _ops_shape,
     _ops_sort,
