@@ -173,3 +173,37 @@ def test_aot_style_graph_is_accepted_without_example_inputs() -> None:
     got = pg.run_reference(args)
     for g, r in zip(got, step(*args), strict=True):
         torch.testing.assert_close(g, r)
+
+
+def test_random_ops_are_never_decomposed() -> None:
+    table = D.decomposition_table()
+    for op in (aten.bernoulli.p, aten.uniform.default, aten.rand_like.default, aten.randn.default):
+        assert op not in table
+    assert table[aten.native_dropout.default] is D.native_dropout
+
+
+_SPECIAL = [
+    ("lgamma", D.lgamma, torch.lgamma),
+    ("digamma", D.digamma, torch.digamma),
+    ("polygamma2", lambda x: D.polygamma(2, x), lambda x: torch.polygamma(2, x)),
+    ("erfinv", lambda x: D.erfinv(torch.tanh(x)), lambda x: torch.erfinv(torch.tanh(x))),
+    ("i0", lambda x: D._bessel_i(x, 0, False), torch.i0),
+    ("i1e", lambda x: D._bessel_i(x, 1, True), torch.special.i1e),
+    ("k1", lambda x: D._bessel_k(x, 1, False), torch.special.modified_bessel_k1),
+    ("log_ndtr", D.log_ndtr, torch.special.log_ndtr),
+    ("cheb_u", lambda x: D._cheb(x, 5.0, "u"), lambda x: torch.special.chebyshev_polynomial_u(x, 5)),
+    ("cumprod", lambda x: D.cumprod(x.reshape(3, -1), 1), lambda x: torch.cumprod(x.reshape(3, -1), 1)),
+]
+
+
+@pytest.mark.parametrize("name,ours,ref", _SPECIAL, ids=[s[0] for s in _SPECIAL])
+def test_special_function_decompositions(name: str, ours: object, ref: object) -> None:
+    x = torch.linspace(-7.3, 7.3, 147)
+    torch.testing.assert_close(ours(x), ref(x), rtol=1e-3, atol=1e-4, equal_nan=True)  # type: ignore[operator]
+
+
+def test_pooling_decompositions_avg_and_unfold() -> None:
+    x = torch.randn(2, 3, 9, 11)
+    for args in [((3, 3), (2, 2), (1, 1), False, True, None), ((3, 2), (2, 1), (1, 0), True, False, None)]:
+        torch.testing.assert_close(D.avg_pool2d(x, *args), aten.avg_pool2d(x, *args))
+    assert torch.equal(D.unfold(x, 3, 3, 2), x.unfold(3, 3, 2))

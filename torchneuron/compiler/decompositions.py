@@ -11,6 +11,7 @@ ATen's CPU kernel so the numbers stay bitwise equal.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,8 +57,11 @@ FROM_TORCH_TABLE = (
 # segfaults torch-mlir.
 
 
+@functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
-    """Core aten decompositions + `torch_mlir.fx.get_decomposition_table()` + ours."""
+    """Core aten decompositions + `torch_mlir.fx.get_decomposition_table()` + ours.
+
+    Cached (built once per process); callers must not mutate it."""
     import torch_mlir.fx as tmfx
     from torch._decomp import decomposition_table as full_table
 
@@ -251,7 +255,7 @@ def argmax_0d(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) ->
 @_register(aten.kthvalue.default)
 def kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    vals, idx = torch.sort(x, dim=dim, stable=True)
+    vals, idx = torch.sort(x, dim=dim)  # sort.stable has no lowering
     v, i = vals.narrow(dim, k - 1, 1), idx.narrow(dim, k - 1, 1)
     return (v, i) if keepdim or x.dim() == 0 else (v.squeeze(dim), i.squeeze(dim))
 
@@ -317,7 +321,8 @@ def _lgamma_pos(x: torch.Tensor) -> torch.Tensor:
 def lgamma(x: torch.Tensor) -> torch.Tensor:
     x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
     small = x < 0.5
-    refl = math.log(math.pi) - torch.log(torch.abs(torch.sin(math.pi * x))) - _lgamma_pos(1 - x)
+    r = x - torch.round(x)  # exact; sin(pi x) = +-sin(pi r) without float32 pi*x error
+    refl = math.log(math.pi) - torch.log(torch.abs(torch.sin(math.pi * r))) - _lgamma_pos(1 - x)
     return torch.where(small, refl, _lgamma_pos(torch.where(small, 1 - x, x)))
 
 
@@ -348,7 +353,7 @@ def digamma(x: torch.Tensor) -> torch.Tensor:
     z2 = 1 / (z * z)
     series = z2 * (1 / 12 - z2 * (1 / 120 - z2 * (1 / 252 - z2 * (1 / 240 - z2 / 132))))
     psi = acc + torch.log(z) - 0.5 / z - series
-    refl = psi - math.pi / torch.tan(math.pi * x)
+    refl = psi - math.pi / torch.tan(math.pi * (x - torch.round(x)))  # tan has period pi
     out = torch.where(small, refl, psi)
     neg_int = (x <= 0) & (x == torch.floor(x))
     return torch.where(x == 0, -math.inf, torch.where(neg_int, math.nan, out))
@@ -386,9 +391,23 @@ def ndtri(p: torch.Tensor) -> torch.Tensor:
     return math.sqrt(2) * erfinv(2 * p - 1)
 
 
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+         -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+
+
+def _log_erfc_pos(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log erfc(u), erfc(u)) for u >= 0, Numerical Recipes' erfcc (fractional error
+    < 1.2e-7): no 1 - erf(u) cancellation and no underflow in the log form."""
+    t = 1 / (1 + 0.5 * u)
+    log_val = torch.log(t) - u * u + _poly(t, _ERFC)
+    return log_val, torch.exp(log_val)
+
+
 @_register(aten.erfc.default)
 def erfc(x: torch.Tensor) -> torch.Tensor:
-    return 1 - torch.erf(x)
+    x = _float(x)
+    _, pos = _log_erfc_pos(torch.abs(x))
+    return torch.where(x >= 0, pos, 2 - pos)
 
 
 def _poly(t: torch.Tensor, coeffs: Sequence[float]) -> torch.Tensor:
@@ -481,3 +500,349 @@ def transformer_encoder_layer_fwd(
         return x + feed_forward(ln2(x))
     x = ln1(src + attention(src))
     return ln2(x + feed_forward(x))
+
+
+def _float(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
+
+
+_K0_S = (-0.57721566, 0.42278420, 0.23069756, 0.03488590, 0.00262698, 0.00010750, 0.0000074)
+_K0_L = (1.25331414, -0.07832358, 0.02189568, -0.01062446, 0.00587872, -0.00251540, 0.00053208)
+_K1_S = (1.0, 0.15443144, -0.67278579, -0.18156897, -0.01919402, -0.00110404, -0.00004686)
+_K1_L = (1.25331414, 0.23498619, -0.03655620, 0.01504268, -0.00780353, 0.00325614, -0.00068245)
+
+
+def _bessel_k(x: torch.Tensor, order: int, scaled: bool) -> torch.Tensor:
+    """A&S 9.8.5-9.8.8; ``scaled`` multiplies by exp(x). NaN for x < 0, inf at 0 (ATen)."""
+    x = _float(x)
+    small = x <= 2
+    xs = torch.where(small & (x > 0), x, 1.0 + 0 * x)
+    xl = torch.where(small, 2.0 + 0 * x, x)
+    t = (xs / 2) ** 2
+    if order == 0:
+        s = -torch.log(xs / 2) * _bessel_i(xs, 0, False) + _poly(t, _K0_S)
+        big = _poly(2 / xl, _K0_L) / torch.sqrt(xl)
+    else:
+        s = (xs * torch.log(xs / 2) * _bessel_i(xs, 1, False) + _poly(t, _K1_S)) / xs
+        big = _poly(2 / xl, _K1_L) / torch.sqrt(xl)
+    out = torch.where(small, s * torch.exp(xs) if scaled else s,
+                      big if scaled else big * torch.exp(-xl))
+    out = torch.where(x == 0, math.inf, out)
+    return torch.where(x < 0, math.nan, out)
+
+
+OWN_DECOMPOSITIONS[aten.special_modified_bessel_k0.default] = lambda x: _bessel_k(x, 0, False)
+OWN_DECOMPOSITIONS[aten.special_modified_bessel_k1.default] = lambda x: _bessel_k(x, 1, False)
+OWN_DECOMPOSITIONS[aten.special_scaled_modified_bessel_k0.default] = lambda x: _bessel_k(x, 0, True)
+OWN_DECOMPOSITIONS[aten.special_scaled_modified_bessel_k1.default] = lambda x: _bessel_k(x, 1, True)
+
+
+@_register(aten.special_zeta.default)
+def zeta(s: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Hurwitz zeta: 16 exact terms + Euler-Maclaurin tail (see _polygamma_sum)."""
+    s, q = _float(s), _float(q)
+    total = torch.zeros_like(s + q)
+    for k in range(16):
+        total = total + torch.pow(q + k, -s)
+    y = q + 16
+    tail = torch.pow(y, 1 - s) / (s - 1) + 0.5 * torch.pow(y, -s)
+    rising = torch.ones_like(s)
+    for j, b in ((1, 1 / 6), (2, -1 / 30), (3, 1 / 42), (4, -1 / 30)):
+        rising = rising * (s + 2 * j - 2) * ((s + 2 * j - 3) if j > 1 else 1)
+        tail = tail + b / math.factorial(2 * j) * rising * torch.pow(y, -s - 2 * j + 1)
+    out = torch.where(y < 4, math.nan, total + tail)
+    out = torch.where(s == 1, math.inf, out)
+    return torch.where(s < 1, math.nan, out)
+
+
+@_register(aten.special_log_ndtr.default)
+def log_ndtr(x: torch.Tensor) -> torch.Tensor:
+    """log Phi(x) = log(erfc(-x/sqrt2) / 2), in log form for x < 0 (no underflow)."""
+    x = _float(x)
+    u = torch.abs(x) / math.sqrt(2)
+    log_e, e = _log_erfc_pos(u)
+    return torch.where(x < 0, log_e - math.log(2), torch.log1p(-0.5 * e))
+
+
+def _cheb(x: torch.Tensor, n: torch.Tensor | float, kind: str) -> torch.Tensor:
+    """Chebyshev T/U/V/W from their trigonometric / hyperbolic closed forms (ATen uses the
+    three-term recurrence, whose trip count is data: n is a tensor)."""
+    x = _float(x)
+    n = torch.trunc(torch.as_tensor(n, dtype=x.dtype, device=x.device))
+    odd = torch.remainder(n, 2) == 1
+    sgn = torch.where(odd & (x < 0), -1.0, 1.0)
+    inside = torch.abs(x) < 1
+    th = torch.acos(torch.clamp(x, -1 + 1e-7, 1 - 1e-7))
+    t = torch.acosh(torch.where(inside, 2.0 + 0 * x, torch.abs(x)))
+    if kind == "t":
+        a, b = torch.cos(n * th), torch.cosh(n * t) * sgn
+        edge = torch.where(x > 0, 1.0, torch.where(odd, -1.0, 1.0))
+    elif kind == "u":
+        a = torch.sin((n + 1) * th) / torch.sin(th)
+        b = torch.sinh((n + 1) * t) / torch.sinh(t) * sgn
+        edge = (n + 1) * torch.where(x > 0, 1.0, torch.where(odd, -1.0, 1.0))
+    else:  # v, w: V_n(-x) = (-1)^n W_n(x)
+        v = kind == "v"
+        a = (torch.cos((n + 0.5) * th) / torch.cos(th / 2) if v
+             else torch.sin((n + 0.5) * th) / torch.sin(th / 2))
+        pos_v = torch.cosh((n + 0.5) * t) / torch.cosh(t / 2)
+        pos_w = torch.sinh((n + 0.5) * t) / torch.sinh(t / 2)
+        flip = torch.where(odd, -1.0, 1.0)
+        b = torch.where(x > 0, pos_v if v else pos_w, flip * (pos_w if v else pos_v))
+        one = torch.where(x > 0, 1.0 if v else 2 * n + 1, flip * ((2 * n + 1) if v else 1.0))
+        edge = one + 0 * x
+    out = torch.where(inside, a, torch.where(torch.abs(x) == 1, edge, b))
+    return torch.where(n < 0, 0.0 * x, out)
+
+
+for _kind in "tuvw":
+    _op = getattr(aten, f"special_chebyshev_polynomial_{_kind}")
+    _sop = getattr(aten, f"special_shifted_chebyshev_polynomial_{_kind}")
+    OWN_DECOMPOSITIONS[_op.default] = lambda x, n, k=_kind: _cheb(x, n, k)
+    OWN_DECOMPOSITIONS[_sop.default] = lambda x, n, k=_kind: _cheb(2 * _float(x) - 1, n, k)
+
+
+# --------------------------------------------------------------------------- misc tensor ops
+
+
+@_register(aten.unfold.default)
+def unfold(x: torch.Tensor, dim: int, size: int, step: int) -> torch.Tensor:
+    """Stacked strided slices (torch-mlir segfaults on its own unfold lowering)."""
+    if x.dim() == 0:
+        return x.reshape(1)
+    dim = dim % x.dim()
+    n = (x.shape[dim] - size) // step + 1
+    parts = [x.narrow(dim, i, (n - 1) * step + 1)[(slice(None),) * dim + (slice(None, None, step),)]
+             for i in range(size)]
+    return torch.stack(parts, dim=-1)
+
+
+OWN_DECOMPOSITIONS[aten.unfold_copy.default] = lambda x, d, s, st: unfold(x, d, s, st).clone()
+
+
+def _cum_extreme(x: torch.Tensor, dim: int, larger: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """O(n^2) masked reduction; index = last position of the running extreme (ATen's >=)."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    y = x.movedim(dim, -1)
+    n = y.shape[-1]
+    pos = torch.arange(n, device=x.device)
+    keep = pos[None, :] <= pos[:, None]  # [i, j]: j <= i
+    fill = _lowest(x.dtype) if larger else -_lowest(x.dtype)
+    a = torch.where(keep, y.unsqueeze(-2), fill)
+    vals = a.amax(-1) if larger else a.amin(-1)
+    nan_seen = torch.cumsum(torch.isnan(y).to(torch.int64), -1) > 0 if x.dtype.is_floating_point \
+        else torch.zeros_like(y, dtype=torch.bool)
+    hit = keep & ((a == vals.unsqueeze(-1)) | torch.isnan(a))
+    idx = torch.where(hit, pos, -1).amax(-1)
+    vals = torch.where(nan_seen, math.nan, vals) if x.dtype.is_floating_point else vals
+    return vals.movedim(-1, dim), idx.movedim(-1, dim)
+
+
+OWN_DECOMPOSITIONS[aten.cummax.default] = lambda x, dim: _cum_extreme(x, dim, True)
+OWN_DECOMPOSITIONS[aten.cummin.default] = lambda x, dim: _cum_extreme(x, dim, False)
+
+
+@_register(aten.diagonal_scatter.default)
+def diagonal_scatter(x: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: int = 0,
+                     dim2: int = 1) -> torch.Tensor:
+    xm = x.movedim((dim1, dim2), (-2, -1))
+    r, c = xm.shape[-2], xm.shape[-1]
+    rows = torch.arange(r, device=x.device)[:, None]
+    cols = torch.arange(c, device=x.device)[None, :]
+    mask = (cols - rows) == offset
+    full = torch.diag_embed(src, offset, -2, -1)[..., :r, :c]
+    full = aten.constant_pad_nd(full, [0, c - full.shape[-1], 0, r - full.shape[-2]], 0.0)
+    return torch.where(mask, full, xm).movedim((-2, -1), (dim1, dim2))
+
+
+@_register(aten.histc.default)
+def histc(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:
+    flat = _float(x).reshape(-1)
+    lo, hi = (flat.min(), flat.max()) if min == max else (
+        torch.tensor(float(min), dtype=flat.dtype), torch.tensor(float(max), dtype=flat.dtype))
+    if min == max:
+        same = lo == hi
+        lo, hi = torch.where(same, lo - 1, lo), torch.where(same, hi + 1, hi)
+    b = torch.floor((flat - lo) * bins / (hi - lo)).to(torch.int64)
+    b = torch.where(flat == hi, bins - 1, b)
+    inside = (flat >= lo) & (flat <= hi)
+    onehot = (b[:, None] == torch.arange(bins, device=x.device)[None, :]) & inside[:, None]
+    return onehot.to(flat.dtype).sum(0)
+
+
+@_register(aten.searchsorted.Tensor)
+def searchsorted(seq: torch.Tensor, values: torch.Tensor, *, out_int32: bool = False,
+                 right: bool = False, side: str | None = None, sorter: Any = None) -> Any:
+    """Count of sequence elements below each value (broadcast compare + sum)."""
+    if sorter is not None:
+        return NotImplemented
+    right = right or side == "right"
+    if seq.dim() == 1:
+        s = seq.reshape((1,) * values.dim() + (-1,))
+    else:
+        s = seq.unsqueeze(-2)
+    v = values.unsqueeze(-1)
+    below = (s <= v) if right else (s < v)
+    return below.sum(-1).to(torch.int32 if out_int32 else torch.int64)
+
+
+@_register(aten.put.default)
+def put(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, accumulate: bool = False
+        ) -> torch.Tensor:
+    flat = x.reshape(-1)
+    idx = index.reshape(-1)
+    idx = torch.where(idx < 0, idx + flat.numel(), idx)
+    return aten.index_put(flat, [idx], source.reshape(-1), accumulate).reshape(x.shape)
+
+
+@_register(aten.frexp.Tensor)
+def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    ax = torch.abs(x)
+    safe = torch.where((ax == 0) | ~torch.isfinite(ax), 1.0 + 0 * x, ax)
+    e = torch.floor(torch.log2(safe)) + 1
+    m = x / torch.pow(2.0, e)
+    fix_hi, fix_lo = torch.abs(m) >= 1, (torch.abs(m) < 0.5) & (m != 0)
+    e = torch.where(fix_hi, e + 1, torch.where(fix_lo, e - 1, e))
+    m = torch.where(fix_hi, m / 2, torch.where(fix_lo, m * 2, m))
+    m = torch.where(torch.isfinite(x), m, x)
+    return m, torch.where((ax == 0) | ~torch.isfinite(x), 0, e.to(torch.int32))
+
+
+@_register(aten._cdist_forward.default)
+def cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: Any = None) -> torch.Tensor:
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    return torch.linalg.vector_norm(diff, ord=p, dim=-1)
+
+
+@_register(aten._pdist_forward.default)
+def pdist(x: torch.Tensor, p: float = 2.0) -> torch.Tensor:
+    n = x.shape[0]
+    i, j = torch.triu_indices(n, n, 1, device=x.device)
+    return torch.linalg.vector_norm(x[i] - x[j], ord=p, dim=-1)
+
+
+@_register(aten.nanmedian.dim)
+def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort (NaNs last), pick the lower middle; nanmedian counts only non-NaN entries."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    vals, idx = torch.sort(x, dim=dim)
+    nan = torch.isnan(x) if x.dtype.is_floating_point else torch.zeros_like(x, dtype=torch.bool)
+    count = (~nan).sum(dim, keepdim=True)
+    k = torch.clamp((count - 1) // 2, min=0)
+    v, i = torch.gather(vals, dim, k), torch.gather(idx, dim, k)
+    return (v, i) if keepdim else (v.squeeze(dim), i.squeeze(dim))
+
+
+
+@_register(aten.median.dim)
+def median_dim_nan(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """median propagates NaN: with any NaN the answer is the first NaN (sorted last)."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    vals, idx = torch.sort(x, dim=dim)
+    n = x.shape[dim]
+    nan = torch.isnan(x) if x.dtype.is_floating_point else torch.zeros_like(x, dtype=torch.bool)
+    count = (~nan).sum(dim, keepdim=True)
+    k = torch.where(count < n, count, torch.full_like(count, (n - 1) // 2))
+    v, i = torch.gather(vals, dim, k), torch.gather(idx, dim, k)
+    return (v, i) if keepdim else (v.squeeze(dim), i.squeeze(dim))
+
+
+# --------------------------------------------------------------------------- small dense linalg
+# Unrolled for a static n (<= 32): O(n) row steps of vector work; enough for the
+# covariance-sized matrices that appear inside models. Larger n stays an eager op.
+_MAX_UNROLL = 32
+
+
+def _tri_solve(a: torch.Tensor, b: torch.Tensor, upper: bool, unit: bool = False) -> torch.Tensor:
+    """Solve A X = B for triangular A (..., n, n), B (..., n, k) by substitution."""
+    n = a.shape[-1]
+    a = a.expand(*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), n, n)
+    rows: list[torch.Tensor | None] = [None] * n
+    order = range(n - 1, -1, -1) if upper else range(n)
+    for i in order:
+        acc = b[..., i, :]
+        done = list(range(i + 1, n) if upper else range(i))
+        if done:
+            xs = torch.stack([rows[j] for j in done], dim=-2)  # type: ignore[misc]
+            acc = acc - (a[..., i, done].unsqueeze(-2) @ xs).squeeze(-2)
+        rows[i] = acc if unit else acc / a[..., i, i : i + 1]
+    return torch.stack(rows, dim=-2)  # type: ignore[arg-type]
+
+
+def _cholesky(a: torch.Tensor) -> torch.Tensor:
+    n = a.shape[-1]
+    cols: list[torch.Tensor] = []
+    for j in range(n):
+        prev = torch.stack(cols, dim=-1) if cols else None  # (..., n, j)
+        diag = a[..., j, j]
+        below = a[..., :, j]
+        if prev is not None:
+            diag = diag - (prev[..., j, :] ** 2).sum(-1)
+            below = below - (prev @ prev[..., j, :].unsqueeze(-1)).squeeze(-1)
+        d = torch.sqrt(diag)
+        mask = torch.arange(n, device=a.device) > j
+        col = torch.where(mask, below / d.unsqueeze(-1), 0.0 * below)
+        cols.append(torch.where(torch.arange(n, device=a.device) == j, d.unsqueeze(-1), col))
+    return torch.stack(cols, dim=-1)
+
+
+def _small(a: torch.Tensor) -> bool:
+    return a.dim() >= 2 and a.shape[-1] <= _MAX_UNROLL and a.dtype.is_floating_point
+
+
+@_register(aten.cholesky.default)
+def cholesky(a: torch.Tensor, upper: bool = False) -> Any:
+    if not _small(a):
+        return NotImplemented
+    low = _cholesky(a)
+    return low.transpose(-2, -1) if upper else low
+
+
+@_register(aten.linalg_cholesky_ex.default)
+def linalg_cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = False) -> Any:
+    """info is 0 (we cannot report a failed pivot; non-PD input gives NaNs)."""
+    if not _small(a) or check_errors:
+        return NotImplemented
+    low = _cholesky(a)
+    info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
+    return (low.transpose(-2, -1) if upper else low), info
+
+
+@_register(aten.cholesky_solve.default)
+def cholesky_solve(b: torch.Tensor, l: torch.Tensor, upper: bool = False) -> Any:  # noqa: E741
+    if not _small(l):
+        return NotImplemented
+    low = l.transpose(-2, -1) if upper else l
+    y = _tri_solve(low, b, upper=False)
+    return _tri_solve(low.transpose(-2, -1), y, upper=True)
+
+
+@_register(aten.cholesky_inverse.default)
+def cholesky_inverse(l: torch.Tensor, upper: bool = False) -> Any:  # noqa: E741
+    if not _small(l):
+        return NotImplemented
+    eye = torch.eye(l.shape[-1], dtype=l.dtype, device=l.device).expand(l.shape)
+    return cholesky_solve(eye, l, upper)
+
+
+@_register(aten.linalg_solve_triangular.default)
+def linalg_solve_triangular(a: torch.Tensor, b: torch.Tensor, *, upper: bool, left: bool = True,
+                            unitriangular: bool = False) -> Any:
+    if not _small(a):
+        return NotImplemented
+    if left:
+        return _tri_solve(a, b, upper, unitriangular)
+    return _tri_solve(a.transpose(-2, -1), b.transpose(-2, -1), not upper,
+                      unitriangular).transpose(-2, -1)
+
+
+@_register(aten.triangular_solve.default)
+def triangular_solve(b: torch.Tensor, a: torch.Tensor, upper: bool = True, transpose: bool = False,
+                     unitriangular: bool = False) -> Any:
+    if not _small(a):
+        return NotImplemented
+    m = a.transpose(-2, -1) if transpose else a
+    return _tri_solve(m, b, upper != transpose, unitriangular), a.clone()

@@ -127,6 +127,9 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         example_inputs = _inputs_from_meta(fn_or_gm)
     example = list(example_inputs)
     tensor_pos = [i for i, a in enumerate(example) if isinstance(a, torch.Tensor)]
+    if any(example[i].layout != torch.strided for i in tensor_pos):
+        raise PrepareError("a sparse (non-strided) tensor input cannot be compiled; expected "
+                           "dense tensors. This region runs eagerly.", reason="sparse-input")
     trace_inputs = [_traceable(example[i]) for i in tensor_pos]
     box: dict[str, Any] = {}
 

@@ -84,7 +84,12 @@ def _serve() -> None:
             return  # parent closed the pipe: exit quietly
         body = inp.read(_HEADER.unpack(head)[0])
         try:
-            path, args = pickle.loads(body)
+            try:
+                path, args = pickle.loads(body)
+            except Exception as e:  # e.g. a graph calling an op registered only in the parent
+                raise WorkerCrash(f"the worker could not unpickle the request: {e}. Expected "
+                                  "only ops and functions importable in a fresh process.",
+                                  reason="bad-request") from None
             reply = (True, resolve(path)(*args))
             data = pickle.dumps(reply)
         except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
