@@ -40,6 +40,7 @@ def test_compiled_transformer_step_beats_eager(fresh_cores: None,
 
     import torchneuron.dynamo.backend as backend
 
+    torch._dynamo.reset()  # graphs of an earlier TinyLM would be reused, not recompiled
     monkeypatch.setattr(backend, "compile_graph", keep)
     base = models.build("tiny_lm")
     eager, compiled = copy.deepcopy(base).to("neuron"), copy.deepcopy(base).to("neuron")
