@@ -244,6 +244,26 @@ def cumprod(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torc
     return y.movedim(-1, dim)
 
 
+def _logaddexp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    m = torch.maximum(a, b)
+    out = m + torch.log1p(torch.exp(-torch.abs(a - b)))
+    return torch.where(torch.isinf(m) & (a == b), a, out)  # -inf/-inf, inf/inf
+
+
+@_register(aten.logcumsumexp.default)
+def logcumsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Log-depth scan of logaddexp: exact running max, so tiny early terms never underflow
+    to -inf and large ones never overflow (torch-mlir's log(cumsum(exp)) does both)."""
+    if x.dim() == 0:
+        return x.clone()
+    y = x.movedim(dim, -1)
+    n, k = y.shape[-1], 1
+    while k < n:
+        y = _logaddexp(y, aten.constant_pad_nd(y[..., : n - k], [k, 0], -math.inf))
+        k *= 2
+    return y.movedim(-1, dim)
+
+
 @_register(aten.argmax.default, aten.argmin.default)
 def argmax_0d(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
     """torch-mlir fails on 0-d inputs only; the answer there is 0."""
