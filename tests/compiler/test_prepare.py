@@ -207,3 +207,18 @@ def test_pooling_decompositions_avg_and_unfold() -> None:
     for args in [((3, 3), (2, 2), (1, 1), False, True, None), ((3, 2), (2, 1), (1, 0), True, False, None)]:
         torch.testing.assert_close(D.avg_pool2d(x, *args), aten.avg_pool2d(x, *args))
     assert torch.equal(D.unfold(x, 3, 3, 2), x.unfold(3, 3, 2))
+
+
+def test_batch_norm_running_stats_become_write_backs() -> None:
+    """native_batch_norm's schema hides its running-stat mutation; it must not be lost."""
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor):
+        return torch.nn.functional.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1)
+
+    args = [torch.randn(2, 3, 4, 4), torch.randn(3), torch.randn(3), torch.zeros(3), torch.ones(3)]
+    pg = prepare(f, [a.clone() for a in args])
+    assert sorted(i for _, i in pg.write_backs) == [3, 4]
+    mine, ref_args = [a.clone() for a in args], [a.clone() for a in args]
+    torch.testing.assert_close(pg.run_reference(mine), f(*ref_args))
+    for got, ref in zip(mine, ref_args, strict=True):
+        torch.testing.assert_close(got, ref)

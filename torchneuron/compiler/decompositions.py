@@ -779,6 +779,8 @@ _MAX_UNROLL = 32
 def _tri_solve(a: torch.Tensor, b: torch.Tensor, upper: bool, unit: bool = False) -> torch.Tensor:
     """Solve A X = B for triangular A (..., n, n), B (..., n, k) by substitution."""
     n = a.shape[-1]
+    if n == 0:
+        return b.clone()
     a = a.expand(*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), n, n)
     rows: list[torch.Tensor | None] = [None] * n
     order = range(n - 1, -1, -1) if upper else range(n)
@@ -794,6 +796,8 @@ def _tri_solve(a: torch.Tensor, b: torch.Tensor, upper: bool, unit: bool = False
 
 def _cholesky(a: torch.Tensor) -> torch.Tensor:
     n = a.shape[-1]
+    if n == 0:
+        return a.clone()
     cols: list[torch.Tensor] = []
     for j in range(n):
         prev = torch.stack(cols, dim=-1) if cols else None  # (..., n, j)

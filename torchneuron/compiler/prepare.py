@@ -202,21 +202,29 @@ def _traceable(t: torch.Tensor) -> torch.Tensor:
 
 
 def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule:
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import (
         DataDependentOutputException,
         DynamicOutputShapeException,
     )
 
     table = decomposition_table()
+
+    def trace(f: Callable[..., Any]) -> fx.GraphModule:
+        return make_fx(torch.func.functionalize(f, remove="mutations"), decomposition_table=table,
+                       tracing_mode="fake", _allow_non_fake_inputs=True,
+                       pre_dispatch=False)(*inputs)
+
     try:
-        gm = make_fx(torch.func.functionalize(fn, remove="mutations"), decomposition_table=table,
-                     tracing_mode="fake", _allow_non_fake_inputs=True, pre_dispatch=False)(*inputs)
-        for _ in range(3):  # decompositions run below functionalization and may mutate
-            if not _mutates_intermediates(gm):
-                break
-            gm = make_fx(torch.func.functionalize(gm, remove="mutations"),
-                         decomposition_table=table, tracing_mode="fake",
-                         _allow_non_fake_inputs=True, pre_dispatch=False)(*inputs)
+        # The python dispatcher (as AOTAutograd uses) turns native_batch_norm, whose schema
+        # hides its running-stat mutation, into _native_batch_norm_legit *above*
+        # functionalization, so the running-stat updates become write-backs.
+        with enable_python_dispatcher():
+            gm = trace(fn)
+            for _ in range(3):  # decompositions run below functionalization and may mutate
+                if not _mutates_intermediates(gm):
+                    break
+                gm = trace(gm)
         return gm
     except PrepareError:
         raise
