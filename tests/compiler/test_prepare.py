@@ -222,3 +222,12 @@ def test_batch_norm_running_stats_become_write_backs() -> None:
     torch.testing.assert_close(pg.run_reference(mine), f(*ref_args))
     for got, ref in zip(mine, ref_args, strict=True):
         torch.testing.assert_close(got, ref)
+
+
+def test_reductions_of_0d_tensors_are_folded() -> None:
+    """torch-mlir segfaults on `x.sum(dim=0)` for 0-d x; clean-up makes them identities."""
+    x = torch.tensor(2.5)
+    pg = prepare(lambda t: (t.sum(0), t.amax(-1, True), t.any(0)), [x])
+    assert not {aten.sum.dim_IntList, aten.amax.default, aten.any.dim} & set(_targets(pg.gm))
+    got = pg.run_reference([x])
+    assert got[0] == 2.5 and got[1] == 2.5 and got[2].dtype == torch.bool and bool(got[2])

@@ -155,6 +155,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         outputs.append(src)
     out_node.args = (tuple(outputs),)
     _fold_aliases(gm)
+    _fold_0d_reductions(gm)
     gm.graph.eliminate_dead_code()
     gm = _plain(gm)
     return PreparedGraph(
@@ -172,6 +173,34 @@ def _fold_aliases(gm: fx.GraphModule) -> None:
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is aten.alias.default:
             node.replace_all_uses_with(node.args[0], delete_user_cb=lambda u: u is not out_node)
+
+
+_0D_REDUCTIONS = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default,
+                  aten.amax.default, aten.amin.default, aten.prod.dim_int, aten.prod.default,
+                  aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
+                  aten.all.default}
+
+
+def _fold_0d_reductions(gm: fx.GraphModule) -> None:
+    """A reduction of a 0-d tensor is the identity (any/all: != 0). torch-mlir segfaults on
+    these (`x.sum(dim=0)` with x 0-d), so they are rewritten before lowering."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _0D_REDUCTIONS:
+            continue
+        src, out = node.args[0], node.meta.get("val")
+        if not isinstance(src, fx.Node) or not isinstance(out, torch.Tensor) or out.dim() != 0 \
+                or src.meta["val"].dim() != 0:
+            continue
+        with gm.graph.inserting_before(node):
+            if out.dtype == torch.bool and src.meta["val"].dtype != torch.bool:
+                new = gm.graph.call_function(aten.ne.Scalar, (src, 0))
+            elif out.dtype != src.meta["val"].dtype:
+                new = gm.graph.call_function(aten._to_copy.default, (src,), {"dtype": out.dtype})
+            else:
+                new = gm.graph.call_function(aten.clone.default, (src,))
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
 
 
 def _plain(gm: fx.GraphModule) -> fx.GraphModule:
