@@ -102,6 +102,9 @@ class NeuronTensor(torch.Tensor):
         return self._buffer is None
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        if self._buffer is not None and type(self._buffer) is not torch.Tensor:
+            # traced (fake or functional buffer under torch.compile): no values to show
+            return f"NeuronTensor({self._buffer!r}, device='{self.device}')"
         text = repr(self.cpu())
         suffix = f", device='{self.device}'"
         if text.endswith(")"):

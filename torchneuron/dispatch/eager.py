@@ -215,6 +215,8 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
         out = func(*uargs, **ukwargs)
         for t in _mutated_args(func, args, kwargs):
             _sync_metadata(t, index, None)
+        if to_host:
+            return out
         return _wrap_outputs(out, same, index, track=False)
 
     written = [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(func, args, kwargs)]
