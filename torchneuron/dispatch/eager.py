@@ -10,6 +10,8 @@ views wrap views of the input buffers, so aliasing is exactly PyTorch's.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,21 +76,39 @@ def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -
         buffers.track(wrapper, b, index)  # the storage has grown or been replaced
 
 
-_written: dict[Any, list[tuple[int, str]]] = {}
+_HOST_VALUE_TYPES = ("number", "Scalar", "bool", "int", "float", "complex", "SymInt", "SymFloat")
+
+
+@dataclass(frozen=True)
+class _OpFacts:
+    """What dispatch needs to know about an op, read once from its schema and tags."""
+
+    name: str  # tracked name: "add_" stays "add_"
+    written: tuple[tuple[int, str], ...]  # (position, name) of arguments it writes
+    returns_host_values: bool  # hands tensor-derived Python values to the host: a read
+    random: bool  # draws from a generator (runs under the device's RNG state)
+
+
+@functools.cache
+def _facts(func: Any) -> _OpFacts:
+    schema = getattr(func, "_schema", None)
+    arguments = schema.arguments if schema is not None else ()
+    returns = schema.returns if schema is not None else ()
+    return _OpFacts(
+        name=func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func),
+        written=tuple(
+            (i, a.name) for i, a in enumerate(arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        ),  # fmt: skip
+        returns_host_values=any(str(r.type) in _HOST_VALUE_TYPES for r in returns),
+        random=torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()),
+    )
 
 
 def _mutated_args(func: Any, args: tuple, kwargs: dict) -> list[NeuronTensor]:
     """The neuron tensors that ``func``'s schema says it writes to."""
-    where = _written.get(func)
-    if where is None:
-        schema = getattr(func, "_schema", None)
-        where = [
-            (i, a.name) for i, a in enumerate(schema.arguments if schema else ())
-            if a.alias_info is not None and a.alias_info.is_write
-        ]  # fmt: skip
-        _written[func] = where
     out = []
-    for i, name in where:
+    for i, name in _facts(func).written:
         v = args[i] if i < len(args) else kwargs.get(name)
         if isinstance(v, NeuronTensor):
             out.append(v)
@@ -149,18 +169,6 @@ def _scan(func: Any, flat: list) -> int | None:
     return index
 
 
-def _returns_host_values(func: Any) -> bool:
-    """True when the op hands tensor-derived Python values back to the host (a read)."""
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return False
-    for r in schema.returns:
-        kind = str(r.type)
-        if kind in ("number", "Scalar", "bool", "int", "float", "complex", "SymInt", "SymFloat"):
-            return True
-    return False
-
-
 def _signature(name: str, tensors: list[torch.Tensor]) -> tuple:
     return (name, tuple((tuple(t.shape), str(t.dtype)) for t in tensors))
 
@@ -185,24 +193,18 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     uflat = []
     tensors: list[torch.Tensor] = []
     for a in flat:
-        if isinstance(a, NeuronTensor):
-            b = a.buffer
+        if isinstance(a, torch.Tensor):
+            if isinstance(a, NeuronTensor):
+                b = a.buffer
+            elif a.device.type == "neuron":
+                b = _traced_to_cpu(a)
+            else:
+                b = a
             same[id(b)] = a
             uflat.append(b)
             tensors.append(b)
-        elif isinstance(a, torch.Tensor) and a.device.type == "neuron":
-            b = _traced_to_cpu(a)
-            same[id(b)] = a
-            uflat.append(b)
-            tensors.append(b)
-        elif isinstance(a, torch.Tensor):
-            same[id(a)] = a
-            uflat.append(a)
-            tensors.append(a)
         elif isinstance(a, torch.device) and a.type == "neuron":
             uflat.append(torch.device("cpu"))
-        elif isinstance(a, torch.Generator):
-            uflat.append(a)
         else:
             uflat.append(a)
     uargs, ukwargs = tree_unflatten(uflat, spec)
@@ -220,19 +222,16 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
         return _wrap_outputs(out, same, index, track=False)
 
     written = [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(func, args, kwargs)]
-    name = func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)
+    facts = _facts(func)
+    name = facts.name
     reason = fallback_reason(name, tensors)
     if reason is not None:
         out = _run_on_host(core, func, name, reason, uargs, ukwargs, tensors, index)
     else:
-        if _is_random(func):
-            with random.rng_state_swapped(index):
-                out = func(*uargs, **ukwargs)
-        else:
-            out = func(*uargs, **ukwargs)
+        out = _call(func, uargs, ukwargs, index)
         tracking.count_executed(name)
-        if to_host or _returns_host_values(func):
-            _read_back(core, name, tensors, out)
+        if to_host or facts.returns_host_values:
+            _read_back(core, name, tensors)
         else:
             work = aten_kernel_work(func, uargs, ukwargs, out)
             core.run_eager_kernel(name, _signature(name, tensors), work)
@@ -244,9 +243,12 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     return _wrap_outputs(out, same, index)
 
 
-def _is_random(func: Any) -> bool:
-    tags = getattr(func, "tags", ())
-    return torch.Tag.nondeterministic_seeded in tags
+def _call(func: Any, uargs: Any, ukwargs: Any, index: int) -> Any:
+    """Run the CPU kernel; random ops draw from device ``index``'s generator."""
+    if _facts(func).random:
+        with random.rng_state_swapped(index):
+            return func(*uargs, **ukwargs)
+    return func(*uargs, **ukwargs)
 
 
 def _wrap_outputs(out: Any, same: dict[int, Any], index: int, track: bool = True) -> Any:
@@ -285,10 +287,10 @@ def _bytes(ts: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
 
-def _read_back(core: Any, name: str, tensors: list[torch.Tensor], out: Any) -> None:
+def _read_back(core: Any, name: str, tensors: list[torch.Tensor]) -> None:
     """A read of device values by the host: DMA out, then the host waits for the device."""
-    nbytes = _bytes([t for t in tensors if t.device.type == "cpu"])
-    core.run_eager_kernel(name, _signature(name, tensors), KernelWork(hbm_read_bytes=nbytes))
+    work = KernelWork(hbm_read_bytes=_bytes(tensors))
+    core.run_eager_kernel(name, _signature(name, tensors), work)
     core.synchronize()
 
 
@@ -300,11 +302,7 @@ def _run_on_host(
     tracking.count_fallback(name, reason)
     core.run_eager_kernel("fallback_d2h", (), KernelWork(hbm_read_bytes=_bytes(tensors)))
     core.synchronize()
-    if _is_random(func):
-        with random.rng_state_swapped(index):
-            out = func(*uargs, **ukwargs)
-    else:
-        out = func(*uargs, **ukwargs)
+    out = _call(func, uargs, ukwargs, index)
     core.host(core.profile.host_dispatch_ns, "fallback")
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
     core.run_eager_kernel("fallback_h2d", (), KernelWork(hbm_write_bytes=_bytes(outs)))
