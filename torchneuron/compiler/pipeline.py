@@ -11,8 +11,9 @@ user's program. torch.compile and adaptive eager both compile through
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from torch.utils._pytree import treespec_dumps
@@ -26,13 +27,33 @@ from torchneuron.hardware import current_profile, get_profile
 __all__ = ["compile_graph", "lower_and_compile"]
 
 
+@contextlib.contextmanager
+def _stage(key: str, what: str, seconds: dict[str, float], *, stage: str | None = None,
+           reason: str | None = None) -> Iterator[None]:
+    """Time one stage into ``seconds[key]``, and make any failure in it a typed one.
+
+    A ``CompileError`` passes through as raised; anything else becomes a
+    ``CompileError`` naming the stage (``stage``, default ``key``), so the caller can
+    fall back and count the reason.
+    """
+    t0 = time.perf_counter()
+    try:
+        yield
+    except CompileError:
+        raise
+    except Exception as e:
+        raise CompileError(f"{what} failed: {type(e).__name__}: {e}", stage=stage or key,
+                           op=getattr(e, "op", None), reason=reason or type(e).__name__) from e
+    seconds[key] = time.perf_counter() - t0
+
+
 def lower_and_compile(gm: Any, input_specs: list[tuple[Any, ...]], target: str,
                       options: dict[str, Any]) -> dict[str, Any]:
     """Torch-MLIR import -> StableHLO -> parse -> neuron compiler. Runs in the worker.
 
     ``input_specs`` are (shape, stride, dtype) of the prepared graph's placeholders.
-    Returns JSON-safe data only: the StableHLO text, the parsed IR, the program and
-    the seconds each stage took.
+    Returns JSON-safe data only: the StableHLO text, the program (which holds the
+    parsed, folded IR), the StableHLO op count and the seconds each stage took.
     """
     import torch
 
@@ -41,30 +62,15 @@ def lower_and_compile(gm: Any, input_specs: list[tuple[Any, ...]], target: str,
     from torchneuron.compiler.stablehlo import parse_module
 
     seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    example_inputs = [torch.empty_strided(shape, stride, dtype=dtype)
-                      for shape, stride, dtype in input_specs]
-    text = lower_to_stablehlo(gm, example_inputs)
-    t1 = time.perf_counter()
-    seconds["lower"] = t1 - t0
-    try:
+    with _stage("lower", "the Torch-MLIR import", seconds):
+        example_inputs = [torch.empty_strided(shape, stride, dtype=dtype)
+                          for shape, stride, dtype in input_specs]
+        text = lower_to_stablehlo(gm, example_inputs)
+    with _stage("parse", "reading the StableHLO module", seconds, stage="neuronc",
+                reason="parse-failed"):
         module = parse_module(text)
-    except CompileError:
-        raise
-    except Exception as e:
-        raise CompileError(f"could not read the StableHLO module: {e}", stage="neuronc",
-                           op=getattr(e, "op", None), reason="parse-failed") from e
-    t2 = time.perf_counter()
-    seconds["parse"] = t2 - t1
-    try:
+    with _stage("neuronc", "the neuron compiler", seconds):
         program = compile_module(module, get_profile(target), options)
-    except CompileError:
-        raise
-    except Exception as e:
-        raise CompileError(f"the neuron compiler failed: {type(e).__name__}: {e}",
-                           stage="neuronc", op=getattr(e, "op", None),
-                           reason=type(e).__name__) from e
-    seconds["neuronc"] = time.perf_counter() - t2
     return {
         "stablehlo": text,
         "program": program.to_dict(),
@@ -116,16 +122,10 @@ def compile_graph(
 
     options = dict(options or {})
     target = target or current_profile().name
+    seconds: dict[str, float] = {}
     try:
-        t0 = time.perf_counter()
-        try:
+        with _stage("prepare", "prepare", seconds):
             prepared = prepare(fn_or_gm, list(example_inputs))
-        except CompileError:
-            raise
-        except Exception as e:
-            raise CompileError(f"prepare failed: {type(e).__name__}: {e}", stage="prepare",
-                               reason=type(e).__name__) from e
-        stats.record_stage_time("prepare", time.perf_counter() - t0)
         lowered = run_in_worker(
             "torchneuron.compiler.pipeline.lower_and_compile",
             prepared.gm,
@@ -137,7 +137,7 @@ def compile_graph(
     except CompileError as e:
         stats.record_failure(source, e.stage, e.reason, str(e))
         raise
-    for stage, sec in lowered["seconds"].items():
+    for stage, sec in {**seconds, **lowered["seconds"]}.items():
         stats.record_stage_time(stage, sec)
     exe = Executable(
         name=name,
