@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions
 
+from torchneuron.compiler.random_ops import is_random_op
+
 __all__ = ["decomposition_table", "OWN_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
@@ -32,10 +34,6 @@ def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return fn
 
     return wrap
-
-
-def _is_random(op: Any) -> bool:
-    return torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
 
 
 # Random composites that *do* need decomposing into primitive random ops.
@@ -74,7 +72,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
             table.setdefault(op, fn)
     for op in list(table):
         name = getattr(op, "__name__", str(op)).split(".")[0]
-        if _is_random(op) and name not in _RANDOM_COMPOSITES_KEPT:
+        if is_random_op(op) and name not in _RANDOM_COMPOSITES_KEPT:
             del table[op]  # keep primitive random ops intact for random_ops
     table.update(OWN_DECOMPOSITIONS)
     return table
