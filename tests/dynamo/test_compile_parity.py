@@ -97,3 +97,20 @@ def test_dynamic_true_is_refused_clearly() -> None:
     cf = torch.compile(lambda x: x * 2, backend="neuron", dynamic=True)
     with pytest.raises(Exception, match="dynamic=True is not supported"):
         cf(torch.randn(3).to("neuron"))
+
+
+def test_graph_that_cannot_lower_runs_eagerly_and_is_counted() -> None:
+    """airy_ai has no Torch-MLIR lowering: the graph falls back, numbers stay eager's."""
+    tc.reset_stats()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.special.airy_ai(x) * 2 + 1
+
+    cf = torch.compile(f, backend="neuron")
+    x = torch.randn(5).to("neuron")
+    for _ in range(3):
+        torch.testing.assert_close(cf(x).cpu(), f(x.cpu()))
+    s = tc.stats()
+    assert s["failures"] == 1 and s["compilations"] == 0
+    assert list(s["eager_fallback_runs"].values()) == [3]
+    assert "lower:" in next(iter(s["failures_by_stage"]))

@@ -47,11 +47,12 @@ def _device_index(example_inputs: list[Any]) -> int:
     return current_device()
 
 
-def _eager_on_device(gm: torch.fx.GraphModule, index: int) -> Callable:
+def _eager_on_device(gm: torch.fx.GraphModule, index: int, name: str) -> Callable:
     """Run an AOT graph op by op on the device: the fallback for a failed compile."""
 
     def run(*args: Any) -> Any:
-        wrapped = [NeuronTensor(a, index) if type(a) is torch.Tensor else a for a in args]
+        record_fallback_run(name)
+        wrapped = [wrap_buffer(a, index) if type(a) is torch.Tensor else a for a in args]
         outs = gm(*wrapped)
         return [o.buffer if isinstance(o, NeuronTensor) else o for o in outs]
 
@@ -69,9 +70,8 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             with torch._guards.tracing(None):
                 exe = compile_graph(graph, example_inputs, name=name, source="torch.compile")
         except CompileError:
-            record_fallback_run(name)
             _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
-            return make_boxed_func(_eager_on_device(gm, index))
+            return make_boxed_func(_eager_on_device(gm, index, name))
         core = get_core(index)
         n_ops = exe.signature["num_stablehlo_ops"]
         core.host(
