@@ -71,7 +71,8 @@ class NeuronTensor(torch.Tensor):
             # PyTorch's wrapper subclasses cannot carry sparse/mkldnn layouts.
             raise NotImplementedError(
                 f"the neuron device supports the strided layout only, not {like.layout}; "
-                "keep sparse tensors on the CPU (or call .to_dense() first)"
+                "keep sparse tensors on the CPU (or call .to_dense() first); for sparse "
+                "gradients, build nn.Embedding / nn.EmbeddingBag with sparse=False"
             )
         r = torch.Tensor._make_wrapper_subclass(
             cls,
