@@ -163,7 +163,7 @@ def _compare_sample(info: Any, sample: Any, mode: str) -> bool:
     outs_ref, outs_dev = _tensors(out_ref), _tensors(out_dev)
     if len(outs_ref) != len(outs_dev):
         raise AssertionError(f"{len(outs_dev)} output tensors, CPU gives {len(outs_ref)}")
-    for i, (a, e) in enumerate(zip(outs_dev, outs_ref)):
+    for i, (a, e) in enumerate(zip(outs_dev, outs_ref, strict=True)):
         _close(a, e, f"output {i}")
     loss_dev = _sum_of_outputs(outs_dev)
     if (loss_dev is None) != (loss_ref is None):
@@ -176,9 +176,12 @@ def _compare_sample(info: Any, sample: Any, mode: str) -> bool:
     for name, p in params_ref.items():
         _close(params_dev[name], p, f"parameter {name}")
         _close(params_dev[name].grad, p.grad, f"grad of parameter {name}")
-    for (name, b), (_, bd) in zip(ref.named_buffers(), dev.named_buffers()):
-        _close(bd, b, f"buffer {name}")
-    for i, ((_, r), (_, d)) in enumerate(zip(ref_in.leaves, dev_in.leaves)):
+    bufs_ref, bufs_dev = dict(ref.named_buffers()), dict(dev.named_buffers())
+    if bufs_ref.keys() != bufs_dev.keys():
+        raise AssertionError(f"buffers {sorted(bufs_dev)} != CPU's {sorted(bufs_ref)}")
+    for name, b in bufs_ref.items():
+        _close(bufs_dev[name], b, f"buffer {name}")
+    for i, ((_, r), (_, d)) in enumerate(zip(ref_in.leaves, dev_in.leaves, strict=True)):
         if r.requires_grad:
             _close(d.grad, r.grad, f"grad of input {i}")
     return True
