@@ -3,7 +3,7 @@
 Why a subset: the full sweep (``python tools/moduleinfo_sweep.py``) runs every
 module of PyTorch's ``module_db``; CI needs the families where a device breaks
 first -- linear and bilinear layers, convolutions and transposed convolutions,
-normalization with running stats,
+lazy modules (materialized on the device), normalization with running stats,
 attention and transformer layers, pooling (including the random fractional
 pool), padding modes, losses with class weights, index targets and length tensors
 -- each in training mode: outputs, parameters and buffers after the forward, and
@@ -27,7 +27,7 @@ from torchneuron.device.tensor import set_op_handler  # noqa: E402
 from torchneuron.dispatch import eager  # noqa: E402
 
 MODULES = [
-    "nn.Linear", "nn.Bilinear", "nn.Conv2d", "nn.ConvTranspose1d",
+    "nn.Linear", "nn.Bilinear", "nn.Conv2d", "nn.ConvTranspose1d", "nn.LazyConv2d",
     "nn.BatchNorm2d", "nn.GroupNorm", "nn.LayerNorm", "nn.RMSNorm", "nn.InstanceNorm1d",
     "nn.Embedding", "nn.MultiheadAttention", "nn.TransformerEncoderLayer",
     "nn.MaxPool2d", "nn.AdaptiveAvgPool2d", "nn.LPPool1d", "nn.FractionalMaxPool2d",
