@@ -1,9 +1,12 @@
 """torchneuron: PyTorch's ``neuron`` device on a simulated AWS Trainium NeuronCore.
 
 ``import torchneuron`` registers the device (``torch.device("neuron")``,
-``torch.neuron``) and the ``torch.compile`` backend named ``"neuron"``.
+``torch.neuron``) and the ``torch.compile`` backend named ``"neuron"``, and makes
+``torchneuron.compiler`` (``stats()``, ``explain()``, ``compile_graph``) available
+before anything has been compiled.
 """
 
+from torchneuron import compiler
 from torchneuron import dynamo as _dynamo
 from torchneuron.device import NeuronTensor, register
 from torchneuron.dispatch import executed_ops, fallback_ops, fallback_reasons, install
@@ -15,6 +18,7 @@ _dynamo.register()
 
 __all__ = [
     "NeuronTensor",
+    "compiler",
     "current_profile",
     "executed_ops",
     "fallback_ops",

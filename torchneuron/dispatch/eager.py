@@ -169,6 +169,15 @@ def _scan(func: Any, flat: list) -> int | None:
     return index
 
 
+def _tracing(tensors: list[torch.Tensor]) -> bool:
+    """True when the op is being traced, not run: its buffers are fake or functional, or
+    a fake mode is active, which answers every kernel we would call with fake tensors
+    (``torch.tensor(data, device="neuron")`` under Dynamo builds a real host tensor and
+    then ``lift_fresh``-es it into the trace)."""
+    return (any(type(t) is not torch.Tensor for t in tensors)
+            or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None)
+
+
 def _signature(name: str, tensors: list[torch.Tensor]) -> tuple:
     return (name, tuple((tuple(t.shape), str(t.dtype)) for t in tensors))
 
@@ -211,7 +220,7 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     if "device" in ukwargs:
         ukwargs["device"] = unwrap_device(ukwargs["device"])
 
-    if any(type(t) is not torch.Tensor for t in tensors):
+    if _tracing(tensors):
         # Tracing (fake / functional tensors under torch.compile): metadata only,
         # nothing runs on the device and nothing is charged.
         out = func(*uargs, **ukwargs)

@@ -62,7 +62,10 @@ def _eager_on_device(gm: torch.fx.GraphModule, index: int, name: str) -> Callabl
 def _compile_graph_for(index: int, kind: str) -> Callable:
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         name = f"{kind}_{next(_graph_ids)}"
-        graph = copy.deepcopy(gm)
+        # A copy of the graph only: attributes (lifted constants such as the value of
+        # ``torch.tensor([...])``) are shared, not cloned, since cloning a real tensor
+        # under the fake mode AOTAutograd leaves active fails.
+        graph = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         _retarget_factories(graph, "neuron", "cpu", wrap=False)
         try:
             # Trace with static shapes of our own, not under the fake mode of the
