@@ -23,11 +23,11 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-from torchneuron.compiler import CompileError, compile_graph, decomposition_table
+from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
 from torchneuron.compiler.stats import record_fallback_run
-from torchneuron.device import NeuronTensor, random
+from torchneuron.device import NeuronTensor
 from torchneuron.device.module import current_device
-from torchneuron.hardware import compile_latency_enabled, get_core, program_compile_latency_ns
+from torchneuron.hardware import get_core
 
 __all__ = ["neuron_backend", "DynamicShapesNotSupported"]
 
@@ -76,18 +76,14 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
             return make_boxed_func(_eager_on_device(gm, index, name))
         core = get_core(index)
-        n_ops = exe.signature["num_stablehlo_ops"]
-        core.host(
-            program_compile_latency_ns(core.profile, n_ops, compile_latency_enabled()), "compile"
-        )
+        launch.charge_compile(core, exe)
 
         def run(args: list[Any]) -> list[torch.Tensor]:
             # Python scalars (specialized sizes) were baked into the graph by prepare;
             # per-shape compilation keys on them, so only tensors are inputs.
             inputs = [a for a in args if isinstance(a, torch.Tensor)]
             args.clear()
-            core.host(core.profile.graph_guard_ns, "guard")
-            return exe.run(inputs, core, lambda: random.rng_state_swapped(index))
+            return launch.launch(exe, inputs, core, index, core.profile.graph_guard_ns)
 
         run._boxed_call = True  # type: ignore[attr-defined]
         run.executable = exe  # type: ignore[attr-defined]
