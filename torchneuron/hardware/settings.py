@@ -10,6 +10,11 @@ TORCHNEURON_HARDWARE           trn2              hardware profile simulated (see
 TORCHNEURON_COMPILE_LATENCY    1                 "0" zeroes all modeled compile latency
                                                  (eager NEFF compiles and program compiles)
 TORCHNEURON_TIMELINE_TRACE     0                 keep the last N device entries per timeline
+TORCHNEURON_CACHE              1                 "0" turns the compile cache off (both tiers)
+TORCHNEURON_CACHE_DIR          (user cache dir)  on-disk cache; default $XDG_CACHE_HOME/torchneuron
+                                                 or ~/.cache/torchneuron (never /tmp)
+TORCHNEURON_CACHE_MAX_SIZE     10GB              on-disk size bound (LRU eviction), e.g. 500MB
+TORCHNEURON_CACHE_MEMORY_SIZE  256MB             in-process LRU tier bound
 =============================  ================  ==============================================
 
 ``set_hardware`` swaps the profile of every existing core (see ``core.py``): memory capacity
@@ -33,6 +38,7 @@ __all__ = [
     "current_profile",
     "describe",
     "get_value",
+    "parse_size",
     "override",
     "set_value",
     "set_hardware",
@@ -41,6 +47,23 @@ __all__ = [
 
 def _parse_bool(text: str) -> bool:
     return text.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9,
+               "GB": 10**9, "T": 10**12, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+               "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """``"2GB"`` -> 2_000_000_000, ``"512MiB"``, ``"1.5G"``, or a plain number of bytes."""
+    if isinstance(text, int):
+        return text
+    raw = text.strip().upper().replace(" ", "")
+    num = raw.rstrip("KMGTIB")
+    unit = raw[len(num):]
+    if unit not in _SIZE_UNITS or not num:
+        raise ValueError(f"cannot read size {text!r}; expected e.g. 500MB, 2GB, 1GiB or bytes")
+    return int(float(num) * _SIZE_UNITS[unit])
 
 
 @dataclass(frozen=True)
@@ -70,6 +93,14 @@ TABLE: tuple[Setting, ...] = (
         int,
         "keep the last N device entries (label, start, end) per timeline",
     ),
+    # The compile cache (torchneuron/cache): read by torchneuron.cache.default_store().
+    Setting("cache", "TORCHNEURON_CACHE", True, _parse_bool, "compile cache on; '0' turns it off"),
+    Setting("cache_dir", "TORCHNEURON_CACHE_DIR", "", str,
+            "on-disk cache directory ('' = $XDG_CACHE_HOME/torchneuron or ~/.cache/torchneuron)"),
+    Setting("cache_max_size", "TORCHNEURON_CACHE_MAX_SIZE", 10 * 10**9, parse_size,
+            "on-disk cache size bound in bytes (least recently used entries are evicted)"),
+    Setting("cache_memory_size", "TORCHNEURON_CACHE_MEMORY_SIZE", 256 * 10**6, parse_size,
+            "in-process cache tier size bound in bytes"),
 )
 
 _BY_NAME = {s.name: s for s in TABLE}
