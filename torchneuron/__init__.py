@@ -8,6 +8,7 @@ before anything has been compiled.
 
 from torchneuron import compiler
 from torchneuron import dynamo as _dynamo
+from torchneuron._version import __version__
 from torchneuron.device import NeuronTensor, register
 from torchneuron.dispatch import executed_ops, fallback_ops, fallback_reasons, install
 from torchneuron.hardware import current_profile, set_hardware
@@ -19,10 +20,10 @@ _dynamo.register()
 __all__ = [
     "NeuronTensor",
     "compiler",
+    "__version__",
     "current_profile",
     "executed_ops",
     "fallback_ops",
     "fallback_reasons",
     "set_hardware",
 ]
-__version__ = "0.1.0"

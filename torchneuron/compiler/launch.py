@@ -26,7 +26,11 @@ def compile_latency_ns(core: NeuronCore, n_ops: int) -> int:
 
 
 def charge_compile(core: NeuronCore, exe: Executable) -> int:
-    """Charge ``exe``'s compile latency on the host (a compile on the critical path)."""
+    """Charge ``exe``'s compile latency on the host (a compile on the critical path).
+
+    An executable loaded from the cache was not compiled: it costs nothing here."""
+    if exe.from_cache:
+        return 0
     ns = compile_latency_ns(core, int(exe.signature["num_stablehlo_ops"]))
     core.host(ns, "compile")
     return ns

@@ -23,7 +23,9 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
+from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
+from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_fallback_run
 from torchneuron.device import NeuronTensor
 from torchneuron.device.module import current_device
@@ -71,7 +73,9 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             # Trace with static shapes of our own, not under the fake mode of the
             # TracingContext AOTAutograd leaves installed (its ShapeEnv is symbolic).
             with torch._guards.tracing(None):
-                exe = compile_graph(graph, example_inputs, name=name, source="torch.compile")
+                exe = compile_graph(graph, example_inputs, name=name, source="torch.compile",
+                                    store=default_store(),
+                                    graph_key=fx_graph_key(graph, example_inputs))
         except CompileError:
             _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
             return make_boxed_func(_eager_on_device(gm, index, name))

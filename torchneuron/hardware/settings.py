@@ -13,6 +13,11 @@ TORCHNEURON_TIMELINE_TRACE     0                 keep the last N device entries 
 TORCHNEURON_ADAPTIVE_EAGER     0                 "1" enables adaptive eager at import
 TORCHNEURON_AE_*               (see TABLE)       adaptive eager's policies (hotness, region
                                                  length, variants, exits, memory, gain)
+TORCHNEURON_CACHE              1                 "0" turns the compile cache off (both tiers)
+TORCHNEURON_CACHE_DIR          (user cache dir)  on-disk cache; default $XDG_CACHE_HOME/torchneuron
+                                                 or ~/.cache/torchneuron (never /tmp)
+TORCHNEURON_CACHE_MAX_SIZE     10GB              on-disk size bound (LRU eviction), e.g. 500MB
+TORCHNEURON_CACHE_MEMORY_SIZE  256MB             in-process LRU tier bound
 =============================  ================  ==============================================
 
 ``set_hardware`` swaps the profile of every existing core (see ``core.py``): memory capacity
@@ -37,6 +42,7 @@ __all__ = [
     "current_profile",
     "describe",
     "get_value",
+    "parse_size",
     "override",
     "reset",
     "set_value",
@@ -46,6 +52,23 @@ __all__ = [
 
 def _parse_bool(text: str) -> bool:
     return text.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9,
+               "GB": 10**9, "T": 10**12, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+               "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """``"2GB"`` -> 2_000_000_000, ``"512MiB"``, ``"1.5G"``, or a plain number of bytes."""
+    if isinstance(text, int):
+        return text
+    raw = text.strip().upper().replace(" ", "")
+    num = raw.rstrip("KMGTIB")
+    unit = raw[len(num):]
+    if unit not in _SIZE_UNITS or not num:
+        raise ValueError(f"cannot read size {text!r}; expected e.g. 500MB, 2GB, 1GiB or bytes")
+    return int(float(num) * _SIZE_UNITS[unit])
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,14 @@ TABLE: tuple[Setting, ...] = (
             "bytes of values a replaying region may hold deferred before it ends early"),
     Setting("ae_min_gain_ns", "TORCHNEURON_AE_MIN_GAIN_NS", 0, int,
             "a region whose predicted host saving per replay is at most this is not compiled"),
+    # The compile cache (torchneuron/cache): read by torchneuron.cache.default_store().
+    Setting("cache", "TORCHNEURON_CACHE", True, _parse_bool, "compile cache on; '0' turns it off"),
+    Setting("cache_dir", "TORCHNEURON_CACHE_DIR", "", str,
+            "on-disk cache directory ('' = $XDG_CACHE_HOME/torchneuron or ~/.cache/torchneuron)"),
+    Setting("cache_max_size", "TORCHNEURON_CACHE_MAX_SIZE", 10 * 10**9, parse_size,
+            "on-disk cache size bound in bytes (least recently used entries are evicted)"),
+    Setting("cache_memory_size", "TORCHNEURON_CACHE_MEMORY_SIZE", 256 * 10**6, parse_size,
+            "in-process cache tier size bound in bytes"),
 )
 
 _BY_NAME = {s.name: s for s in TABLE}
