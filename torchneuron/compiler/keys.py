@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.compiler import executable
 
@@ -102,8 +103,10 @@ def _constant_digest(gm: fx.GraphModule, target: str) -> str:
     for part in target.split("."):
         obj = getattr(obj, part, None)
     if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous().reshape(-1)
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        # Backends are called under AOTAutograd's active fake mode; a constant is real data.
+        with unset_fake_temporarily():
+            t = obj.detach().cpu().contiguous().reshape(-1)
+            raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
         return f"{t.dtype}:{hashlib.sha256(raw).hexdigest()}"
     return _target_name(type(obj))
 
