@@ -18,8 +18,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torchneuron.device import buffers, random
 from torchneuron.device.tensor import NeuronTensor
-from torchneuron.dispatch import tracking
+from torchneuron.dispatch import host_args, tracking
 from torchneuron.dispatch.opfacts import eager_signature, op_facts
+from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 from torchneuron.dispatch.support import fallback_reason
 from torchneuron.hardware import KernelWork, aten_kernel_work, get_core
 
@@ -118,8 +119,11 @@ def _traced_to_cpu(t: torch.Tensor) -> torch.Tensor:
     return aten._to_copy.default(t, device=torch.device("cpu"))
 
 
-def _scan(func: Any, flat: list) -> int | None:
-    """The device index of the op's neuron tensors; raises on mixed devices."""
+def _scan(func: Any, flat: list, host_ok: set[int]) -> int | None:
+    """The device index of the op's neuron tensors; raises on mixed devices.
+
+    ``host_ok``: ids of CPU tensors the op takes on the host by PyTorch's API.
+    """
     index: int | None = None
     cpu_seen = False
     for a in flat:
@@ -130,7 +134,7 @@ def _scan(func: Any, flat: list) -> int | None:
                 raise _mixed_device_error(func, f"neuron:{index}", f"neuron:{a._device_index}")
         elif isinstance(a, torch.Tensor) and a.device.type == "neuron":
             index = a.device.index or 0 if index is None else index
-        elif isinstance(a, torch.Tensor) and a.dim() != 0:
+        elif isinstance(a, torch.Tensor) and a.dim() != 0 and id(a) not in host_ok:
             cpu_seen = True
     if cpu_seen and index is not None and func not in _CROSS_DEVICE_OPS:
         raise _mixed_device_error(func, f"neuron:{index}", "cpu")
@@ -149,7 +153,7 @@ def _tracing(tensors: list[torch.Tensor]) -> bool:
 def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> Any:
     """Run aten op ``func`` eagerly on the simulated device and return wrapped results."""
     flat, spec = tree_flatten((args, kwargs))
-    found = _scan(func, flat)
+    found = _scan(func, flat, host_args.host_tensor_ids(func, args, kwargs))
     if found is not None:
         index = found
     target = kwargs.get("device")
@@ -187,12 +191,12 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     if _tracing(tensors):
         # Tracing (fake / functional tensors under torch.compile): metadata only,
         # nothing runs on the device and nothing is charged.
-        out = func(*uargs, **ukwargs)
+        out = FUSED_CELL_KERNELS.get(func, func)(*uargs, **ukwargs)
         for t in _mutated_args(func, args, kwargs):
             _sync_metadata(t, index, None)
         if to_host:
             return out
-        return _wrap_outputs(out, same, index, track=False)
+        return _wrap_outputs(out, same, index, track=False, host=host_args.host_results(func))
 
     written = [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(func, args, kwargs)]
     facts = op_facts(func)
@@ -213,22 +217,30 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
         return out
     for t, ptr in written:
         _sync_metadata(t, index, ptr)
-    return _wrap_outputs(out, same, index)
+    return _wrap_outputs(out, same, index, host=host_args.host_results(func))
 
 
 def _call(func: Any, uargs: Any, ukwargs: Any, index: int) -> Any:
     """Run the CPU kernel; random ops draw from device ``index``'s generator."""
+    if func in FUSED_CELL_KERNELS:
+        return FUSED_CELL_KERNELS[func](*uargs, **ukwargs)
     if op_facts(func).random:
         with random.rng_state_swapped(index):
             return func(*uargs, **ukwargs)
     return func(*uargs, **ukwargs)
 
 
-def _wrap_outputs(out: Any, same: dict[int, Any], index: int, track: bool = True) -> Any:
+def _wrap_outputs(
+    out: Any, same: dict[int, Any], index: int, track: bool = True,
+    host: frozenset[int] = frozenset(),
+) -> Any:  # fmt: skip
+    """Wrap the op's results; those at positions ``host`` stay CPU tensors."""
     flat, spec = tree_flatten(out)
     wrapped = []
-    for o in flat:
-        if isinstance(o, torch.Tensor):
+    for i, o in enumerate(flat):
+        if i in host:
+            wrapped.append(o)
+        elif isinstance(o, torch.Tensor):
             original = same.get(id(o))
             if original is None:
                 if o._is_zerotensor():
