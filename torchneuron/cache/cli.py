@@ -253,7 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or bad usage (2): a code, also when called in-process
+        return int(e.code or 0)
     root = config.cache_dir() if args.dir is None else args.dir
     disk = DiskStore(root, config.max_size())
     handler = globals()[f"cmd_{args.command}"]
