@@ -234,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("info", "everything about one entry: key components, sizes, StableHLO, kernels, "
         "schedule, cost").add_argument("key", help="a key or unique key prefix")
     cmd("rm", "remove entries").add_argument("keys", nargs="+", metavar="KEY")
-    pr = cmd("prune", "remove old, incompatible or least recently used entries")
+    pr = cmd("prune", "remove old, incompatible or least recently used entries (with no "
+             "option: evict down to TORCHNEURON_CACHE_MAX_SIZE)")
     pr.add_argument("--max-size", type=config.parse_size, metavar="SIZE",
                     help="evict least recently used executables down to SIZE (e.g. 2GB)")
     pr.add_argument("--older-than", type=parse_age, metavar="AGE",
