@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cache.conftest import fake_exe, fake_key
+from tests.cache.helpers import fake_exe, fake_key
 from torchneuron.cache import CacheStore, disk
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache.counters import read_totals

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.cache.conftest import fake_exe, fake_key
+from tests.cache.helpers import fake_exe, fake_key
 from torchneuron.cache import CacheStore, disk
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache.maintenance import verify
