@@ -2,7 +2,7 @@
 
 Benchmarks, not tests (``make bench``):
 
-- ``test_load_from_disk_vs_compile``: the tiny transformer's training graph compiled in
+- ``test_load_from_disk_vs_compile``: the small CNN's inference graph compiled in
   full (prepare, the Torch-MLIR worker, neuronc) against loaded through its graph key
   from a fresh on-disk store (no in-memory tier), host wall clock.
 - ``test_second_process_time_to_steady_state``: ``tests/cache/train_script.py`` on the
@@ -36,8 +36,8 @@ from torchneuron.compiler.worker import warm_up  # noqa: E402
 
 
 def _inference_graph() -> tuple:
-    model = models.build("tiny_lm")
-    x, _ = models.batch("tiny_lm")
+    model = models.build("cnn").eval()
+    x, _ = models.batch("cnn")
     return (lambda inp: model(inp)), [x]
 
 
@@ -49,13 +49,13 @@ def test_load_from_disk_vs_compile(benchmark: pytest.FixtureRequest) -> None:
     compile_s = []
     for _ in range(3):
         t = time.perf_counter()
-        tc.compile_graph(fn, inputs, name="tiny_lm")
+        tc.compile_graph(fn, inputs, name="cnn")
         compile_s.append(time.perf_counter() - t)
-    tc.compile_graph(fn, inputs, store=CacheStore(root), graph_key="tiny_lm")
+    tc.compile_graph(fn, inputs, store=CacheStore(root), graph_key="cnn")
 
     def load() -> tc.Executable:
         return tc.compile_graph(fn, inputs, store=CacheStore(root, memory_bytes=0),
-                                graph_key="tiny_lm")
+                                graph_key="cnn")
 
     exe = benchmark.pedantic(load, rounds=20, iterations=1)
     assert exe.from_cache
