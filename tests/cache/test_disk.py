@@ -197,3 +197,20 @@ def test_default_directory_honours_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path
         monkeypatch.delenv("XDG_CACHE_HOME")
         monkeypatch.setenv("HOME", str(tmp_path / "home"))
         assert cache_dir() == tmp_path / "home" / ".cache" / "torchneuron"
+
+
+def test_per_process_count_files_are_folded_without_losing_counts(tmp_path: Path) -> None:
+    import json
+
+    from torchneuron.cache.counters import Counters
+
+    folder = tmp_path / "stats"
+    folder.mkdir()
+    for i in range(80):  # 80 finished processes, one hit each
+        (folder / f"host-{i}.json").write_text(json.dumps({"hits": 1, "writes": 2}))
+    c = Counters(folder)
+    c.add("misses", 5)
+    c.flush()
+    assert len(list(folder.glob("*.json"))) == 2  # this process's file and the folded one
+    totals = read_totals(folder)
+    assert (totals["hits"], totals["writes"], totals["misses"]) == (80, 160, 5)
