@@ -234,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("info", "everything about one entry: key components, sizes, StableHLO, kernels, "
         "schedule, cost").add_argument("key", help="a key or unique key prefix")
     cmd("rm", "remove entries").add_argument("keys", nargs="+", metavar="KEY")
-    pr = cmd("prune", "remove old, incompatible or least recently used entries")
+    pr = cmd("prune", "remove old, incompatible or least recently used entries (with no "
+             "option: evict down to TORCHNEURON_CACHE_MAX_SIZE)")
     pr.add_argument("--max-size", type=config.parse_size, metavar="SIZE",
                     help="evict least recently used executables down to SIZE (e.g. 2GB)")
     pr.add_argument("--older-than", type=parse_age, metavar="AGE",
@@ -253,7 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or bad usage (2): a code, also when called in-process
+        return int(e.code or 0)
     root = config.cache_dir() if args.dir is None else args.dir
     disk = DiskStore(root, config.max_size())
     handler = globals()[f"cmd_{args.command}"]

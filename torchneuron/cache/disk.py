@@ -234,8 +234,11 @@ class DiskStore:
 
 
 def _make_dir(path: Path) -> None:
-    """Create ``path`` (and parents) user-only; an existing folder is left as it is."""
+    """Create ``path`` and any missing parents user-only (0700, whatever the umask);
+    existing folders are left as they are."""
     if path.is_dir():
         return
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    missing = [path, *(p for p in path.parents if not p.exists())]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(p, 0o700)

@@ -76,7 +76,8 @@ def index_key(graph_key: str, target: str, options: dict[str, Any]) -> str:
 
 def _spec(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
-        return [list(v.shape), list(v.stride()), str(v.dtype), v.device.type]
+        return [list(v.shape), list(v.stride()), v.storage_offset(), str(v.dtype),
+                v.device.type, v.requires_grad]
     return repr(v)
 
 
