@@ -88,7 +88,11 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
         return x.clone(), torch.ones_like(x, dtype=torch.bool)
     p1m = 1.0 - p
     scale = 0.0 if p1m == 0 else 1.0 / p1m
-    mask = aten.bernoulli.p(torch.empty_like(x, memory_format=torch.contiguous_format), p1m)
+    # ATen's mask is empty_like(x) (x's memory layout), filled in memory order: draw on a
+    # contiguous tensor of x's dims in memory order, then permute back to logical order.
+    perm = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    mask = aten.bernoulli.p(x.new_empty([x.shape[d] for d in perm]), p1m)
+    mask = mask.permute([perm.index(d) for d in range(x.dim())])
     out = x * mask * scale
     return out, mask.to(torch.bool)
 
