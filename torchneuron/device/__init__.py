@@ -10,7 +10,9 @@ by ``torchneuron.dispatch`` (``set_op_handler``).
 import torch
 
 from torchneuron.device import module
+from torchneuron.device import random as _random
 from torchneuron.device._registration import register
+from torchneuron.device.accelerator import install_accelerator_bridge
 from torchneuron.device.conversion import install_module_conversion
 from torchneuron.device.serialization import register_serialization
 from torchneuron.device.tensor import NeuronTensor, neuron_device, set_op_handler
@@ -35,6 +37,8 @@ def _tolist(self: NeuronTensor) -> object:
 
 register_serialization()
 install_module_conversion()
+_random.install_generator()
+install_accelerator_bridge()
 NeuronTensor.tolist = _tolist  # type: ignore[method-assign]
 torch.serialization.add_safe_globals([_rebuild_neuron_tensor])
 

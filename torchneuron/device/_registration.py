@@ -16,6 +16,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from torchneuron.device import module as neuron_module
 from torchneuron.device import tensor as _tensor
+from torchneuron.device.pinned import register_pinned_memory
 
 _registered = False
 _lib: torch.library.Library | None = None
@@ -68,4 +69,5 @@ def register() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     for name in _PYTHON_KEY_EXCLUDED_OPS:
         _lib.impl(name, _kernel(name), "PrivateUse1")
+    register_pinned_memory(_lib)
     _registered = True

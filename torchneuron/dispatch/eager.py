@@ -246,6 +246,7 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
 def _call(func: Any, uargs: Any, ukwargs: Any, index: int) -> Any:
     """Run the CPU kernel; random ops draw from device ``index``'s generator."""
     if _facts(func).random:
+        random.check_generator(ukwargs.get("generator"), index)
         with random.rng_state_swapped(index):
             return func(*uargs, **ukwargs)
     return func(*uargs, **ukwargs)
