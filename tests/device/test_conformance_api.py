@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 NEURON = torch.device("neuron", 0)
 
@@ -213,3 +214,48 @@ def test_streams_are_one_in_order_queue() -> None:
     side.synchronize()
     assert side.query() and done.query()
     assert torch.equal(y.cpu(), torch.full((64, 64), 64.0))
+
+
+# --- item 8: messages and reprs ------------------------------------------------------------
+
+
+def test_numpy_says_to_copy_to_the_host_first_like_cuda() -> None:
+    x = torch.arange(3.0).to("neuron")
+    with pytest.raises(TypeError, match=r"can't convert neuron:0 device type tensor to numpy\. "
+                       r"Use Tensor\.cpu\(\) to copy the tensor to host memory first"):
+        x.numpy()
+    assert x.numpy(force=True).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_repr_of_leaf_nonleaf_and_parameter_matches_cpu_with_device() -> None:
+    def cpu_and_neuron(make: object) -> tuple[str, str]:
+        return repr(make("cpu")), repr(make("neuron"))  # type: ignore[operator]
+
+    def insert_device(text: str) -> str:
+        head, _, tail = text.rpartition("]")
+        return f"{head}], device='neuron:0'{tail}"
+
+    cases = [
+        lambda d: torch.ones(2, device=d, requires_grad=True),
+        lambda d: torch.ones(2, device=d, requires_grad=True) * 2,
+        lambda d: nn.Parameter(torch.ones(2, 3, device=d)),
+    ]
+    for make in cases:
+        cpu, dev = cpu_and_neuron(make)
+        assert dev == insert_device(cpu)
+    assert "ToCopyBackward" not in repr(torch.ones(2, device="neuron", requires_grad=True))
+    assert repr(nn.Parameter(torch.ones(1, device="neuron"))).startswith("Parameter containing:\n")
+
+
+def test_first_op_does_not_import_torch_distributed_tensor() -> None:
+    """The C++ DTensor probe used to import torch.distributed.tensor (and sympy) on the
+    first op of every process: seconds for programs that never use DTensor."""
+    code = (
+        "import sys, torch, torchneuron\n"
+        "x = torch.ones(2, device='neuron')\n"
+        "assert (x + 1).sum().item() == 4.0\n"
+        "print('torch.distributed.tensor' in sys.modules, 'sympy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]

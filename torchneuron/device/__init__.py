@@ -35,11 +35,23 @@ def _tolist(self: NeuronTensor) -> object:
     return self.detach().cpu().tolist()
 
 
+def _numpy(self: NeuronTensor, *, force: bool = False) -> object:
+    """As on CUDA: the values are in device memory, so ``.numpy()`` refuses (say what to
+    do) unless ``force=True``, which copies them to the host first."""
+    if not force:
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+    return self.detach().cpu().numpy()
+
+
 register_serialization()
 install_module_conversion()
 _random.install_generator()
 install_accelerator_bridge()
 NeuronTensor.tolist = _tolist  # type: ignore[method-assign]
+NeuronTensor.numpy = _numpy  # type: ignore[method-assign, assignment]
 torch.serialization.add_safe_globals([_rebuild_neuron_tensor])
 
 __all__ = ["NeuronTensor", "neuron_device", "set_op_handler", "register", "module"]
