@@ -138,11 +138,9 @@ class NeuronTensor(torch.Tensor):
         if self._buffer is not None and type(self._buffer) is not torch.Tensor:
             # traced (fake or functional buffer under torch.compile): no values to show
             return f"NeuronTensor({self._buffer!r}, device='{self.device}')"
-        text = repr(self.cpu())
-        suffix = f", device='{self.device}'"
-        if text.endswith(")"):
-            return text[:-1] + suffix + ")"
-        return text
+        from torchneuron.device._repr import neuron_repr
+
+        return neuron_repr(self)
 
     def __tensor_flatten__(self) -> tuple[list[str], dict]:
         return ["buffer"], {"device_index": self._device_index}

@@ -225,6 +225,7 @@ def _call(func: Any, uargs: Any, ukwargs: Any, index: int) -> Any:
     if func in FUSED_CELL_KERNELS:
         return FUSED_CELL_KERNELS[func](*uargs, **ukwargs)
     if op_facts(func).random:
+        random.check_generator(ukwargs.get("generator"), index)
         with random.rng_state_swapped(index):
             return func(*uargs, **ukwargs)
     return func(*uargs, **ukwargs)
