@@ -74,6 +74,8 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
         name = getattr(op, "__name__", str(op)).split(".")[0]
         if is_random_op(op) and name not in _RANDOM_COMPOSITES_KEPT:
             del table[op]  # keep primitive random ops intact for random_ops
+    from torchneuron.compiler import corrections  # noqa: F401  (registers its entries)
+
     table.update(OWN_DECOMPOSITIONS)
     return table
 
