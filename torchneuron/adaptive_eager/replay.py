@@ -17,6 +17,7 @@ arguments, exactly as eager would have run them, and pending tensors get those r
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -37,6 +38,13 @@ from torchneuron.hardware import get_core
 __all__ = ["Replay", "MISMATCH"]
 
 MISMATCH = object()
+
+
+def _no_modes() -> contextlib.AbstractContextManager:
+    """Run below dispatch modes (already so inside the mode's own ``__torch_dispatch__``)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        return contextlib.nullcontext()
+    return _disable_current_modes()
 
 
 class _Value:
@@ -212,7 +220,7 @@ class Replay:
         if len(set(ptrs)) != len(ptrs):
             self._eager(Reason.ALIASED_INPUTS)
             return
-        with _disable_current_modes():
+        with _no_modes():
             outs = launch(self.region.executable, inputs, self.core, self.index, 0)  # type: ignore[arg-type]
         roots: dict[tuple[int, int], torch.Tensor] = {}
         for n, v in enumerate(plan.outputs):
@@ -240,7 +248,7 @@ class Replay:
         self.runtime.replay_exited(self, reason)
         results: dict[tuple[int, int], torch.Tensor] = {}
         sigs = self.region.sigs
-        with _disable_current_modes():
+        with _no_modes():
             for i, (func, template, arg_refs) in enumerate(self.deferred):
                 tensors = [results[(r[1], r[2])] if type(r) is tuple else r for r in arg_refs]
                 args, kwargs = rebuild(template, tensors)
