@@ -220,3 +220,14 @@ def test_module_entry_point_and_help_examples(root: Path) -> None:
                         "import"}
     for name, sp in sub.items():
         assert f"torchneuron-cache {name}" in sp.format_help(), name
+
+
+def test_prune_incompatible_removes_other_store_versions(root: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    old = root / "v0" / "exe" / "ab"
+    old.mkdir(parents=True)
+    (old / ("ab" + "0" * 62)).write_bytes(b"an entry of an older store format")
+    code, data = run_json(root, "prune", "--incompatible", "--dry-run", capsys=capsys)
+    assert code == 0 and data == [] and old.exists()  # current entries are all compatible
+    assert run(root, "prune", "--incompatible", "--yes", capsys=capsys)[0] == 0
+    assert not (root / "v0").exists() and len(_exes(root)) == 2
