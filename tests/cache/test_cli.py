@@ -104,8 +104,8 @@ def test_info(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert text in out, text
     _, (data,) = run_json(root, "info", big.key, capsys=capsys)
     assert data["key"] == big.key and data["kind"] == "executable"
-    assert set(data["components"]) == {"stablehlo_sha256", "compiler_version", "format_version",
-                                       "target", "options"}
+    assert set(data["components"]) == {"stablehlo_sha256", "signature_sha256",
+                                       "compiler_version", "format_version", "target", "options"}
     assert data["kernels"] and data["cost"]["total_ns"] > 0 and data["payload_bytes"] > 0
     link = next(r for r in list_entries(CacheStore(root).disk) if r.kind == "link")
     code, out = run(root, "info", link.key, capsys=capsys)

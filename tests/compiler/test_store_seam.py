@@ -78,7 +78,7 @@ def test_key_is_name_independent_and_skips_neuronc(monkeypatch: pytest.MonkeyPat
     a = compile_graph(f, xs, name="forward_0", store=store, in_process=True)
     (key,) = store.data
     assert b"forward_0" not in store.data[key]
-    assert key == executable_key(a.stablehlo, a.target, {})[0] == a.cache_key
+    assert key == executable_key(a.stablehlo, a.target, {}, a.signature)[0] == a.cache_key
     calls: list[str] = []
     real = pipeline.run_neuronc
 
@@ -90,6 +90,27 @@ def test_key_is_name_independent_and_skips_neuronc(monkeypatch: pytest.MonkeyPat
     b = compile_graph(f, xs, name="forward_7", store=store, graph_key="other", in_process=True)
     assert b.from_cache and calls == [] and b.name == "forward_7"
     assert store.links == {index_key("other", a.target, {}): key}
+
+
+def test_same_program_with_other_write_backs_is_another_executable() -> None:
+    """``x.add_(1)`` (returning nothing) and ``x + 1`` lower to the same StableHLO; only
+    the first writes back. Keyed on StableHLO alone, the second got the first's executable:
+    it returned None and mutated its input."""
+    store = DictStore()
+
+    def inplace(x: torch.Tensor) -> None:
+        x.add_(1)
+
+    def fresh(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    a = compile_graph(inplace, [torch.zeros(3)], store=store, in_process=True)
+    b = compile_graph(fresh, [torch.zeros(3)], store=store, in_process=True)
+    assert a.stablehlo == b.stablehlo
+    assert not b.from_cache and a.cache_key != b.cache_key
+    x = torch.zeros(3)
+    torch.testing.assert_close(b.run([x])[0], torch.ones(3))
+    torch.testing.assert_close(x, torch.zeros(3))  # not written back
 
 
 def test_options_and_target_change_the_key() -> None:

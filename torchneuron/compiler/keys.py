@@ -1,7 +1,8 @@
 """Cache keys: what determines an executable, hashed the same way in every process.
 
 - ``executable_key``: sha256 over the StableHLO text, the compiler version, the
-  executable-format version, the hardware target and the compiler options. Nothing
+  executable-format version, the hardware target and the compiler options, plus the
+  signature prepare gave the graph (write-backs, aliasing outputs). Nothing
   process-dependent goes in: the graph's name (``forward_3`` counts graphs in this
   process) is not part of the StableHLO text nor of the program, and the cached bytes
   are stored under a neutral name.
@@ -49,10 +50,18 @@ def toolchain() -> dict[str, str]:
     return {"torch": torch.__version__, "torch_mlir": mlir}
 
 
-def executable_key(stablehlo: str, target: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(key, components): the executable's cache key and every ingredient of it."""
+def executable_key(stablehlo: str, target: str, options: dict[str, Any],
+                   signature: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """(key, components): the executable's cache key and every ingredient of it.
+
+    ``signature`` is what prepare decided beside the program (write-backs into inputs,
+    outputs that alias inputs, random inputs): two graphs can lower to the same
+    StableHLO and differ there, so it is part of the key.
+    """
+    sig = {k: v for k, v in (signature or {}).items() if k != "num_stablehlo_ops"}
     components = {
         "stablehlo_sha256": hashlib.sha256(stablehlo.encode("utf-8")).hexdigest(),
+        "signature_sha256": _digest(sig),
         "compiler_version": executable.COMPILER_VERSION,
         "format_version": executable.FORMAT_VERSION,
         "target": target,
