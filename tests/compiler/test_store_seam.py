@@ -144,3 +144,18 @@ def test_fx_graph_key_sees_shapes_and_constants() -> None:
     with torch.no_grad():
         gm.weight.add_(1)
     assert k != fx_graph_key(gm, [x])
+
+
+def test_fx_graph_key_sees_inline_tensor_values() -> None:
+    """repr() of a large tensor elides its middle; the key must not."""
+    def graph_with(const: torch.Tensor) -> torch.fx.GraphModule:
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        g.output(g.call_function(torch.ops.aten.add.Tensor, (x, const)))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    a, b = torch.zeros(5000), torch.zeros(5000)
+    b[2500] = 1
+    assert repr(a) == repr(b)
+    x = torch.zeros(5000)
+    assert fx_graph_key(graph_with(a), [x]) != fx_graph_key(graph_with(b), [x])

@@ -104,7 +104,15 @@ def _arg(a: Any) -> str:
         return "[" + ", ".join(_arg(x) for x in a) + "]"
     if isinstance(a, dict):
         return "{" + ", ".join(f"{k!r}: {_arg(v)}" for k, v in a.items()) + "}"
+    if isinstance(a, torch.Tensor):  # repr elides the middle of large tensors
+        return f"tensor({_spec(a)}, {_tensor_digest(a)})"
     return repr(a)
+
+
+def _tensor_digest(t: torch.Tensor) -> str:
+    flat = t.detach().cpu().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return f"{flat.dtype}:{hashlib.sha256(raw).hexdigest()}"
 
 
 def _constant_digest(gm: fx.GraphModule, target: str) -> str:
@@ -112,9 +120,7 @@ def _constant_digest(gm: fx.GraphModule, target: str) -> str:
     for part in target.split("."):
         obj = getattr(obj, part, None)
     if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous().reshape(-1)
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        return f"{t.dtype}:{hashlib.sha256(raw).hexdigest()}"
+        return _tensor_digest(obj)
     return _target_name(type(obj))
 
 
