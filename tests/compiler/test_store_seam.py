@@ -136,7 +136,13 @@ def test_bytes_that_do_not_load_are_a_counted_miss_and_rebuilt(bad: bytes) -> No
 
 
 def test_fx_graph_key_sees_shapes_and_constants() -> None:
-    gm = torch.fx.symbolic_trace(torch.nn.Linear(3, 2))
+    root = torch.nn.Module()
+    root.register_buffer("weight", torch.randn(2, 3))
+    g = torch.fx.Graph()
+    inp, w = g.placeholder("x"), g.get_attr("weight")
+    g.output(g.call_function(torch.ops.aten.mm.default,
+                             (inp, g.call_function(torch.ops.aten.t.default, (w,)))))
+    gm = torch.fx.GraphModule(root, g)
     x = torch.randn(4, 3)
     k = fx_graph_key(gm, [x])
     assert k is not None and k == fx_graph_key(gm, [torch.randn(4, 3)])
@@ -159,3 +165,18 @@ def test_fx_graph_key_sees_inline_tensor_values() -> None:
     assert repr(a) == repr(b)
     x = torch.zeros(5000)
     assert fx_graph_key(graph_with(a), [x]) != fx_graph_key(graph_with(b), [x])
+
+
+def test_fx_graph_key_refuses_what_it_cannot_see() -> None:
+    """A Python function or a submodule in the graph may hold state the text does not show."""
+    scale = 3.0
+
+    def closure(x: torch.Tensor) -> torch.Tensor:
+        return x * scale
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(closure, (x,)))
+    assert fx_graph_key(torch.fx.GraphModule(torch.nn.Module(), g), [torch.zeros(2)]) is None
+    traced = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    assert fx_graph_key(traced, [torch.zeros(1, 2)]) is None  # call_module

@@ -12,7 +12,9 @@
 - ``fx_graph_key``: a caller's graph key for an FX graph: each node's op, target,
   arguments and metadata, the placeholders' shapes/strides/dtypes, and the bytes of any
   tensor constant. It refuses (returns None: compile without the index) when the
-  graph's text would hold an object address, which differs between processes.
+  graph calls a module or a Python function other than torch ops and operators (state
+  it could close over is not in the text), or when the text would hold an object
+  address, which differs between processes.
 """
 
 from __future__ import annotations
@@ -115,25 +117,39 @@ def _tensor_digest(t: torch.Tensor) -> str:
     return f"{flat.dtype}:{hashlib.sha256(raw).hexdigest()}"
 
 
-def _constant_digest(gm: fx.GraphModule, target: str) -> str:
+def _constant_digest(gm: fx.GraphModule, target: str) -> str | None:
     obj: Any = gm
     for part in target.split("."):
         obj = getattr(obj, part, None)
-    if isinstance(obj, torch.Tensor):
-        return _tensor_digest(obj)
-    return _target_name(type(obj))
+    return _tensor_digest(obj) if isinstance(obj, torch.Tensor) else None
+
+
+_PURE_MODULES = ("_operator", "operator", "builtins", "math")
+
+
+def _keyable_target(target: Any) -> bool:
+    """Ops whose meaning is their name: torch ops and Python's operators. A Python
+    function in the graph could close over state the key would not see."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    return getattr(target, "__module__", None) in _PURE_MODULES
 
 
 def fx_graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
     """A graph key for ``gm`` called with ``example_inputs``; None if it cannot be stable."""
     lines = ["inputs " + json.dumps([_spec(v) for v in example_inputs])]
     for n in gm.graph.nodes:
+        if n.op == "call_module" or (n.op == "call_function" and not _keyable_target(n.target)):
+            return None
         val = n.meta.get("val")
         line = f"{n.op} %{n.name} {_target_name(n.target)}({_arg(n.args)}, {_arg(n.kwargs)})"
         if isinstance(val, torch.Tensor):
             line += f" : {val.dtype}{list(val.shape)}"
         if n.op == "get_attr":
-            line += " = " + _constant_digest(gm, str(n.target))
+            digest = _constant_digest(gm, str(n.target))
+            if digest is None:  # a submodule or subgraph: its contents are not in the text
+                return None
+            line += " = " + digest
         lines.append(line)
     text = "\n".join(lines)
     if _ADDRESS.search(text):
