@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo setup lint bench clean
+.PHONY: test demo setup lint bench bench-speed clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only -s -p no:logging
+
+# The simulator's own wall-clock speed (issue 11): µs per aten op, eager vs plain CPU,
+# and ms per training step eager / compiled / adaptive, printed side by side.
+bench-speed: $(STAMP)
+	$(PY) -m pytest benchmarks/test_speed.py --benchmark-only -s -p no:logging -q
 
 clean:
 	rm -rf $(VENV)

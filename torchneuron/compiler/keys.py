@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.compiler import executable
 
@@ -112,8 +113,10 @@ def _arg(a: Any) -> str:
 
 
 def _tensor_digest(t: torch.Tensor) -> str:
-    flat = t.detach().cpu().contiguous().reshape(-1)
-    raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    # Backends are called under AOTAutograd's active fake mode; a constant is real data.
+    with unset_fake_temporarily():
+        flat = t.detach().cpu().contiguous().reshape(-1)
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
     return f"{flat.dtype}:{hashlib.sha256(raw).hexdigest()}"
 
 
