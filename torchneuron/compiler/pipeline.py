@@ -107,7 +107,7 @@ def _placeholder_values(prepared: PreparedGraph) -> list[Any]:
     return [n.meta["val"] for n in prepared.gm.graph.nodes if n.op == "placeholder"]
 
 
-def _signature(prepared: PreparedGraph, num_ops: int) -> dict[str, Any]:
+def _signature(prepared: PreparedGraph, num_ops: int | None) -> dict[str, Any]:
     def spec(s: Any) -> dict[str, Any]:
         return {"shape": list(s.shape), "stride": list(s.stride), "dtype": str(s.dtype)}
 
@@ -193,7 +193,8 @@ def compile_graph(
         specs = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in _placeholder_values(prepared)]
         lowered = run_in_worker("torchneuron.compiler.pipeline.lower_graph", prepared.gm, specs,
                                 in_process=in_process)
-        key, components = executable_key(lowered["stablehlo"], target, options)
+        key, components = executable_key(lowered["stablehlo"], target, options,
+                                         _signature(prepared, None))
         cached = (_load_cached(store, key, name)
                   if store is not None and key != linked else None)
         if cached is None:
