@@ -13,10 +13,15 @@ wall clock.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["Timeline", "TimelineEntry"]
+__all__ = ["Timeline", "TimelineEntry", "TimelineObserver"]
 
 TimelineEntry = tuple[str, int, int]  # (label, start_ns, end_ns)
+# observer(track, name, start_ns, end_ns, detail): track is "host" (name = the category),
+# "device" (detail = a KernelCost or an executable), "wait", or one given to ``emit``.
+TimelineObserver = Callable[[str, str, int, int, Any], None]
 
 
 class Timeline:
@@ -39,6 +44,8 @@ class Timeline:
         self.device_idle_ns = 0
         self.enqueued = 0
         self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
+        # Observers (torchneuron.profiler) see every interval; they never change time.
+        self.observers: list[TimelineObserver] = []
 
     def host(self, ns: int, category: str) -> int:
         """Charge ``ns`` of host-side cost under ``category``; return the new host time."""
@@ -47,9 +54,11 @@ class Timeline:
             raise ValueError(f"host cost must be >= 0 ns, got {ns}")
         self.host_ns += ns
         self.host_by_category[category] = self.host_by_category.get(category, 0) + ns
+        if self.observers:
+            self.emit("host", category, self.host_ns - ns, self.host_ns)
         return self.host_ns
 
-    def enqueue(self, device_ns: int, label: str = "") -> tuple[int, int]:
+    def enqueue(self, device_ns: int, label: str = "", detail: Any = None) -> tuple[int, int]:
         """Issue ``device_ns`` of device work now; return its (start, end) on the device.
 
         The host does not wait: it continues at ``host_ns``. The work starts when both the
@@ -67,6 +76,8 @@ class Timeline:
         self.enqueued += 1
         if self.trace.maxlen:
             self.trace.append((label, start, end))
+        if self.observers:
+            self.emit("device", label, start, end, detail)
         return start, end
 
     def record_event(self) -> int:
@@ -78,12 +89,20 @@ class Timeline:
         t = int(t)
         if t > self.host_ns:
             self.host_wait_ns += t - self.host_ns
+            if self.observers:
+                self.emit("wait", "wait", self.host_ns, t)
             self.host_ns = t
         return self.host_ns
 
     def synchronize(self) -> int:
         """Host blocks until the device is idle; return the new host time."""
         return self.wait_event(self.device_free_ns)
+
+    def emit(self, track: str, name: str, start_ns: int, end_ns: int, detail: Any = None) -> None:
+        """Tell observers of an interval on ``track`` (layers above use it for the compiler
+        queue, region recording and replay, side exits as ``start_ns == end_ns``)."""
+        for observer in list(self.observers):
+            observer(track, name, int(start_ns), int(end_ns), detail)
 
     @property
     def now(self) -> int:
