@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 RESULTS ?= results
 
-.PHONY: test demo setup lint bench bench-full bench-host clean
+.PHONY: test demo setup lint bench bench-full bench-host bench-speed clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,6 +43,11 @@ bench-full: $(BENCH_STAMP)
 # stages, adaptive-eager recording and replay per op. Not part of `make test`.
 bench-host: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only -s -p no:logging
+
+# The simulator's own wall-clock speed (issue 11): µs per aten op, eager vs plain CPU,
+# and ms per training step eager / compiled / adaptive, printed side by side.
+bench-speed: $(STAMP)
+	$(PY) -m pytest benchmarks/test_speed.py --benchmark-only -s -p no:logging -q
 
 clean:
 	rm -rf $(VENV)

@@ -1,4 +1,4 @@
-"""Test-wide setup: zero modeled compile latency, then register the neuron device.
+"""Test-wide setup: zero modeled compile latency, a private compile cache, then the device.
 
 Why ``setdefault`` before the import: the hardware settings read the environment on
 first use, and an eager NEFF compile charged on every new op signature would make
@@ -9,11 +9,21 @@ same, while an explicit setting in the environment still wins.
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TORCHNEURON_COMPILE_LATENCY", "0")
+# Never the user's compile cache: a per-session folder (subprocesses inherit it), and a
+# fresh subfolder per test (fixture below), so no test sees another's executables.
+_CACHE_ROOT = tempfile.mkdtemp(prefix="torchneuron-test-cache-")
+os.environ["TORCHNEURON_CACHE_DIR"] = _CACHE_ROOT
+atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
+_test_ids = itertools.count()
 # ``from tests import models`` (the shared model zoo) works under bare ``pytest`` too.
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
@@ -26,6 +36,7 @@ import pytest  # noqa: E402
 import torchneuron  # noqa: E402, F401  (registers the device)
 from torchneuron.dispatch import reset_op_tracking  # noqa: E402
 from torchneuron.hardware import reset as reset_cores  # noqa: E402
+from torchneuron.hardware import settings  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +44,13 @@ def _fresh_op_tracking() -> Iterator[None]:
     """Each test sees only its own ops in ``executed_ops()`` / ``fallback_ops()``."""
     reset_op_tracking()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _own_compile_cache() -> Iterator[None]:
+    """Each test compiles into an empty cache of its own (the default store follows)."""
+    with settings.override(cache_dir=os.path.join(_CACHE_ROOT, f"t{next(_test_ids)}")):
+        yield
 
 
 @pytest.fixture

@@ -1,10 +1,14 @@
 """torchneuron: PyTorch's ``neuron`` device on a simulated AWS Trainium NeuronCore.
 
 ``import torchneuron`` registers the device (``torch.device("neuron")``,
-``torch.neuron``) and the ``torch.compile`` backend named ``"neuron"``.
+``torch.neuron``) and the ``torch.compile`` backend named ``"neuron"``, and makes
+``torchneuron.compiler`` (``stats()``, ``explain()``, ``compile_graph``) available
+before anything has been compiled.
 """
 
+from torchneuron import compiler
 from torchneuron import dynamo as _dynamo
+from torchneuron._version import __version__
 from torchneuron.device import NeuronTensor, register
 from torchneuron.dispatch import executed_ops, fallback_ops, fallback_reasons, install
 from torchneuron.hardware import current_profile, set_hardware
@@ -15,10 +19,11 @@ _dynamo.register()
 
 __all__ = [
     "NeuronTensor",
+    "compiler",
+    "__version__",
     "current_profile",
     "executed_ops",
     "fallback_ops",
     "fallback_reasons",
     "set_hardware",
 ]
-__version__ = "0.1.0"

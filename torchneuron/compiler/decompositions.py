@@ -83,20 +83,41 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 
 @_register(aten.native_dropout.default)
 def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """ATen CPU: mask = empty_like(x).bernoulli_(1-p); out = x.mul(mask).mul_(scale)."""
+    """ATen CPU: mask = empty_like(x).bernoulli_(1-p); out = x.mul(mask).mul_(scale).
+
+    ``empty_like`` keeps x's layout and ``bernoulli_`` fills memory in order, so the mask
+    is drawn here as a *contiguous* tensor of x's physical shape and permuted back: the
+    draw is then a plain ``bernoulli.p`` on a contiguous tensor, whose order no later
+    pass can change (random_ops refuses ``bernoulli.p`` on any other layout).
+    """
+    from torch._prims_common import compute_elementwise_output_logical_to_physical_perm
+
     if train is False or p == 0:
         return x.clone(), torch.ones_like(x, dtype=torch.bool)
     p1m = 1.0 - p
     scale = 0.0 if p1m == 0 else 1.0 / p1m
-    mask = aten.bernoulli.p(torch.empty_like(x, memory_format=torch.contiguous_format), p1m)
+    perm, _ = compute_elementwise_output_logical_to_physical_perm(x)
+    physical = torch.empty([x.shape[d] for d in perm], dtype=x.dtype, device=x.device)
+    inverse = [0] * len(perm)
+    for i, d in enumerate(perm):
+        inverse[d] = i
+    mask = aten.bernoulli.p(physical, p1m).permute(inverse)
     out = x * mask * scale
     return out, mask.to(torch.bool)
 
 
 @_register(aten.empty_permuted.default)
 def empty_permuted(size: Sequence[int], physical_layout: Sequence[int], **kwargs: Any) -> torch.Tensor:
-    """Values are unspecified, so the layout does not matter in a functional graph."""
-    return torch.empty(list(size), **{k: v for k, v in kwargs.items() if v is not None})
+    """Keep the layout: values are unspecified, but a random op that fills this tensor
+    (dropout's ``empty_like(x).bernoulli_(p)``) draws in memory order, so the strides
+    decide which element gets which draw."""
+    strides = [0] * len(size)
+    step = 1
+    for dim in reversed(list(physical_layout)):
+        strides[dim] = step
+        step *= max(int(size[dim]), 1)
+    return torch.empty_strided(list(size), strides,
+                               **{k: v for k, v in kwargs.items() if v is not None})
 
 
 # --------------------------------------------------------------------------- pooling

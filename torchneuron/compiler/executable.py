@@ -21,13 +21,15 @@ from typing import Any
 
 import torch
 
+from torchneuron._version import __version__
 from torchneuron.compiler.errors import ExecuteError
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs
 
 __all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError"]
 
 FORMAT_VERSION = 1
-COMPILER_VERSION = "0.1.0"
+# The compiler is versioned with the package: one constant, typed once in _version.py.
+COMPILER_VERSION = __version__
 _MAGIC = "torchneuron-executable"
 
 
@@ -47,6 +49,10 @@ class Executable:
     format_version: int = FORMAT_VERSION
     _ir: Any = field(default=None, repr=False, compare=False)
     _roofline_ns: int | None = field(default=None, repr=False, compare=False)
+    # Where this object came from (not serialized): its cache key, and whether a store
+    # served it (then no compile happened, and no compile latency is charged).
+    cache_key: str | None = field(default=None, repr=False, compare=False)
+    from_cache: bool = field(default=False, repr=False, compare=False)
 
     # -- serialization -------------------------------------------------------
 

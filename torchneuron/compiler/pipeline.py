@@ -3,28 +3,35 @@
     capture (FX graph) -> prepare -> Torch-MLIR -> StableHLO -> neuron compiler -> executable
 
 ``prepare`` runs in the calling process (it needs the live callable); everything
-from the Torch-MLIR import on runs in a worker process (``lower_and_compile``), so a
-crash in a lowering library is a counted compile failure, never the end of the
-user's program. torch.compile and adaptive eager both compile through
-``compile_graph``.
+from the Torch-MLIR import on runs in a worker process, so a crash in a lowering
+library is a counted compile failure, never the end of the user's program. Three
+separate steps after prepare: lower in the worker (``lower_graph``), key on the
+StableHLO text (``keys.executable_key``), neuronc in the worker (``run_neuronc``);
+with a store (``store.ExecutableStore``) the key is looked up before neuronc, and a
+graph key is looked up before anything. torch.compile and adaptive eager both
+compile through ``compile_graph``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from torch.utils._pytree import treespec_dumps
 
-from torchneuron.compiler import dump, stats
+from torchneuron.compiler import dump, executable, stats
 from torchneuron.compiler.errors import CompileError
-from torchneuron.compiler.executable import Executable
+from torchneuron.compiler.executable import Executable, ExecutableFormatError
+from torchneuron.compiler.keys import executable_key, index_key
 from torchneuron.compiler.prepare import PreparedGraph, prepare
+from torchneuron.compiler.store import ExecutableStore
 from torchneuron.hardware import current_profile, get_profile
 
-__all__ = ["compile_graph", "lower_and_compile"]
+__all__ = ["compile_graph", "lower_and_compile", "lower_graph", "run_neuronc"]
 
 
 @contextlib.contextmanager
@@ -47,36 +54,53 @@ def _stage(key: str, what: str, seconds: dict[str, float], *, stage: str | None 
     seconds[key] = time.perf_counter() - t0
 
 
-def lower_and_compile(gm: Any, input_specs: list[tuple[Any, ...]], target: str,
-                      options: dict[str, Any]) -> dict[str, Any]:
-    """Torch-MLIR import -> StableHLO -> parse -> neuron compiler. Runs in the worker.
+def lower_graph(gm: Any, input_specs: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """Torch-MLIR import -> StableHLO text. Runs in the worker (a crash there is contained).
 
     ``input_specs`` are (shape, stride, dtype) of the prepared graph's placeholders.
-    Returns JSON-safe data only: the StableHLO text, the program (which holds the
-    parsed, folded IR), the StableHLO op count and the seconds each stage took.
     """
     import torch
 
     from torchneuron.compiler.lower import lower_to_stablehlo
-    from torchneuron.compiler.neuronc import compile_module
-    from torchneuron.compiler.stablehlo import parse_module
 
     seconds: dict[str, float] = {}
     with _stage("lower", "the Torch-MLIR import", seconds):
         example_inputs = [torch.empty_strided(shape, stride, dtype=dtype)
                           for shape, stride, dtype in input_specs]
         text = lower_to_stablehlo(gm, example_inputs)
+    return {"stablehlo": text, "seconds": seconds}
+
+
+def run_neuronc(text: str, target: str, options: dict[str, Any]) -> dict[str, Any]:
+    """StableHLO text -> parse -> the neuron compiler. Runs in the worker.
+
+    Returns JSON-safe data only: the program (which holds the parsed, folded IR), the
+    StableHLO op count and the seconds each stage took.
+    """
+    from torchneuron.compiler.neuronc import compile_module
+    from torchneuron.compiler.stablehlo import parse_module
+
+    seconds: dict[str, float] = {}
     with _stage("parse", "reading the StableHLO module", seconds, stage="neuronc",
                 reason="parse-failed"):
         module = parse_module(text)
     with _stage("neuronc", "the neuron compiler", seconds):
         program = compile_module(module, get_profile(target), options)
     return {
-        "stablehlo": text,
         "program": program.to_dict(),
         "num_ops": len(module.functions[module.entry].body),
         "seconds": seconds,
     }
+
+
+def lower_and_compile(gm: Any, input_specs: list[tuple[Any, ...]], target: str,
+                      options: dict[str, Any]) -> dict[str, Any]:
+    """``lower_graph`` then ``run_neuronc`` in one call (one worker round trip)."""
+    lowered = lower_graph(gm, input_specs)
+    compiled = run_neuronc(lowered["stablehlo"], target, options)
+    return {"stablehlo": lowered["stablehlo"], "program": compiled["program"],
+            "num_ops": compiled["num_ops"],
+            "seconds": {**lowered["seconds"], **compiled["seconds"]}}
 
 
 def _placeholder_values(prepared: PreparedGraph) -> list[Any]:
@@ -103,6 +127,30 @@ def _signature(prepared: PreparedGraph, num_ops: int) -> dict[str, Any]:
     }
 
 
+def _load_cached(store: ExecutableStore, key: str | None, name: str) -> Executable | None:
+    """The executable saved under ``key``, renamed for this caller; None on a miss.
+
+    Bytes that do not load (a corrupt or foreign entry that passed the store's own
+    checks) are a counted miss: the caller compiles and saves over them.
+    """
+    if key is None:
+        return None
+    data = store.load(key)
+    if data is None:
+        return None
+    try:
+        exe = Executable.from_bytes(data)
+        if exe.compiler_version != executable.COMPILER_VERSION:
+            raise ExecutableFormatError(f"compiled by torchneuron {exe.compiler_version}")
+    except (ExecutableFormatError, KeyError, TypeError) as e:
+        warnings.warn(f"torchneuron: cached executable {key[:12]} does not load ({e}); "
+                      "recompiling it", stacklevel=3)
+        stats.record_cache("corrupt")
+        return None
+    exe.name, exe.cache_key, exe.from_cache = name, key, True
+    return exe
+
+
 def compile_graph(
     fn_or_gm: Any,
     example_inputs: Sequence[Any],
@@ -112,8 +160,17 @@ def compile_graph(
     target: str | None = None,
     options: dict[str, Any] | None = None,
     in_process: bool | None = None,
+    store: ExecutableStore | None = None,
+    graph_key: str | None = None,
 ) -> Executable:
     """Compile ``fn_or_gm`` for ``example_inputs`` into an executable.
+
+    With a ``store`` (see ``compiler/store.py``), a ``graph_key`` the store resolves
+    loads the executable without prepare, lowering or neuronc; otherwise the graph is
+    prepared and lowered (in the worker), the StableHLO text is keyed
+    (``keys.executable_key``), a stored executable under that key is used, and only
+    then does neuronc run; its result is saved and ``graph_key`` linked to it.
+    ``exe.from_cache`` says whether it came from the store.
 
     Raises ``CompileError`` (with its stage and reason, also counted in
     ``torchneuron.compiler.stats()``) when any stage cannot handle the graph.
@@ -122,31 +179,61 @@ def compile_graph(
 
     options = dict(options or {})
     target = target or current_profile().name
+    ikey = index_key(graph_key, target, options) if store is not None and graph_key else None
+    linked = store.resolve(ikey) if ikey is not None else None  # type: ignore[union-attr]
+    if linked is not None:
+        exe = _load_cached(store, linked, name)  # type: ignore[arg-type]
+        if exe is not None:
+            stats.record_cache("hits")
+            return exe
     seconds: dict[str, float] = {}
     try:
         with _stage("prepare", "prepare", seconds):
             prepared = prepare(fn_or_gm, list(example_inputs))
-        lowered = run_in_worker(
-            "torchneuron.compiler.pipeline.lower_and_compile",
-            prepared.gm,
-            [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in _placeholder_values(prepared)],
-            target,
-            options,
-            in_process=in_process,
-        )
+        specs = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in _placeholder_values(prepared)]
+        lowered = run_in_worker("torchneuron.compiler.pipeline.lower_graph", prepared.gm, specs,
+                                in_process=in_process)
+        key, components = executable_key(lowered["stablehlo"], target, options)
+        cached = (_load_cached(store, key, name)
+                  if store is not None and key != linked else None)
+        if cached is None:
+            compiled = run_in_worker("torchneuron.compiler.pipeline.run_neuronc",
+                                     lowered["stablehlo"], target, options, in_process=in_process)
     except CompileError as e:
         stats.record_failure(source, e.stage, e.reason, str(e))
         raise
-    for stage, sec in {**seconds, **lowered["seconds"]}.items():
+    if cached is not None:  # another graph lowered to the same program
+        stats.record_cache("hits")
+        if ikey is not None:
+            store.link(ikey, key)  # type: ignore[union-attr]
+        return cached
+    for stage, sec in {**seconds, **lowered["seconds"], **compiled["seconds"]}.items():
         stats.record_stage_time(stage, sec)
     exe = Executable(
         name=name,
         target=target,
         stablehlo=lowered["stablehlo"],
-        program=lowered["program"],
-        signature=_signature(prepared, lowered["num_ops"]),
+        program=compiled["program"],
+        signature=_signature(prepared, compiled["num_ops"]),
         options=options,
+        compiler_version=executable.COMPILER_VERSION,
     )
+    exe.cache_key = key
     stats.record_success(source)
+    if store is not None:
+        stats.record_cache("misses")
+        _save(store, exe, key, components, ikey, source)
     dump.dump_compilation(name, prepared.graph_text, exe)
     return exe
+
+
+def _save(store: ExecutableStore, exe: Executable, key: str, components: dict[str, Any],
+          ikey: str | None, source: str) -> None:
+    """Save under ``key`` with a neutral name, so the bytes do not depend on this process."""
+    data = dataclasses.replace(exe, name=f"exe-{key[:12]}").to_bytes()
+    meta = {"kind": "executable", "name": exe.name, "source": source, "components": components,
+            "versions": {"compiler_version": exe.compiler_version,
+                         "format_version": exe.format_version}}
+    store.save(key, data, meta)
+    if ikey is not None:
+        store.link(ikey, key)

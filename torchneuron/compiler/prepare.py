@@ -27,6 +27,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
 
 __all__ = ["TensorSpec", "UserOutput", "PreparedGraph", "prepare", "format_graph"]
@@ -237,7 +238,7 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
         DynamicOutputShapeException,
     )
 
-    table = decomposition_table()
+    table = {**decomposition_table(), **DEVICE_MOVE_DECOMPOSITIONS}
 
     def trace(f: Callable[..., Any]) -> fx.GraphModule:
         return make_fx(torch.func.functionalize(f, remove="mutations"), decomposition_table=table,

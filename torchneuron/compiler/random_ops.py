@@ -30,6 +30,7 @@ from torchneuron.compiler.errors import PrepareError
 __all__ = [
     "RandomInputSpec",
     "SHAPE_ONLY_ARGS",
+    "LEGACY_CONTIGUOUS_OPS",
     "is_random_op",
     "legalize_random_ops",
     "draw_random_inputs",
@@ -53,6 +54,13 @@ SHAPE_ONLY_ARGS: dict[str, tuple[int, ...]] = {
     "aten.randint_like.low_dtype": (0,),
     "aten.randint_like.Tensor": (0,),
 }
+
+
+# Functional random ops whose ATen kernel draws into a *contiguous* result whatever the
+# layout of its shape argument (``bernoulli.p`` is ``empty_like(self, contiguous)`` +
+# ``bernoulli_``), while the in-place op functionalization turns into the same node draws
+# in the argument's memory order. The others keep the argument's layout, as in-place does.
+LEGACY_CONTIGUOUS_OPS = frozenset({"aten.bernoulli.p"})
 
 
 @dataclass
@@ -142,6 +150,13 @@ def _node_spec(node: fx.Node) -> RandomInputSpec:
                     "exactly. Expected only shape-giving tensors. This region runs eagerly.",
                     op=op, reason="random-op-with-tensor-values")
             val = v.meta["val"]
+            if op in LEGACY_CONTIGUOUS_OPS and not _draw_layout_is_known(node, v):
+                raise PrepareError(
+                    f"random op {op} fills a tensor of strides {list(val.stride())}: eager "
+                    "draws into that layout for an in-place `bernoulli_` but contiguously "
+                    "for `torch.bernoulli`, and the functional graph no longer says which "
+                    "it was. Expected a contiguous tensor; this region runs eagerly.",
+                    op=op, reason="random-op-layout")
             tensor_args.append({"shape": list(val.shape), "stride": list(val.stride()),
                                 "dtype": _dtype_name(val.dtype)})
             return {"tensor": len(tensor_args) - 1}
@@ -155,6 +170,32 @@ def _node_spec(node: fx.Node) -> RandomInputSpec:
                            "tensor result.", op=op, reason="random-op-multi-output")
     return RandomInputSpec(op=op, args=args, kwargs=kwargs, tensor_args=tensor_args,
                            shape=list(val.shape), dtype=_dtype_name(val.dtype))
+
+
+def _draw_layout_is_known(node: fx.Node, shape_arg: fx.Node) -> bool:
+    """Whether eager's draw order for ``bernoulli.p(shape_arg)`` is the contiguous one.
+
+    A contiguous argument: yes. PyTorch's dropout, traced with tensor subclasses (fake,
+    functional), draws ``bernoulli.p(empty([]).expand(x.shape))`` and scales ``x`` by
+    it, where eager filled ``empty_like(x)`` in place: contiguous only if ``x`` is.
+    Anything else (a transposed tensor filled in place, say) is not known.
+    """
+    if shape_arg.meta["val"].is_contiguous():
+        return True
+    src = shape_arg.args[0] if shape_arg.target is torch.ops.aten.expand.default else None
+    if not isinstance(src, fx.Node) or src.meta["val"].dim() != 0:
+        return False
+    users = list(node.users)
+    if len(users) == 1 and users[0].target is torch.ops.aten.div.Scalar:
+        users = list(users[0].users)
+    for user in users:
+        if user.target is not torch.ops.aten.mul.Tensor:
+            return False
+        other = [a for a in user.args if isinstance(a, fx.Node) and a not in node.users
+                 and a is not node]
+        if len(other) != 1 or not other[0].meta["val"].is_contiguous():
+            return False
+    return bool(users)
 
 
 def legalize_random_ops(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[RandomInputSpec]]:

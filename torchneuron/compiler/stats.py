@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-__all__ = ["stats", "explain", "reset_stats", "record_success", "record_failure"]
+__all__ = ["stats", "explain", "reset_stats", "record_success", "record_failure",
+           "record_cache"]
 
 _counts: Counter[str] = Counter()
 _failures: Counter[tuple[str, str]] = Counter()
@@ -37,12 +38,20 @@ def record_failure(source: str, stage: str, reason: str, message: str) -> None:
     _failure_examples.setdefault(key, message.splitlines()[0][:300] if message else "")
 
 
+def record_cache(event: str) -> None:
+    """A cache lookup of ``compile_graph``: "hits", "misses", or "corrupt" (an entry that
+    did not load; the call then compiles, and counts a miss too)."""
+    _counts[f"cache_{event}"] += 1
+
+
 def record_fallback_run(name: str) -> None:
     _fallback_runs[name] += 1
 
 
 def stats() -> dict[str, Any]:
-    """Compilations, failures by stage and reason, compile seconds by stage, eager fallbacks."""
+    """Compilations, failures by stage and reason, compile seconds by stage, eager fallbacks,
+    and cache lookups (``cache``: executables a store served, lookups that compiled, and
+    entries that did not load and were rebuilt, counted as misses too)."""
     return {
         "compilations": _counts["compilations"],
         "failures": _counts["failures"],
@@ -52,6 +61,8 @@ def stats() -> dict[str, Any]:
         },
         "compile_seconds_by_stage": {k: round(v, 6) for k, v in sorted(_stage_seconds.items())},
         "eager_fallback_runs": dict(sorted(_fallback_runs.items())),
+        "cache": {"hits": _counts["cache_hits"], "misses": _counts["cache_misses"],
+                  "corrupt": _counts["cache_corrupt"]},
     }
 
 
@@ -59,6 +70,9 @@ def explain() -> str:
     """A human-readable account of the compile path so far."""
     s = stats()
     lines = [f"compilations: {s['compilations']}, failures: {s['failures']}"]
+    c = s["cache"]
+    if any(c.values()):
+        lines.append(f"cache: {c['hits']} hits, {c['misses']} misses ({c['corrupt']} corrupt)")
     if s["compile_seconds_by_stage"]:
         lines.append("compile time by stage (host wall clock):")
         for stage, sec in s["compile_seconds_by_stage"].items():

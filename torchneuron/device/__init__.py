@@ -11,18 +11,20 @@ import torch
 
 from torchneuron.device import module
 from torchneuron.device._registration import register
+from torchneuron.device.conversion import install_module_conversion
+from torchneuron.device.serialization import register_serialization
 from torchneuron.device.tensor import NeuronTensor, neuron_device, set_op_handler
 
 
 def _rebuild_neuron_tensor(
     buffer: torch.Tensor, index: int, requires_grad: bool
 ) -> torch.Tensor:
-    """Unpickle a neuron tensor saved with ``torch.save`` (its values travel as CPU data)."""
+    """Unpickle a checkpoint written by torchneuron <= 0.1 (values saved as CPU data).
+
+    New checkpoints tag their storages ``neuron:N`` instead (``serialization``), so
+    a process without torchneuron loads them with ``map_location="cpu"``.
+    """
     return buffer.to(neuron_device(index)).requires_grad_(requires_grad)
-
-
-def _reduce_ex(self: NeuronTensor, protocol: int) -> tuple:
-    return (_rebuild_neuron_tensor, (self.detach().cpu(), self._device_index, self.requires_grad))
 
 
 def _tolist(self: NeuronTensor) -> object:
@@ -31,7 +33,8 @@ def _tolist(self: NeuronTensor) -> object:
     return self.detach().cpu().tolist()
 
 
-NeuronTensor.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign]
+register_serialization()
+install_module_conversion()
 NeuronTensor.tolist = _tolist  # type: ignore[method-assign]
 torch.serialization.add_safe_globals([_rebuild_neuron_tensor])
 

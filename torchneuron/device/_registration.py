@@ -16,6 +16,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from torchneuron.device import module as neuron_module
 from torchneuron.device import tensor as _tensor
+from torchneuron.device._python_errors import install_engine_wrapper, take_pending_error
 
 _registered = False
 _lib: torch.library.Library | None = None
@@ -30,19 +31,25 @@ _lib: torch.library.Library | None = None
 _PYTHON_KEY_EXCLUDED_OPS = ("copy_",)
 
 
+# C++ calls these methods, sometimes while a Python error is pending (during backward):
+# each takes that error out of the way first (see ``_python_errors``).
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
+        take_pending_error()
         return True
 
     def has_primary_context(self, dev_id: int) -> bool:
+        take_pending_error()
         return True
 
     def is_built(self) -> bool:
+        take_pending_error()
         return True
 
 
 class _Guard(torch._C._acc.DeviceGuard):
     def type_(self):  # noqa: ANN201
+        take_pending_error()
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
@@ -65,6 +72,7 @@ def register() -> None:
     _setup_privateuseone_for_python_backend(
         rename="neuron", backend_module=neuron_module, hook=_Hooks(), device_guard=_Guard()
     )
+    install_engine_wrapper()
     _lib = torch.library.Library("aten", "IMPL")
     for name in _PYTHON_KEY_EXCLUDED_OPS:
         _lib.impl(name, _kernel(name), "PrivateUse1")

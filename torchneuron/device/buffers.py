@@ -17,7 +17,7 @@ import torch
 
 from torchneuron.hardware import NeuronCore, get_core
 
-__all__ = ["track", "storage_nbytes", "live_storages"]
+__all__ = ["attach", "defer_write", "mirror_bits", "track", "storage_nbytes", "live_storages"]
 
 
 class _Entry:
@@ -79,3 +79,40 @@ def track(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> None:
 
 def live_storages() -> int:
     return len(_live)
+
+
+def attach(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> torch.Tensor:
+    """Give ``wrapper`` its buffer: the one way a neuron tensor gets its values.
+
+    Used by eager dispatch for a new tensor (``wrap``) and by a pending tensor's
+    materialization. Accounts the buffer's storage against device ``index``'s HBM and
+    mirrors the conj/neg bits, so memory statistics and autograd's view of the tensor
+    are the same whichever path produced it. Returns ``wrapper``.
+    """
+    wrapper._buffer = buffer  # type: ignore[attr-defined]
+    track(wrapper, buffer, index)
+    mirror_bits(wrapper, buffer)
+    return wrapper
+
+
+def defer_write(wrapper: torch.Tensor, pending: object) -> None:
+    """Mark a tensor that has a buffer as awaiting a deferred in-place write.
+
+    ``pending`` (a ``tensor.Pending``) performs the write when anyone reads the buffer
+    (``NeuronTensor.buffer``) before its producer has run; its producer clears the mark
+    (``wrapper._pending = None``) when it writes the value itself.
+    """
+    wrapper._pending = pending  # type: ignore[attr-defined]
+
+
+def mirror_bits(wrapper: torch.Tensor, buffer: torch.Tensor) -> None:
+    """Carry the buffer's lazy conjugate / negative bits over to the wrapper.
+
+    Why: ``conj()`` and ``_neg_view()`` are views that only set a bit. Autograd
+    formulas (fft, complex ops) branch on ``is_conj()`` of the tensor they hold, the
+    wrapper; if it disagreed with its buffer they would take the wrong branch.
+    """
+    if buffer.is_conj() and not wrapper.is_conj():
+        torch._C._set_conj(wrapper, True)
+    if buffer.is_neg() and not wrapper.is_neg():
+        torch._C._set_neg(wrapper, True)

@@ -100,7 +100,9 @@ class device:
 
 def synchronize(dev: Any = None) -> None:
     """Block the (simulated) host until device ``dev`` has finished all enqueued work."""
-    get_core(_index(dev)).synchronize()
+    core = get_core(_index(dev))
+    core.notify_sync("synchronize")
+    core.synchronize()
 
 
 class Event:
@@ -113,7 +115,9 @@ class Event:
 
     def record(self, stream: Any = None) -> None:
         self._index = _current
-        self._ns = get_core(self._index).record_event()
+        core = get_core(self._index)
+        core.notify_sync("event")
+        self._ns = core.record_event()
 
     def query(self) -> bool:
         if self._ns is None:
@@ -122,7 +126,9 @@ class Event:
 
     def synchronize(self) -> None:
         if self._ns is not None:
-            get_core(self._index).timeline.wait_event(self._ns)
+            core = get_core(self._index)
+            core.notify_sync("event")
+            core.timeline.wait_event(self._ns)
 
     def wait(self, stream: Any = None) -> None:
         """Device-side wait: work is in order on our single queue, so nothing to do."""

@@ -71,7 +71,8 @@ class NeuronTensor(torch.Tensor):
             # PyTorch's wrapper subclasses cannot carry sparse/mkldnn layouts.
             raise NotImplementedError(
                 f"the neuron device supports the strided layout only, not {like.layout}; "
-                "keep sparse tensors on the CPU (or call .to_dense() first)"
+                "keep sparse tensors on the CPU (or call .to_dense() first); for sparse "
+                "gradients, build nn.Embedding / nn.EmbeddingBag with sparse=False"
             )
         r = torch.Tensor._make_wrapper_subclass(
             cls,
@@ -91,15 +92,24 @@ class NeuronTensor(torch.Tensor):
     @property
     def buffer(self) -> torch.Tensor:
         """The CPU tensor holding this tensor's values (materializing it if pending)."""
-        if self._buffer is None:
-            assert self._pending is not None
-            self._buffer = self._pending.materialize()
+        pending = self._pending
+        if pending is not None:
+            # A pending value, or a deferred in-place write into an existing buffer
+            # (``buffers.defer_write``): its producer runs now. It may give this tensor
+            # its buffer itself (a region materializes all its values at once).
             self._pending = None
+            value = pending.materialize()
+            if self._buffer is None:
+                from torchneuron.device.buffers import attach
+
+                attach(self, value, self._device_index)
+        assert self._buffer is not None, "a neuron tensor without a buffer or a producer"
         return self._buffer
 
     @property
     def is_pending(self) -> bool:
-        return self._buffer is None
+        """No buffer yet, or a deferred write into it not yet performed."""
+        return self._buffer is None or self._pending is not None
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         if self._buffer is not None and type(self._buffer) is not torch.Tensor:

@@ -10,8 +10,6 @@ views wrap views of the input buffers, so aliasing is exactly PyTorch's.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,7 +18,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torchneuron.device import buffers, random
 from torchneuron.device.tensor import NeuronTensor
-from torchneuron.dispatch import tracking
+from torchneuron.dispatch import host_args, tracking
+from torchneuron.dispatch.opfacts import eager_signature, op_facts
+from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 from torchneuron.dispatch.support import fallback_reason
 from torchneuron.hardware import KernelWork, aten_kernel_work, get_core
 
@@ -43,9 +43,7 @@ _CROSS_DEVICE_OPS = {
 
 def wrap(buffer: torch.Tensor, index: int) -> NeuronTensor:
     """A new neuron tensor over ``buffer``, accounted against device ``index``'s HBM."""
-    t = NeuronTensor(buffer, index)
-    buffers.track(t, buffer, index)
-    return t
+    return buffers.attach(NeuronTensor(buffer, index), buffer, index)
 
 
 def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -> None:
@@ -76,39 +74,10 @@ def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -
         buffers.track(wrapper, b, index)  # the storage has grown or been replaced
 
 
-_HOST_VALUE_TYPES = ("number", "Scalar", "bool", "int", "float", "complex", "SymInt", "SymFloat")
-
-
-@dataclass(frozen=True)
-class _OpFacts:
-    """What dispatch needs to know about an op, read once from its schema and tags."""
-
-    name: str  # tracked name: "add_" stays "add_"
-    written: tuple[tuple[int, str], ...]  # (position, name) of arguments it writes
-    returns_host_values: bool  # hands tensor-derived Python values to the host: a read
-    random: bool  # draws from a generator (runs under the device's RNG state)
-
-
-@functools.cache
-def _facts(func: Any) -> _OpFacts:
-    schema = getattr(func, "_schema", None)
-    arguments = schema.arguments if schema is not None else ()
-    returns = schema.returns if schema is not None else ()
-    return _OpFacts(
-        name=func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func),
-        written=tuple(
-            (i, a.name) for i, a in enumerate(arguments)
-            if a.alias_info is not None and a.alias_info.is_write
-        ),  # fmt: skip
-        returns_host_values=any(str(r.type) in _HOST_VALUE_TYPES for r in returns),
-        random=torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()),
-    )
-
-
 def _mutated_args(func: Any, args: tuple, kwargs: dict) -> list[NeuronTensor]:
     """The neuron tensors that ``func``'s schema says it writes to."""
     out = []
-    for i, name in _facts(func).written:
+    for i, name in op_facts(func).written:
         v = args[i] if i < len(args) else kwargs.get(name)
         if isinstance(v, NeuronTensor):
             out.append(v)
@@ -150,8 +119,11 @@ def _traced_to_cpu(t: torch.Tensor) -> torch.Tensor:
     return aten._to_copy.default(t, device=torch.device("cpu"))
 
 
-def _scan(func: Any, flat: list) -> int | None:
-    """The device index of the op's neuron tensors; raises on mixed devices."""
+def _scan(func: Any, flat: list, host_ok: set[int]) -> int | None:
+    """The device index of the op's neuron tensors; raises on mixed devices.
+
+    ``host_ok``: ids of CPU tensors the op takes on the host by PyTorch's API.
+    """
     index: int | None = None
     cpu_seen = False
     for a in flat:
@@ -162,21 +134,26 @@ def _scan(func: Any, flat: list) -> int | None:
                 raise _mixed_device_error(func, f"neuron:{index}", f"neuron:{a._device_index}")
         elif isinstance(a, torch.Tensor) and a.device.type == "neuron":
             index = a.device.index or 0 if index is None else index
-        elif isinstance(a, torch.Tensor) and a.dim() != 0:
+        elif isinstance(a, torch.Tensor) and a.dim() != 0 and id(a) not in host_ok:
             cpu_seen = True
     if cpu_seen and index is not None and func not in _CROSS_DEVICE_OPS:
         raise _mixed_device_error(func, f"neuron:{index}", "cpu")
     return index
 
 
-def _signature(name: str, tensors: list[torch.Tensor]) -> tuple:
-    return (name, tuple((tuple(t.shape), str(t.dtype)) for t in tensors))
+def _tracing(tensors: list[torch.Tensor]) -> bool:
+    """True when the op is being traced, not run: its buffers are fake or functional, or
+    a fake mode is active, which answers every kernel we would call with fake tensors
+    (``torch.tensor(data, device="neuron")`` under Dynamo builds a real host tensor and
+    then ``lift_fresh``-es it into the trace)."""
+    return (any(type(t) is not torch.Tensor for t in tensors)
+            or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None)
 
 
 def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> Any:
     """Run aten op ``func`` eagerly on the simulated device and return wrapped results."""
     flat, spec = tree_flatten((args, kwargs))
-    found = _scan(func, flat)
+    found = _scan(func, flat, host_args.host_tensor_ids(func, args, kwargs))
     if found is not None:
         index = found
     target = kwargs.get("device")
@@ -211,18 +188,18 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     if "device" in ukwargs:
         ukwargs["device"] = unwrap_device(ukwargs["device"])
 
-    if any(type(t) is not torch.Tensor for t in tensors):
+    if _tracing(tensors):
         # Tracing (fake / functional tensors under torch.compile): metadata only,
         # nothing runs on the device and nothing is charged.
-        out = func(*uargs, **ukwargs)
+        out = FUSED_CELL_KERNELS.get(func, func)(*uargs, **ukwargs)
         for t in _mutated_args(func, args, kwargs):
             _sync_metadata(t, index, None)
         if to_host:
             return out
-        return _wrap_outputs(out, same, index, track=False)
+        return _wrap_outputs(out, same, index, track=False, host=host_args.host_results(func))
 
     written = [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(func, args, kwargs)]
-    facts = _facts(func)
+    facts = op_facts(func)
     name = facts.name
     reason = fallback_reason(name, tensors)
     if reason is not None:
@@ -234,53 +211,51 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
             _read_back(core, name, tensors)
         else:
             work = aten_kernel_work(func, uargs, ukwargs, out)
-            core.run_eager_kernel(name, _signature(name, tensors), work)
+            core.run_eager_kernel(name, eager_signature(name, tensors), work)
 
     if to_host:
         return out
     for t, ptr in written:
         _sync_metadata(t, index, ptr)
-    return _wrap_outputs(out, same, index)
+    return _wrap_outputs(out, same, index, host=host_args.host_results(func))
 
 
 def _call(func: Any, uargs: Any, ukwargs: Any, index: int) -> Any:
     """Run the CPU kernel; random ops draw from device ``index``'s generator."""
-    if _facts(func).random:
+    if func in FUSED_CELL_KERNELS:
+        return FUSED_CELL_KERNELS[func](*uargs, **ukwargs)
+    if op_facts(func).random:
         with random.rng_state_swapped(index):
             return func(*uargs, **ukwargs)
     return func(*uargs, **ukwargs)
 
 
-def _wrap_outputs(out: Any, same: dict[int, Any], index: int, track: bool = True) -> Any:
+def _wrap_outputs(
+    out: Any, same: dict[int, Any], index: int, track: bool = True,
+    host: frozenset[int] = frozenset(),
+) -> Any:  # fmt: skip
+    """Wrap the op's results; those at positions ``host`` stay CPU tensors."""
     flat, spec = tree_flatten(out)
     wrapped = []
-    for o in flat:
-        if isinstance(o, torch.Tensor):
+    for i, o in enumerate(flat):
+        if i in host:
+            wrapped.append(o)
+        elif isinstance(o, torch.Tensor):
             original = same.get(id(o))
             if original is None:
                 if o._is_zerotensor():
                     # Autograd's known-zero gradients have no memory; the device
                     # gives them real zeros (same metadata) so they can be held.
                     o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).zero_()
-                original = wrap(o, index) if track else NeuronTensor(o, index)
-                _mirror_bits(original, o)
+                if track:
+                    original = wrap(o, index)
+                else:
+                    original = NeuronTensor(o, index)
+                    buffers.mirror_bits(original, o)
             wrapped.append(original)
         else:
             wrapped.append(o)
     return tree_unflatten(wrapped, spec)
-
-
-def _mirror_bits(wrapper: torch.Tensor, buffer: torch.Tensor) -> None:
-    """Carry the buffer's lazy conjugate / negative bits over to the wrapper.
-
-    Why: ``conj()`` and ``_neg_view()`` are views that only set a bit. Autograd
-    formulas (fft, complex ops) branch on ``is_conj()`` of the tensor they hold, the
-    wrapper; if it disagreed with its buffer they would take the wrong branch.
-    """
-    if buffer.is_conj():
-        torch._C._set_conj(wrapper, True)
-    if buffer.is_neg():
-        torch._C._set_neg(wrapper, True)
 
 
 def _bytes(ts: list[torch.Tensor]) -> int:
@@ -289,8 +264,9 @@ def _bytes(ts: list[torch.Tensor]) -> int:
 
 def _read_back(core: Any, name: str, tensors: list[torch.Tensor]) -> None:
     """A read of device values by the host: DMA out, then the host waits for the device."""
+    core.notify_sync("read")
     work = KernelWork(hbm_read_bytes=_bytes(tensors))
-    core.run_eager_kernel(name, _signature(name, tensors), work)
+    core.run_eager_kernel(name, eager_signature(name, tensors), work)
     core.synchronize()
 
 

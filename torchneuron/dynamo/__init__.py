@@ -1,6 +1,7 @@
 """The ``torch.compile`` backend named ``neuron``.
 
-Owns: the Dynamo backend (registration, AOTAutograd wiring, eager fallback per graph).
+Owns: the Dynamo backend (registration, AOTAutograd wiring, eager fallback per graph),
+and keeping Dynamo out of torchneuron's runtime (``skip``).
 Imports ``torchneuron.compiler``, ``torchneuron.device`` and ``torchneuron.hardware``.
 The compiler is imported on first use, so ``import torchneuron`` stays light.
 """
@@ -29,6 +30,9 @@ def register() -> None:
     """
     import sys
 
+    from torchneuron.dynamo.skip import skip_runtime_when_dynamo_loads
+
+    skip_runtime_when_dynamo_loads()
     if "torch._dynamo" not in sys.modules:
         return
     from torch._dynamo.backends.registry import _BACKENDS, register_backend

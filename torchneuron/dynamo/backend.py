@@ -23,11 +23,13 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-from torchneuron.compiler import CompileError, compile_graph, decomposition_table
+from torchneuron.cache import default_store
+from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
+from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_fallback_run
-from torchneuron.device import NeuronTensor, random
+from torchneuron.device import NeuronTensor
 from torchneuron.device.module import current_device
-from torchneuron.hardware import compile_latency_enabled, get_core, program_compile_latency_ns
+from torchneuron.hardware import get_core
 
 __all__ = ["neuron_backend", "DynamicShapesNotSupported"]
 
@@ -62,29 +64,30 @@ def _eager_on_device(gm: torch.fx.GraphModule, index: int, name: str) -> Callabl
 def _compile_graph_for(index: int, kind: str) -> Callable:
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         name = f"{kind}_{next(_graph_ids)}"
-        graph = copy.deepcopy(gm)
+        # A copy of the graph only: attributes (lifted constants such as the value of
+        # ``torch.tensor([...])``) are shared, not cloned, since cloning a real tensor
+        # under the fake mode AOTAutograd leaves active fails.
+        graph = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         _retarget_factories(graph, "neuron", "cpu", wrap=False)
         try:
             # Trace with static shapes of our own, not under the fake mode of the
             # TracingContext AOTAutograd leaves installed (its ShapeEnv is symbolic).
             with torch._guards.tracing(None):
-                exe = compile_graph(graph, example_inputs, name=name, source="torch.compile")
+                exe = compile_graph(graph, example_inputs, name=name, source="torch.compile",
+                                    store=default_store(),
+                                    graph_key=fx_graph_key(graph, example_inputs))
         except CompileError:
             _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
             return make_boxed_func(_eager_on_device(gm, index, name))
         core = get_core(index)
-        n_ops = exe.signature["num_stablehlo_ops"]
-        core.host(
-            program_compile_latency_ns(core.profile, n_ops, compile_latency_enabled()), "compile"
-        )
+        launch.charge_compile(core, exe)
 
         def run(args: list[Any]) -> list[torch.Tensor]:
             # Python scalars (specialized sizes) were baked into the graph by prepare;
             # per-shape compilation keys on them, so only tensors are inputs.
             inputs = [a for a in args if isinstance(a, torch.Tensor)]
             args.clear()
-            core.host(core.profile.graph_guard_ns, "guard")
-            return exe.run(inputs, core, lambda: random.rng_state_swapped(index))
+            return launch.launch(exe, inputs, core, index, core.profile.graph_guard_ns)
 
         run._boxed_call = True  # type: ignore[attr-defined]
         run.executable = exe  # type: ignore[attr-defined]

@@ -47,7 +47,10 @@ _TRANSCENDENTAL = frozenset(
     "sqrt pow sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh softplus elu selu "
     "celu logit reciprocal lgamma digamma polygamma mvlgamma i0 sinc logaddexp logaddexp2 "
     "gelu_backward silu_backward mish_backward elu_backward softplus_backward logit_backward "
-    "log_sigmoid_forward log_sigmoid_backward xlogy special_xlog1py glu".split()
+    "log_sigmoid_forward log_sigmoid_backward xlogy special_xlog1py glu "
+    # fused RNN cells: gate sigmoids/tanh on ScalarE, the products on VectorE
+    "_thnn_fused_lstm_cell _thnn_fused_lstm_cell_backward_impl _thnn_fused_gru_cell "
+    "_thnn_fused_gru_cell_backward".split()
 )
 _GPSIMD = frozenset(
     "gather scatter scatter_add scatter_reduce index index_put _index_put_impl index_select "

@@ -16,6 +16,7 @@ The core does not compute numbers (callers do, on CPU tensors); it charges time:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from . import settings
@@ -24,7 +25,7 @@ from .memory import MemoryTracker
 from .profiles import HardwareProfile
 from .timeline import Timeline
 
-__all__ = ["NeuronCore", "device_count", "get_core", "reset"]
+__all__ = ["NeuronCore", "add_sync_listener", "device_count", "get_core", "remove_sync_listener", "reset"]
 
 
 class NeuronCore:
@@ -105,6 +106,12 @@ class NeuronCore:
         """Host waits until ``t``; returns the host time."""
         return self.timeline.wait_event(t)
 
+    def notify_sync(self, kind: str) -> None:
+        """Tell the listeners that the host is about to observe the device (``kind``:
+        "synchronize", "event", "read"), so a mode above can end a deferred region here."""
+        for listener in tuple(_sync_listeners):
+            listener(self.index, kind)
+
     @property
     def now(self) -> int:
         """Host time in ns."""
@@ -139,6 +146,19 @@ def _computes(work: KernelWork) -> bool:
 
 
 _cores: dict[int, NeuronCore] = {}
+# Called with (device index, kind) at every sync point; module-level so they outlive reset().
+_sync_listeners: list[Callable[[int, str], None]] = []
+
+
+def add_sync_listener(listener: Callable[[int, str], None]) -> None:
+    """Register ``listener(index, kind)`` to run at every sync point of every core."""
+    if listener not in _sync_listeners:
+        _sync_listeners.append(listener)
+
+
+def remove_sync_listener(listener: Callable[[int, str], None]) -> None:
+    if listener in _sync_listeners:
+        _sync_listeners.remove(listener)
 
 
 def device_count() -> int:

@@ -10,6 +10,14 @@ TORCHNEURON_HARDWARE           trn2              hardware profile simulated (see
 TORCHNEURON_COMPILE_LATENCY    1                 "0" zeroes all modeled compile latency
                                                  (eager NEFF compiles and program compiles)
 TORCHNEURON_TIMELINE_TRACE     0                 keep the last N device entries per timeline
+TORCHNEURON_ADAPTIVE_EAGER     0                 "1" enables adaptive eager at import
+TORCHNEURON_AE_*               (see TABLE)       adaptive eager's policies (hotness, region
+                                                 length, variants, exits, memory, gain)
+TORCHNEURON_CACHE              1                 "0" turns the compile cache off (both tiers)
+TORCHNEURON_CACHE_DIR          (user cache dir)  on-disk cache; default $XDG_CACHE_HOME/torchneuron
+                                                 or ~/.cache/torchneuron (never /tmp)
+TORCHNEURON_CACHE_MAX_SIZE     10GB              on-disk size bound (LRU eviction), e.g. 500MB
+TORCHNEURON_CACHE_MEMORY_SIZE  256MB             in-process LRU tier bound
 =============================  ================  ==============================================
 
 ``set_hardware`` swaps the profile of every existing core (see ``core.py``): memory capacity
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +42,9 @@ __all__ = [
     "current_profile",
     "describe",
     "get_value",
+    "parse_size",
     "override",
+    "reset",
     "set_value",
     "set_hardware",
 ]
@@ -41,6 +52,23 @@ __all__ = [
 
 def _parse_bool(text: str) -> bool:
     return text.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9,
+               "GB": 10**9, "T": 10**12, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+               "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """``"2GB"`` -> 2_000_000_000, ``"512MiB"``, ``"1.5G"``, or a plain number of bytes."""
+    if isinstance(text, int):
+        return text
+    raw = text.strip().upper().replace(" ", "")
+    num = raw.rstrip("KMGTIB")
+    unit = raw[len(num):]
+    if unit not in _SIZE_UNITS or not num:
+        raise ValueError(f"cannot read size {text!r}; expected e.g. 500MB, 2GB, 1GiB or bytes")
+    return int(float(num) * _SIZE_UNITS[unit])
 
 
 @dataclass(frozen=True)
@@ -70,13 +98,44 @@ TABLE: tuple[Setting, ...] = (
         int,
         "keep the last N device entries (label, start, end) per timeline",
     ),
+    # --- adaptive eager (torchneuron.adaptive_eager): the JIT's policies -------------------
+    Setting("adaptive_eager", "TORCHNEURON_ADAPTIVE_EAGER", False, _parse_bool,
+            "enable adaptive eager at import (as torchneuron.adaptive_eager.enable())"),
+    Setting("ae_hot_threshold", "TORCHNEURON_AE_HOT_THRESHOLD", 2, int,
+            "times a region must be seen before it is compiled"),
+    Setting("ae_max_region_ops", "TORCHNEURON_AE_MAX_REGION_OPS", 4096, int,
+            "longest region (ops); a sync-free stream is cut into periods at most this long"),
+    Setting("ae_max_variants", "TORCHNEURON_AE_MAX_VARIANTS", 4, int,
+            "compiled variants kept per start point (shapes or scalars differ)"),
+    Setting("ae_exits_before_blacklist", "TORCHNEURON_AE_EXITS_BEFORE_BLACKLIST", 3, int,
+            "side exits of a region before it is backed off (then blacklisted)"),
+    Setting("ae_backoff_starts", "TORCHNEURON_AE_BACKOFF_STARTS", 8, int,
+            "region starts skipped after a back-off, doubled each time; blacklisted after 3"),
+    Setting("ae_max_deferred_bytes", "TORCHNEURON_AE_MAX_DEFERRED_BYTES", 1 << 30, int,
+            "bytes of values a replaying region may hold deferred before it ends early"),
+    Setting("ae_min_gain_ns", "TORCHNEURON_AE_MIN_GAIN_NS", 0, int,
+            "a region whose predicted host saving per replay is at most this is not compiled"),
+    # The compile cache (torchneuron/cache): read by torchneuron.cache.default_store().
+    Setting("cache", "TORCHNEURON_CACHE", True, _parse_bool, "compile cache on; '0' turns it off"),
+    Setting("cache_dir", "TORCHNEURON_CACHE_DIR", "", str,
+            "on-disk cache directory ('' = $XDG_CACHE_HOME/torchneuron or ~/.cache/torchneuron)"),
+    Setting("cache_max_size", "TORCHNEURON_CACHE_MAX_SIZE", 10 * 10**9, parse_size,
+            "on-disk cache size bound in bytes (least recently used entries are evicted)"),
+    Setting("cache_memory_size", "TORCHNEURON_CACHE_MEMORY_SIZE", 256 * 10**6, parse_size,
+            "in-process cache tier size bound in bytes"),
 )
 
 _BY_NAME = {s.name: s for s in TABLE}
+# Read by adaptive eager's background compile thread too: loads are under a lock, and
+# every value, once loaded, is replaced whole (never mutated in place).
+_lock = threading.Lock()
 _values: dict[str, Any] = {}
 _profile: HardwareProfile | None = None
 # Called with the new profile after set_hardware; core.py registers one to update its cores.
 _hardware_listeners: list[Callable[[HardwareProfile], None]] = []
+
+
+_MISSING = object()
 
 
 def _load(setting: Setting) -> Any:
@@ -88,9 +147,22 @@ def get_value(name: str) -> Any:
     """Current value of a setting (environment at first use, unless ``set``)."""
     if name not in _BY_NAME:
         raise KeyError(f"unknown setting {name!r}; valid: {', '.join(_BY_NAME)}")
-    if name not in _values:
-        _values[name] = _load(_BY_NAME[name])
-    return _values[name]
+    value = _values.get(name, _MISSING)
+    if value is _MISSING:
+        with _lock:
+            value = _values.setdefault(name, _load(_BY_NAME[name]))
+    return value
+
+
+def reset() -> None:
+    """Forget every value set in this process: the environment is read again on next use.
+
+    For tests and benchmarks. The hardware profile is re-read too (existing cores keep
+    theirs until ``set_hardware``)."""
+    global _profile
+    with _lock:
+        _values.clear()
+        _profile = None
 
 
 def set_value(name: str, value: Any) -> None:

@@ -43,6 +43,7 @@ class Timeline:
         self.device_busy_ns = 0
         self.device_idle_ns = 0
         self.enqueued = 0
+        self.compiler_free_ns = 0  # when the simulated background compiler queue is idle
         self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
         # Observers (torchneuron.profiler) see every interval; they never change time.
         self.observers: list[TimelineObserver] = []
@@ -79,6 +80,19 @@ class Timeline:
         if self.observers:
             self.emit("device", label, start, end, detail)
         return start, end
+
+    def schedule_compile(self, latency_ns: int) -> int:
+        """Queue a background compile of modeled ``latency_ns`` on the simulated compiler
+        thread, starting now (or when the previous compile ends); return when it is done.
+
+        The host does not wait: this is how adaptive eager decides, on the simulated clock,
+        when a region's executable may be swapped in.
+        """
+        latency_ns = int(latency_ns)
+        if latency_ns < 0:
+            raise ValueError(f"compile latency must be >= 0 ns, got {latency_ns}")
+        self.compiler_free_ns = max(self.host_ns, self.compiler_free_ns) + latency_ns
+        return self.compiler_free_ns
 
     def record_event(self) -> int:
         """Timestamp at which all work enqueued so far has completed."""

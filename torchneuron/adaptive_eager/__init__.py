@@ -1,0 +1,133 @@
+"""Adaptive eager: record the eager op stream, find regions that repeat, compile them in
+the background, and swap in their executables, falling back to eager on any divergence.
+
+``enable()`` installs the dispatch mode (``disable()`` removes it; ``enabled()`` is a
+context manager); ``stats()`` and ``explain()`` say what was found, compiled, replayed
+and why anything ran eagerly; ``reset()`` forgets everything (tests, benchmarks).
+``TORCHNEURON_ADAPTIVE_EAGER=1`` enables it at ``import torchneuron``; ``python -m
+torchneuron.run script.py`` enables it and prints the summary at exit.
+
+Imports ``compiler``, ``dispatch``, ``device`` and ``hardware`` (all below it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from torchneuron.adaptive_eager import background
+from torchneuron.adaptive_eager.reasons import Reason
+from torchneuron.adaptive_eager.region import Region, State
+from torchneuron.adaptive_eager.runtime import AdaptiveEagerMode, Runtime
+from torchneuron.hardware import core as _core
+
+__all__ = ["Reason", "Region", "State", "enable", "disable", "enabled", "is_enabled",
+           "stats", "explain", "reset", "regions"]
+
+log = logging.getLogger("torchneuron.adaptive_eager")
+_runtime = Runtime()
+_mode: AdaptiveEagerMode | None = None
+
+
+def _on_sync(index: int, kind: str) -> None:
+    _runtime.on_sync(index, kind)
+
+
+def enable() -> None:
+    """Start adaptive eager for every neuron op from now on (idempotent)."""
+    global _mode
+    if _mode is not None:
+        return
+    _mode = AdaptiveEagerMode(_runtime)
+    _mode.__enter__()
+    _core.add_sync_listener(_on_sync)
+    log.info("adaptive eager enabled")
+
+
+def disable() -> None:
+    """Stop adaptive eager: any replay in progress ends here; regions are kept."""
+    global _mode
+    if _mode is None:
+        return
+    _runtime.flush()
+    _core.remove_sync_listener(_on_sync)
+    mode, _mode = _mode, None
+    mode.__exit__(None, None, None)
+    log.info("adaptive eager disabled")
+
+
+def is_enabled() -> bool:
+    return _mode is not None
+
+
+@contextlib.contextmanager
+def enabled() -> Iterator[None]:
+    """``with torchneuron.adaptive_eager.enabled(): ...`` runs the body adaptively."""
+    was = is_enabled()
+    enable()
+    try:
+        yield
+    finally:
+        if not was:
+            disable()
+
+
+def reset() -> None:
+    """Forget all regions, executables and counters (for tests and benchmarks)."""
+    global _runtime
+    was = is_enabled()
+    disable()
+    background.shutdown()
+    _runtime = Runtime()
+    if was:
+        enable()
+
+
+def regions() -> list[Region]:
+    """The regions found so far, in the order they were detected."""
+    return list(_runtime.regions.values())
+
+
+def stats() -> dict[str, Any]:
+    """Counters: ops recorded and deferred, regions, compilations, replays, side exits,
+    fallback reasons (reason -> count), regions by state, the wall-clock stall."""
+    c = _runtime.counts
+    by_state: dict[str, int] = {}
+    for r in _runtime.regions.values():
+        by_state[r.state.value] = by_state.get(r.state.value, 0) + 1
+    return {
+        "enabled": is_enabled(),
+        "ops_recorded": c["ops_recorded"],
+        "ops_deferred": c["ops_deferred"],
+        "regions_detected": c["regions_detected"],
+        "compilations": c["compilations"],
+        "compile_failures": c["compile_failures"],
+        "cache_hits": c["cache_hits"],
+        "replays": c["replays"],
+        "side_exits": c["side_exits"],
+        "fallback_reasons": dict(sorted(_runtime.reasons.items())),
+        "regions_by_state": dict(sorted(by_state.items())),
+        "compile_wall_stall_s": round(_runtime.wall_stall_s, 6),
+    }
+
+
+def explain() -> str:
+    """Readable text: each region (length, times seen, state, executable, replays, exits
+    with reasons, why it is not swapped in)."""
+    s = stats()
+    head = (f"adaptive eager: {s['ops_recorded']} ops recorded, {s['regions_detected']} regions, "
+            f"{s['compilations']} compilations, {s['replays']} replays, "
+            f"{s['side_exits']} side exits")
+    lines = [head]
+    for reason, n in s["fallback_reasons"].items():
+        lines.append(f"  fallback {reason} x{n}: {Reason(reason).message}")
+    for r in _runtime.regions.values():
+        if r.times_seen >= 2 or r.state is not State.RECORDING:
+            lines.append(r.explain())
+    hidden = sum(1 for r in _runtime.regions.values()
+                 if r.times_seen < 2 and r.state is State.RECORDING)
+    if hidden:
+        lines.append(f"({hidden} regions seen once are not shown)")
+    return "\n".join(lines)

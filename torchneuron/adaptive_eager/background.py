@@ -1,0 +1,53 @@
+"""Background compilation: the one place adaptive eager calls ``compile_graph``.
+
+The real compile runs on one worker thread (its lowering runs in the compiler's worker
+process), so the program keeps running eagerly. *When* its executable may be used is
+decided on the simulated clock by the caller (the region's modeled latency on the
+timeline's compiler queue); ``wait`` blocks the main thread only if the real compile is
+later than that simulated moment, and returns the wall-clock stall it caused.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from torchneuron.compiler import compile_graph
+
+__all__ = ["submit", "wait", "shutdown"]
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> Any:
+    # The lead wires the executable store here: graph_key=key, store=...
+    return compile_graph(gm, examples, name=f"region_{key}", source="adaptive_eager")
+
+
+def submit(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> Future:
+    """Start compiling region ``key`` off the main thread."""
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchneuron-ae-compile")
+    return _executor.submit(_compile, gm, examples, key)
+
+
+def wait(future: Future) -> tuple[Any, BaseException | None, float]:
+    """(executable or None, the compile error or None, wall seconds the caller waited)."""
+    t0 = time.perf_counter()
+    try:
+        exe = future.result()
+        err = None
+    except Exception as e:  # a CompileError, or anything else: refuse the region
+        exe, err = None, e
+    return exe, err, time.perf_counter() - t0
+
+
+def shutdown() -> None:
+    global _executor
+    if _executor is not None:
+        _executor.shutdown(wait=True, cancel_futures=True)
+        _executor = None

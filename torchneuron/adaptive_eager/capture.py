@@ -1,0 +1,121 @@
+"""Capture: a region's signature -> an FX graph of aten ops, and the plan to replay it.
+
+Placeholders are the region's input slots (values from outside it); each entry becomes a
+``call_function`` node of its overload with its recorded scalar arguments (neuron devices
+become the CPU, where buffers live); the outputs are the region's *roots* (values it
+creates, not views) that may be used after it. In-place writes into inputs stay in the
+graph: the compiler's functionalization turns them into write-backs. Views of outputs and
+of inputs are not outputs: they are rebuilt at materialization from their root's buffer
+with the recorded sizes, strides and offset, so they stay views of their base.
+
+What cannot be captured exactly is refused (``CaptureRefused``), never approximated.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from torchneuron.adaptive_eager.signature import undescribe
+
+__all__ = ["CaptureRefused", "Plan", "plan_region", "build_graph", "example_inputs"]
+
+aten = torch.ops.aten
+
+# Ops whose meaning depends on absolute storage offsets of their input, or which change a
+# tensor's metadata: a compiled graph takes contiguous inputs, so these are refused.
+_REFUSED = {
+    aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default,
+    aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor, aten.set_.default,
+    aten.resize_.default, aten.resize_as_.default,
+}
+
+
+class CaptureRefused(Exception):
+    """The region cannot be captured as a graph with exactly eager's meaning."""
+
+
+@dataclass
+class Plan:
+    """How to run a captured region and hand out its values."""
+
+    n_inputs: int
+    input_metas: list[tuple]
+    roots: dict[tuple[int, int], tuple]  # value -> ("v", i, k) or ("x", slot)
+    metas: dict[tuple[int, int], tuple]  # value -> (shape, stride, offset, dtype)
+    outputs: list[tuple[int, int]]  # root values returned by the graph, in order
+    out_index: dict[tuple[int, int], int] = field(default_factory=dict)
+    root_nbytes: dict[tuple[int, int], int] = field(default_factory=dict)
+    n_ops: int = 0
+
+    def __post_init__(self) -> None:
+        self.out_index = {v: n for n, v in enumerate(self.outputs)}
+
+
+def plan_region(sigs: tuple, n_inputs: int, input_metas: list[tuple],
+                live: set[tuple[int, int]]) -> Plan:
+    """Resolve each value's root and pick the graph outputs: roots of the live values."""
+    roots: dict[tuple[int, int], tuple] = {}
+    metas: dict[tuple[int, int], tuple] = {}
+    nbytes: dict[tuple[int, int], int] = {}
+    for i, (func, _static, refs, outs) in enumerate(sigs):
+        if func in _REFUSED:
+            raise CaptureRefused(f"{func} depends on storage layout or changes metadata")
+        for k, out in enumerate(outs):
+            if out is None or out[0] == "same":
+                continue
+            metas[(i, k)] = out[1]
+            if out[0] == "new":
+                if out[1][3].is_complex:
+                    raise CaptureRefused(f"{func} produces complex values")
+                roots[(i, k)] = ("v", i, k)
+                nbytes[(i, k)] = out[2]
+            else:
+                ref = refs[out[2]]
+                roots[(i, k)] = ref if ref[0] == "x" else roots[(ref[1], ref[2])]
+    outputs = sorted({roots[v] for v in live if v in roots and roots[v][0] == "v"})
+    return Plan(n_inputs, input_metas, roots, metas,
+                [(r[1], r[2]) for r in outputs], root_nbytes=nbytes, n_ops=len(sigs))
+
+
+def build_graph(sigs: tuple, plan: Plan) -> fx.GraphModule:
+    """The region as an FX graph of aten ops over CPU buffers."""
+    g = fx.Graph()
+    inputs = [g.placeholder(f"in{s}") for s in range(plan.n_inputs)]
+    nodes: dict[tuple[int, int], fx.Node] = {}
+    cpu = torch.device("cpu")
+    for i, (func, static, refs, outs) in enumerate(sigs):
+        tensors = [inputs[r[1]] if r[0] == "x" else nodes[(r[1], r[2])] for r in refs]
+        args, kwargs = undescribe(static[0], tensors, device=cpu)
+        node = g.call_function(func, tuple(args), dict(kwargs))
+        struct = static[3]
+        for k, out in enumerate(outs):
+            if out is None or out[0] == "same":
+                continue
+            nodes[(i, k)] = node if struct == "single" else g.call_function(
+                operator.getitem, (node, k))
+    g.output(tuple(nodes[v] for v in plan.outputs))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def example_inputs(plan: Plan) -> list[torch.Tensor]:
+    """Empty CPU tensors with the input slots' sizes, strides and dtypes."""
+    return [torch.empty_strided(m[0], m[1], dtype=m[3]) for m in plan.input_metas]
+
+
+def layout_root(buffer: torch.Tensor, meta: tuple, nbytes: int) -> torch.Tensor:
+    """Give a root value the exact layout eager gave it (strides, offset, storage size),
+    so that views rebuilt from it with recorded offsets address the same elements."""
+    shape, stride, offset, dtype = meta
+    if (offset == 0 and tuple(buffer.stride()) == tuple(stride)
+            and buffer.untyped_storage().nbytes() == nbytes and buffer.dtype == dtype):
+        return buffer
+    storage = torch.empty(max(1, nbytes // max(1, dtype.itemsize)), dtype=dtype)
+    out = storage.as_strided(shape, stride, offset)
+    out.copy_(buffer)
+    return out
+
+

@@ -1,0 +1,61 @@
+"""Every reason adaptive eager falls back to eager, each an ordinary, named event.
+
+Like LuaJIT's ``lj_traceerr.h``: one enum, one message per reason. Side exits, refused
+regions and skipped replays are all counted by reason (``stats()["fallback_reasons"]``)
+and explained per region (``explain()``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Reason"]
+
+
+class Reason(enum.Enum):
+    """Why a region ran eagerly. ``value`` is the stable name, ``message`` says why."""
+
+    GUARD_MISMATCH = "guard-mismatch"
+    EARLY_READ = "early-read"
+    SYNC_INSIDE = "sync-inside-region"
+    BOUNDARY_INSIDE = "boundary-inside-region"
+    LIVE_VALUE_NOT_OUTPUT = "live-value-not-output"
+    DEFERRED_MEMORY = "deferred-memory"
+    ALIASED_INPUTS = "aliased-inputs"
+    INDEX_OUT_OF_RANGE = "index-out-of-range"
+    COMPILE_FAILED = "compile-failed"
+    CAPTURE_FAILED = "capture-failed"
+    NO_GAIN = "no-gain"
+    TOO_MANY_VARIANTS = "too-many-variants"
+    BACKED_OFF = "backed-off"
+    BLACKLISTED = "blacklisted"
+    COMPILE_PENDING = "compile-pending"
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+
+_MESSAGES = {
+    Reason.GUARD_MISMATCH: "the next op differed from the region's recorded op (overload, "
+    "tensor metadata, dataflow, scalar arguments, grad mode or autocast state)",
+    Reason.EARLY_READ: "a value of the region was read before the region ended",
+    Reason.SYNC_INSIDE: "the host synchronized (synchronize, an event) before the region ended",
+    Reason.BOUNDARY_INSIDE: "an op that cannot be deferred (a read of values, host data, an "
+    "explicit generator, a metadata-changing write) came before the region ended",
+    Reason.LIVE_VALUE_NOT_OUTPUT: "a value still held at the region's end is not an output "
+    "of the compiled region (it was not held when the region was captured)",
+    Reason.DEFERRED_MEMORY: "deferred values exceeded TORCHNEURON_AE_MAX_DEFERRED_BYTES",
+    Reason.ALIASED_INPUTS: "two inputs of the region share storage; compiled regions take "
+    "distinct inputs",
+    Reason.INDEX_OUT_OF_RANGE: "an index input is out of range: eager raises the error",
+    Reason.COMPILE_FAILED: "the compiler refused the region (see torchneuron.compiler.explain())",
+    Reason.CAPTURE_FAILED: "the region could not be captured as a graph",
+    Reason.NO_GAIN: "the predicted host saving per replay is below "
+    "TORCHNEURON_AE_MIN_GAIN_NS; not compiled",
+    Reason.TOO_MANY_VARIANTS: "the start point already has TORCHNEURON_AE_MAX_VARIANTS "
+    "compiled variants",
+    Reason.BACKED_OFF: "the region exited too often; replay skipped for a while (back-off)",
+    Reason.BLACKLISTED: "the region exited too often after back-offs; never replayed again",
+    Reason.COMPILE_PENDING: "its modeled compile had not finished on the simulated clock",
+}

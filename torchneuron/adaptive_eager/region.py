@@ -1,0 +1,124 @@
+"""A region and its state machine: recording -> hot -> compiling -> ready -> replaying.
+
+One file holds every state and every allowed transition (LuaJIT drives its trace
+compiler the same way from ``lj_trace.c``). Refusals end in ``ABORTED`` with a reason;
+repeated side exits back a region off for a growing number of starts, then blacklist it.
+Every transition happens on the main thread, at a point fixed by the op stream, so the
+simulated clock never depends on thread timing.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import Counter
+from typing import Any
+
+from torchneuron.adaptive_eager.reasons import Reason
+from torchneuron.adaptive_eager.signature import format_region
+
+__all__ = ["State", "Region", "IllegalTransition"]
+
+log = logging.getLogger("torchneuron.adaptive_eager")
+
+
+class State(enum.Enum):
+    RECORDING = "recording"  # seen, not yet hot
+    HOT = "hot"  # seen often enough; being captured
+    COMPILING = "compiling"  # compiling in the background; runs eagerly meanwhile
+    READY = "ready"  # executable published; replays at its next start
+    REPLAYING = "replaying"  # a replay is in progress
+    ABORTED = "aborted"  # refused (capture, compile, no gain); runs eagerly
+    BLACKLISTED = "blacklisted"  # exited too often; runs eagerly
+
+
+_ALLOWED: dict[State, set[State]] = {
+    State.RECORDING: {State.HOT},
+    State.HOT: {State.COMPILING, State.ABORTED},
+    State.COMPILING: {State.READY, State.ABORTED},
+    State.READY: {State.REPLAYING, State.BLACKLISTED},
+    State.REPLAYING: {State.READY, State.BLACKLISTED},
+    State.ABORTED: set(),
+    State.BLACKLISTED: set(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A transition the state machine does not allow: a bug in adaptive eager."""
+
+
+class Region:
+    """A repeating window of the op stream, keyed by its signature."""
+
+    def __init__(self, key: str, sigs: tuple, periodic: bool = False) -> None:
+        self.key = key
+        self.sigs = sigs
+        self.periodic = periodic
+        self.times_seen = 0
+        self.state = State.RECORDING
+        self.reason: Reason | None = None  # why it is not (or no longer) swapped in
+        self.detail = ""
+        self.plan: Any = None
+        self.executable: Any = None
+        self.future: Any = None
+        self.hot_at_ns: int | None = None
+        self.ready_at_ns: int | None = None  # simulated moment its compile finishes
+        self.compile_latency_ns = 0
+        self.wall_stall_s = 0.0
+        self.replays = 0
+        self.first_replay_ns: int | None = None
+        self.exits: Counter[Reason] = Counter()
+        self.exit_positions: Counter[int] = Counter()
+        self.exits_since_backoff = 0
+        self.backoffs = 0
+        self.skip_starts = 0
+
+    def __len__(self) -> int:
+        return len(self.sigs)
+
+    def to(self, state: State, reason: Reason | None = None, detail: str = "") -> None:
+        if state not in _ALLOWED[self.state]:
+            raise IllegalTransition(f"region {self.key}: {self.state.value} -> {state.value}")
+        log.debug("region %s (%d ops): %s -> %s%s", self.key, len(self), self.state.value,
+                  state.value, f" ({reason.value}: {detail or reason.message})" if reason else "")
+        self.state = state
+        if reason is not None:
+            self.reason, self.detail = reason, detail
+
+    def record_exit(self, reason: Reason, position: int, *, exits_before_backoff: int,
+                    backoff_starts: int, max_backoffs: int = 3) -> None:
+        """Count a side exit; back off after repeated exits, blacklist after repeated
+        back-offs. Leaves the region READY (or BLACKLISTED)."""
+        self.exits[reason] += 1
+        self.exit_positions[position] += 1
+        self.exits_since_backoff += 1
+        if self.state is State.REPLAYING:
+            self.to(State.READY)
+        if self.exits_since_backoff < exits_before_backoff:
+            return
+        self.exits_since_backoff = 0
+        self.backoffs += 1
+        if self.backoffs > max_backoffs:
+            self.to(State.BLACKLISTED, Reason.BLACKLISTED)
+            return
+        self.skip_starts = backoff_starts * (2 ** (self.backoffs - 1))
+        self.reason, self.detail = Reason.BACKED_OFF, f"skipping {self.skip_starts} starts"
+
+    def explain(self) -> str:
+        exe = self.executable
+        exits = ", ".join(f"{r.value} x{n}" for r, n in sorted(self.exits.items(), key=lambda x: x[0].value))
+        lines = [
+            f"region {self.key}: {len(self)} ops, seen {self.times_seen}x, state {self.state.value}"
+            + (" (periodic)" if self.periodic else ""),
+            f"  executable: {exe.name + f' ({exe.num_kernels} kernels, {exe.device_ns} ns)' if exe else 'none'}"
+            f"; replays {self.replays}; modeled compile {self.compile_latency_ns} ns"
+            + (f", ready at {self.ready_at_ns} ns" if self.ready_at_ns is not None else ""),
+            f"  side exits: {exits or 'none'}",
+        ]
+        if self.reason is not None and self.state is not State.READY or self.reason is Reason.BACKED_OFF:
+            lines.append(f"  why not swapped in: {self.reason.value}: {self.detail or self.reason.message}")
+        return "\n".join(lines)
+
+    def format(self) -> str:
+        """The recorded region, one op per line."""
+        return format_region(self.sigs)

@@ -1,0 +1,254 @@
+"""Deferral: a ready region replays by matching ops, returning pending tensors, and
+running its executable once at the end; or side-exits to eager with eager's results.
+
+While replaying, each op is checked against the region's next recorded op (its guard:
+overload, tensor metadata, dataflow, scalar arguments, grad mode, autocast state) and,
+if it matches, returns pending neuron tensors with the recorded metadata, without
+running anything. In-place writes into tensors that already have buffers (parameters,
+gradients, optimizer state, running statistics) are marked as deferred writes.
+
+The region *ends* when all its ops matched and the next thing happens (another op, a
+sync, a read): the executable runs once on the inputs' buffers, writes back into them,
+and the pending tensors still held receive buffers (views as views of their base).
+Anything else (a mismatch, a read before the end, a live value the executable does not
+return) is a *side exit*: the deferred ops run eagerly, in order, with their recorded
+arguments, exactly as eager would have run them, and pending tensors get those results.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from torchneuron.adaptive_eager.capture import layout_root
+from torchneuron.adaptive_eager.reasons import Reason
+from torchneuron.adaptive_eager.recorder import static_of, vid_of
+from torchneuron.adaptive_eager.signature import Unsupported, rebuild
+from torchneuron.compiler.launch import launch
+from torchneuron.device import buffers
+from torchneuron.device.tensor import NeuronTensor
+from torchneuron.dispatch import run_op
+from torchneuron.dispatch.opfacts import op_facts
+from torchneuron.hardware import get_core
+
+__all__ = ["Replay", "MISMATCH"]
+
+MISMATCH = object()
+
+
+class _Value:
+    """The producer of one pending value of a replay (``tensor.Pending``)."""
+
+    __slots__ = ("replay", "ik")
+
+    def __init__(self, replay: Replay, ik: tuple[int, int]) -> None:
+        self.replay = replay
+        self.ik = ik
+
+    def materialize(self) -> torch.Tensor:
+        return self.replay.materialize(self.ik)
+
+
+class _Write:
+    """A deferred in-place write into a tensor that has a buffer (``buffers.defer_write``)."""
+
+    __slots__ = ("replay",)
+
+    def __init__(self, replay: Replay) -> None:
+        self.replay = replay
+
+    def materialize(self) -> None:
+        self.replay.materialize(None)
+
+
+class Replay:
+    """One replay of a ready region."""
+
+    def __init__(self, runtime: Any, region: Any, index: int) -> None:
+        self.runtime = runtime
+        self.region = region
+        self.plan = region.plan
+        self.index = index
+        self.core = get_core(index)
+        self.pos = 0
+        self.slots: dict[int, int] = {}
+        self.ext: list[torch.Tensor] = []
+        self.pending: dict[tuple[int, int], weakref.ref] = {}
+        self.deferred: list[tuple[Any, Any, list]] = []
+        self.marked: list[torch.Tensor] = []
+        self.bytes = 0
+        self.done = False
+        self.bound: dict[tuple[int, int], torch.Tensor] = {}
+        self.metas: dict[tuple[int, int], torch.Tensor] = region.meta_tensors
+
+    @property
+    def complete(self) -> bool:
+        return self.pos == len(self.region.sigs)
+
+    # --- deferral -------------------------------------------------------------------------
+    def try_defer(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Pending results of ``func`` if it matches the next recorded op, else MISMATCH."""
+        func_r, static_r, refs_r, outs = self.region.sigs[self.pos]
+        if func is not func_r:
+            return MISMATCH
+        try:
+            static, template, tensors = static_of(func, args, kwargs)
+        except Unsupported:
+            return MISMATCH
+        if static != static_r[:3]:
+            return MISMATCH
+        refs = []
+        arg_refs: list[Any] = []
+        for t in tensors:
+            p = t._pending
+            if type(p) is _Value and p.replay is self:
+                refs.append(("v",) + p.ik)
+                arg_refs.append(refs[-1])
+                continue
+            if t._buffer is None:
+                return MISMATCH
+            vid = vid_of(t)
+            slot = self.slots.get(vid)
+            if slot is None:  # a mismatch below ends the replay, so no roll-back needed
+                slot = self.slots[vid] = len(self.slots)
+                self.ext.append(t)
+            refs.append(("x", slot))
+            arg_refs.append(t)
+        if tuple(refs) != refs_r:
+            return MISMATCH
+        i = self.pos
+        self.pos += 1
+        self.core.host(self.core.profile.guard_check_ns, "guard")
+        self.deferred.append((func, template, arg_refs))
+        for pos, name in op_facts(func).written:
+            v = args[pos] if pos < len(args) else kwargs.get(name)
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if isinstance(t, NeuronTensor) and t._pending is None:
+                    buffers.defer_write(t, _Write(self))
+                    self.marked.append(t)
+        results = []
+        for k, out in enumerate(outs):
+            if out is None:
+                results.append(None)
+            elif out[0] == "same":
+                results.append(tensors[out[1]])
+            else:
+                ik = (i, k)
+                w = NeuronTensor(None, self.index, meta=self.metas[ik], pending=_Value(self, ik))
+                self.pending[ik] = weakref.ref(w)
+                if out[0] == "new":
+                    self.bytes += out[2]
+                results.append(w)
+        struct = static_r[3]
+        if struct == "single":
+            return results[0]
+        if struct == "tuple":
+            return tuple(results)
+        if struct == "list":
+            return results
+        return None
+
+    # --- the end --------------------------------------------------------------------------
+    def materialize(self, ik: tuple[int, int] | None) -> torch.Tensor | None:
+        """A read of a pending value (or of a tensor with a deferred write): the region
+        ends here if complete, otherwise it side-exits."""
+        if not self.done:
+            if self.complete:
+                self.finish()
+            else:
+                self.side_exit(Reason.EARLY_READ)
+        if ik is None:
+            return None
+        value = self.bound.get(ik)
+        if value is None:
+            raise RuntimeError(
+                "adaptive eager: this tensor's value was never computed, because an earlier "
+                "deferred op raised an error (see that error); recompute it eagerly")
+        return value
+
+    def _release_marks(self) -> None:
+        for t in self.marked:
+            if type(t._pending) is _Write:
+                t._pending = None
+        self.marked.clear()
+
+    def _live(self) -> list[tuple[tuple[int, int], NeuronTensor]]:
+        out = []
+        for ik, ref in self.pending.items():
+            w = ref()
+            if w is not None and w._buffer is None:
+                out.append((ik, w))
+        return out
+
+    def finish(self) -> None:
+        """End of the region: run the executable once, give live values their buffers."""
+        self.done = True
+        self.runtime.replay_ended(self)
+        self._release_marks()
+        plan = self.plan
+        live = self._live()
+        for ik, _ in live:
+            root = plan.roots[ik]
+            if root[0] == "v" and (root[1], root[2]) not in plan.out_index:
+                self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
+                return
+        inputs = [t._buffer for t in self.ext]
+        ptrs = [b.untyped_storage().data_ptr() for b in inputs]  # type: ignore[union-attr]
+        if len(set(ptrs)) != len(ptrs):
+            self._eager(Reason.ALIASED_INPUTS)
+            return
+        with _disable_current_modes():
+            outs = launch(self.region.executable, inputs, self.core, self.index, 0)  # type: ignore[arg-type]
+        roots: dict[tuple[int, int], torch.Tensor] = {}
+        for n, v in enumerate(plan.outputs):
+            roots[v] = layout_root(outs[n], plan.metas[v], plan.root_nbytes[v])
+        for ik, w in live:
+            root = plan.roots[ik]
+            base = inputs[root[1]] if root[0] == "x" else roots[(root[1], root[2])]
+            if root[0] == "v" and (root[1], root[2]) == ik:
+                buf = base
+            else:
+                shape, stride, offset, _ = plan.metas[ik]
+                buf = base.as_strided(shape, stride, offset)  # type: ignore[union-attr]
+            self.bound[ik] = buf
+            w._pending = None
+            buffers.attach(w, buf, self.index)
+        self.runtime.replay_finished(self)
+
+    def side_exit(self, reason: Reason) -> None:
+        """Leave the region: run the deferred prefix eagerly, in order."""
+        self.done = True
+        self.runtime.replay_ended(self)
+        self._release_marks()
+        self._eager(reason)
+
+    def _eager(self, reason: Reason) -> None:
+        self.runtime.replay_exited(self, reason)
+        results: dict[tuple[int, int], torch.Tensor] = {}
+        sigs = self.region.sigs
+        with _disable_current_modes():
+            for i, (func, template, arg_refs) in enumerate(self.deferred):
+                tensors = [results[(r[1], r[2])] if type(r) is tuple else r for r in arg_refs]
+                args, kwargs = rebuild(template, tensors)
+                try:
+                    out = run_op(func, args, kwargs)
+                except Exception as e:
+                    e.add_note(f"(raised by {func}, deferred by adaptive eager as op {i} of "
+                               f"region {self.region.key}, run eagerly at its side exit)")
+                    raise
+                struct = sigs[i][1][3]
+                leaves = [out] if struct == "single" else list(out or ())
+                for k, o in enumerate(leaves):
+                    spec = sigs[i][3][k]
+                    if spec is None or spec[0] == "same":
+                        continue
+                    results[(i, k)] = o
+                    ref = self.pending.get((i, k))
+                    w = ref() if ref is not None else None
+                    if w is not None and w._buffer is None:
+                        self.bound[(i, k)] = o._buffer
+                        w._pending = None
+                        buffers.attach(w, o._buffer, self.index)

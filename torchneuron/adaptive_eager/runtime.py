@@ -1,0 +1,414 @@
+"""The runtime: the dispatch mode, the segment, region detection, swap-in and replays.
+
+Every aten op on neuron tensors passes through ``AdaptiveEagerMode`` (after autograd, so
+backward and optimizer ops too, and factory ops with ``device="neuron"``). Not replaying,
+an op runs eagerly and is recorded into the *segment*; a sync, a read, host data or an op
+that cannot be deferred ends the segment, which is then counted as an instance of the
+region with its signature. A segment that differs from the previous one from the same
+start only after a common prefix counts that prefix as a region too (AdamW's changing
+bias corrections, for one, leave forward and backward as a repeating prefix); a
+sync-free stream is searched for its period. A region seen ``ae_hot_threshold`` times is
+captured and compiled in the background; at a start point (the segment is empty), the
+longest ready region whose first op matches and whose modeled compile has finished on the
+simulated clock replays.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchneuron.adaptive_eager import background
+from torchneuron.adaptive_eager.capture import (
+    CaptureRefused,
+    build_graph,
+    example_inputs,
+    plan_region,
+)
+from torchneuron.adaptive_eager.reasons import Reason
+from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
+from torchneuron.adaptive_eager.region import Region, State
+from torchneuron.adaptive_eager.replay import MISMATCH, Replay
+from torchneuron.adaptive_eager.signature import Unsupported, meta_of, region_key
+from torchneuron.compiler.launch import compile_latency_ns
+from torchneuron.device.tensor import NeuronTensor
+from torchneuron.dispatch.opfacts import op_facts
+from torchneuron.hardware import get_core, settings
+
+__all__ = ["AdaptiveEagerMode", "Runtime"]
+
+log = logging.getLogger("torchneuron.adaptive_eager")
+aten = torch.ops.aten
+_PERIOD_CHECKS = tuple(2 ** n for n in range(4, 20))
+
+
+def _setting(name: str) -> int:
+    return int(settings.get_value(name))
+
+
+def _device_index(args: tuple, kwargs: dict) -> int | None:
+    for a in args:
+        if isinstance(a, NeuronTensor):
+            return a._device_index
+        if isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, NeuronTensor):
+                    return b._device_index
+    for v in kwargs.values():
+        if isinstance(v, NeuronTensor):
+            return v._device_index
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type == "neuron":
+        return torch.device(dev).index or 0
+    return None
+
+
+def _is_read(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Ops that hand device values to the host (or take host data): region boundaries."""
+    facts = op_facts(func)
+    if facts.returns_host_values or not facts.returns_tensors_only:
+        return True
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type != "neuron":
+        return True
+    return func is aten.copy_.default and not isinstance(args[0], NeuronTensor)
+
+
+class Runtime:
+    """All state of adaptive eager in this process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.segment = Segment()
+        self.regions: dict[str, Region] = {}
+        self.by_start: dict[tuple, list[Region]] = {}
+        self.last_by_start: dict[tuple, tuple] = {}
+        self.periodic_lengths: set[int] = set()
+        self.replay: Replay | None = None
+        self.counts: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self.index = 0
+        self.wall_stall_s = 0.0
+
+    # --- the op path ------------------------------------------------------------------------
+    def on_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        index = _device_index(args, kwargs)
+        if index is None:
+            return func(*args, **kwargs)
+        with self.lock:
+            self.index = index
+            rp = self.replay
+            if rp is not None:
+                if rp.complete:
+                    rp.finish()
+                else:
+                    out = rp.try_defer(func, args, kwargs)
+                    if out is not MISMATCH:
+                        return out
+                    rp.side_exit(Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
+                                 else Reason.GUARD_MISMATCH)
+            if _is_read(func, args, kwargs):
+                self.end_segment()
+                return func(*args, **kwargs)
+            try:
+                static, _template, tensors = static_of(func, args, kwargs)
+            except Unsupported:
+                self.end_segment()
+                return func(*args, **kwargs)
+            if not self.segment.entries:
+                out = self.try_start(func, args, kwargs, static, tensors)
+                if out is not MISMATCH:
+                    return out
+            return self.record(func, args, kwargs, static, tensors)
+
+    def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
+               tensors: list[torch.Tensor]) -> Any:
+        written = [(t, meta_of(t)) for t in _written(func, args, kwargs)]
+        out = func(*args, **kwargs)
+        try:
+            struct, outs, leaves = outputs_of(out, tensors)
+        except Unsupported:
+            self.end_segment()
+            return out
+        if any(meta_of(t) != m for t, m in written):  # a metadata-changing write
+            self.end_segment()
+            return out
+        core = get_core(self.index)
+        core.host(core.profile.record_ns, "record")
+        self.counts["ops_recorded"] += 1
+        seg = self.segment
+        seg.append(func, static + (struct,), tensors, outs, leaves)
+        n = len(seg)
+        if n in self.periodic_lengths:
+            self.close_periodic(n)
+        elif n in _PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
+            self.find_period()
+        return out
+
+    # --- segments and regions ---------------------------------------------------------------
+    def end_segment(self) -> None:
+        seg = self.segment
+        if seg.entries:
+            self.close_window(0, len(seg))
+        seg.clear()
+
+    def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1) -> Region | None:
+        sigs, slot_vids = self.segment.relative(s, e)
+        region = self.note(sigs, s, e, periodic, seen)
+        start = _start_key(sigs[0])
+        prev = self.last_by_start.get(start)
+        self.last_by_start[start] = sigs
+        if prev is not None and prev != sigs:
+            n = _common_prefix(prev, sigs)
+            if 2 <= n < min(len(prev), len(sigs)):
+                self.note(sigs[:n], s, s + n, False, 1, prefix=True)
+        return region
+
+    def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
+             prefix: bool = False) -> Region | None:
+        key = region_key(sigs)
+        region = self.regions.get(key)
+        if region is None:
+            start = _start_key(sigs[0])
+            variants = self.by_start.setdefault(start, [])
+            if len(variants) >= _setting("ae_max_variants") * 4:
+                self.reasons[Reason.TOO_MANY_VARIANTS.value] += 1
+                return None
+            region = self.regions[key] = Region(key, sigs, periodic)
+            variants.append(region)
+            self.counts["regions_detected"] += 1
+        elif prefix and region.state is State.RECORDING:
+            # Seen again as a prefix only: the full segments from this start keep
+            # changing after it (a changing scalar, say). A prefix first found is counted
+            # once, so that a full segment that does repeat is compiled before it.
+            pass
+        region.times_seen += seen
+        if region.state is State.RECORDING and region.times_seen >= _setting("ae_hot_threshold"):
+            self.make_hot(region, s, e)
+        return region
+
+    def make_hot(self, region: Region, s: int, e: int) -> None:
+        region.to(State.HOT)
+        core = get_core(self.index)
+        region.hot_at_ns = core.now
+        compiled = sum(1 for r in self.by_start[_start_key(region.sigs[0])]
+                       if r.state in (State.COMPILING, State.READY))
+        if compiled >= _setting("ae_max_variants"):
+            region.to(State.ABORTED, Reason.TOO_MANY_VARIANTS)
+            self.reasons[Reason.TOO_MANY_VARIANTS.value] += 1
+            return
+        p = core.profile
+        n = len(region)
+        gain = n * (p.host_dispatch_ns + p.kernel_launch_ns) - (n * p.guard_check_ns + p.executable_launch_ns)
+        if gain <= _setting("ae_min_gain_ns"):
+            region.to(State.ABORTED, Reason.NO_GAIN, f"predicted saving {gain} ns per replay")
+            self.reasons[Reason.NO_GAIN.value] += 1
+            return
+        seg = self.segment
+        _, slot_vids = seg.relative(s, e)
+        metas = _input_metas(seg, s, e, len(slot_vids))
+        try:
+            plan = plan_region(region.sigs, len(metas), metas, seg.live_at(s, e))
+            gm = build_graph(region.sigs, plan)
+        except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
+            region.to(State.ABORTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
+            self.reasons[Reason.CAPTURE_FAILED.value] += 1
+            return
+        region.plan = plan
+        region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
+        region.compile_latency_ns = compile_latency_ns(core, n)
+        region.ready_at_ns = core.timeline.schedule_compile(region.compile_latency_ns)
+        region.future = background.submit(gm, example_inputs(plan), region.key)
+        region.to(State.COMPILING)
+        self.counts["compilations"] += 1
+        log.info("region %s (%d ops) is hot: compiling; modeled latency %d ns, ready at %d ns",
+                 region.key, n, region.compile_latency_ns, region.ready_at_ns)
+
+    def find_period(self) -> None:
+        seg = self.segment
+        keys = seg.keys()
+        n = len(keys)
+        for p in range(2, n // 2 + 1):
+            if keys[n - p:] == keys[n - 2 * p:n - p]:
+                a, _ = seg.relative(n - 2 * p, n - p)
+                b, _ = seg.relative(n - p, n)
+                region = self.close_window(n - p, n, periodic=True, seen=2 if a == b else 1)
+                if region is not None:
+                    self.periodic_lengths.add(p)
+                seg.clear()
+                return
+        if n >= _setting("ae_max_region_ops"):
+            self.end_segment()
+
+    def close_periodic(self, n: int) -> None:
+        sigs, _ = self.segment.relative(0, n)
+        region = self.regions.get(region_key(sigs))
+        if region is not None and region.periodic:
+            self.close_window(0, n, periodic=True)
+            self.segment.clear()
+
+    # --- swap-in ------------------------------------------------------------------------------
+    def try_start(self, func: Any, args: tuple, kwargs: dict, static: tuple,
+                  tensors: list[torch.Tensor]) -> Any:
+        refs, seen = [], {}
+        for t in tensors:
+            refs.append(("x", seen.setdefault(id(t), len(seen))))
+        cands = self.by_start.get((func, static, tuple(refs)))
+        if not cands:
+            return MISMATCH
+        core = get_core(self.index)
+        best = None
+        for r in cands:
+            if r.state is State.COMPILING and r.ready_at_ns is not None and core.now >= r.ready_at_ns:
+                self.publish(r)
+            if r.state is not State.READY:
+                continue
+            if r.skip_starts > 0:
+                r.skip_starts -= 1
+                self.reasons[Reason.BACKED_OFF.value] += 1
+                continue
+            if best is None or len(r) > len(best):
+                best = r
+        if best is None:
+            return MISMATCH
+        best.to(State.REPLAYING)
+        self.replay = Replay(self, best, self.index)
+        out = self.replay.try_defer(func, args, kwargs)
+        if out is MISMATCH:  # cannot happen: the start key matched
+            self.replay.side_exit(Reason.GUARD_MISMATCH)
+        return out
+
+    def publish(self, region: Region) -> None:
+        """The simulated compile is done: take the real result (waiting if it is late)."""
+        exe, err, stall = background.wait(region.future)
+        region.future = None
+        region.wall_stall_s += stall
+        self.wall_stall_s += stall
+        if err is not None:
+            region.to(State.ABORTED, Reason.COMPILE_FAILED, f"{type(err).__name__}: {err}")
+            self.reasons[Reason.COMPILE_FAILED.value] += 1
+            self.counts["compile_failures"] += 1
+            return
+        region.executable = exe
+        region.to(State.READY)
+
+    def replay_ended(self, rp: Replay) -> None:
+        if self.replay is rp:
+            self.replay = None
+
+    def replay_finished(self, rp: Replay) -> None:
+        region = rp.region
+        region.replays += 1
+        self.counts["replays"] += 1
+        self.counts["ops_deferred"] += len(region)
+        if region.first_replay_ns is None:
+            region.first_replay_ns = get_core(rp.index).now
+        if region.state is State.REPLAYING:
+            region.to(State.READY)
+
+    def replay_exited(self, rp: Replay, reason: Reason) -> None:
+        region = rp.region
+        self.counts["side_exits"] += 1
+        self.reasons[reason.value] += 1
+        log.debug("side exit of region %s at op %d/%d: %s", region.key, rp.pos, len(region),
+                  reason.message)
+        region.record_exit(reason, rp.pos,
+                           exits_before_backoff=_setting("ae_exits_before_blacklist"),
+                           backoff_starts=_setting("ae_backoff_starts"))
+
+    def on_sync(self, index: int, kind: str) -> None:
+        with self.lock:
+            rp = self.replay
+            if rp is not None:
+                if rp.complete:
+                    rp.finish()
+                else:
+                    rp.side_exit(Reason.SYNC_INSIDE)
+            self.end_segment()
+
+    def flush(self) -> None:
+        """End any replay in progress (at disable)."""
+        self.on_sync(self.index, "disable")
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    out = []
+    for pos, name in op_facts(func).written:
+        v = args[pos] if pos < len(args) else kwargs.get(name)
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(t, NeuronTensor):
+                out.append(t)
+    return out
+
+
+def _start_key(sig: tuple) -> tuple:
+    func, static, refs, _outs = sig
+    return (func, static[:3], refs)
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _meta_tensor(meta: tuple) -> torch.Tensor:
+    """A meta tensor with exactly ``meta``'s sizes, strides and offset (for pending tensors)."""
+    shape, stride, offset, dtype = meta
+    extent = 0 if any(s == 0 for s in shape) else (
+        offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True)))
+    return torch.empty(extent, dtype=dtype, device="meta").as_strided(shape, stride, offset)
+
+
+def _input_metas(seg: Segment, s: int, e: int, n: int) -> list[tuple]:
+    """The metadata of each input slot of window [s, e), from the entries' descriptions."""
+    base = seg.entries[s].seq
+    metas: list[tuple | None] = [None] * n
+    slots: dict[int, int] = {}
+    for entry in seg.entries[s:e]:
+        tmetas = _tensor_metas(entry.static[0])
+        for vid, m in zip(entry.vids, tmetas, strict=True):
+            p = seg.src.get(vid)
+            if p is not None and p[0] >= base:
+                continue
+            slot = slots.setdefault(vid, len(slots))
+            if metas[slot] is None:
+                metas[slot] = m
+    return metas  # type: ignore[return-value]
+
+
+def _tensor_metas(desc: Any) -> list[tuple]:
+    out: list[tuple] = []
+
+    def go(d: Any) -> None:
+        kind = d[0]
+        if kind == "T":
+            out.append(d[1])
+        elif kind in ("L", "U"):
+            for v in d[1]:
+                go(v)
+        elif kind == "K":
+            for _, v in d[1]:
+                go(v)
+
+    go(desc)
+    return out
+
+
+class AdaptiveEagerMode(TorchDispatchMode):
+    """Sees every aten op; hands those on neuron tensors to the runtime."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
+        self.runtime = runtime
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        return self.runtime.on_op(func, args, kwargs or {})

@@ -1,0 +1,190 @@
+"""Cheap op signatures: what a guard compares, what a region is keyed by, how it prints.
+
+An op is described by its overload, a static description of its arguments (tensor
+metadata, scalar values and their types, grad mode and autocast state) and its dataflow
+(for each tensor argument: which earlier value of the region feeds it, or which input
+slot of the region). Call sites never enter a signature, so identical blocks (the layers
+of a transformer) are the same region. Descriptions are nested tuples, hashable and free
+of object identities, so a region's key is a stable hash across processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+from torchneuron.device.tensor import NeuronTensor
+
+__all__ = ["Unsupported", "Slot", "describe", "undescribe", "meta_of", "rebuild", "region_key",
+           "format_region"]
+
+_SCALARS = (bool, int, float, str, type(None))
+_ENUMS = (torch.dtype, torch.layout, torch.memory_format)
+
+
+class Unsupported(Exception):
+    """The op's arguments cannot be part of a region (host tensors, generators, ...)."""
+
+
+class Slot:
+    """Stands for the j-th tensor argument in an argument template."""
+
+    __slots__ = ("j",)
+
+    def __init__(self, j: int) -> None:
+        self.j = j
+
+
+def meta_of(t: torch.Tensor) -> tuple:
+    """(shape, stride, storage offset, dtype): what a region guards on per tensor."""
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+
+
+def describe(x: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
+    """(static description, template) of an argument structure.
+
+    Tensors are appended to ``tensors`` and described by their metadata; the template
+    is the structure with tensors replaced by ``Slot``s (to re-run the op later).
+    """
+    if isinstance(x, NeuronTensor):
+        tensors.append(x)
+        return ("T", meta_of(x)), Slot(len(tensors) - 1)
+    if isinstance(x, torch.Tensor):
+        raise Unsupported("host tensor argument")
+    if isinstance(x, _SCALARS):
+        # the type matters (add(x, 1) and add(x, 1.0) promote differently); repr keeps
+        # -0.0 apart from 0.0 and makes nan equal to itself
+        return (type(x).__name__, repr(x) if type(x) is float else x), x
+    if isinstance(x, (list, tuple)):
+        pairs = [describe(v, tensors) for v in x]
+        desc = ("L" if isinstance(x, list) else "U", tuple(p[0] for p in pairs))
+        items = [p[1] for p in pairs]
+        return desc, (items if isinstance(x, list) else tuple(items))
+    if isinstance(x, dict):
+        pairs = {k: describe(v, tensors) for k, v in x.items()}
+        return ("K", tuple((k, p[0]) for k, p in pairs.items())), {k: p[1] for k, p in pairs.items()}
+    if isinstance(x, torch.device):
+        return ("D", x.type, x.index), x
+    if isinstance(x, _ENUMS):
+        return ("E", str(x)), x
+    raise Unsupported(f"argument of type {type(x).__name__}")
+
+
+def rebuild(template: Any, tensors: list[Any]) -> Any:
+    """The argument structure of ``template`` with ``Slot(j)`` replaced by ``tensors[j]``."""
+    if isinstance(template, Slot):
+        return tensors[template.j]
+    if isinstance(template, list):
+        return [rebuild(v, tensors) for v in template]
+    if isinstance(template, tuple):
+        return tuple(rebuild(v, tensors) for v in template)
+    if isinstance(template, dict):
+        return {k: rebuild(v, tensors) for k, v in template.items()}
+    return template
+
+
+def undescribe(desc: Any, tensors: list[Any], device: Any = None) -> Any:
+    """Rebuild an argument structure from its static description, taking tensors in order
+    from ``tensors``; neuron devices become ``device`` when given (graphs run on buffers)."""
+    it = iter(tensors)
+
+    def go(d: Any) -> Any:
+        kind = d[0]
+        if kind == "T":
+            return next(it)
+        if kind == "L":
+            return [go(v) for v in d[1]]
+        if kind == "U":
+            return tuple(go(v) for v in d[1])
+        if kind == "K":
+            return {k: go(v) for k, v in d[1]}
+        if kind == "D":
+            if device is not None and d[1] == "neuron":
+                return device
+            return torch.device(d[1], d[2]) if d[2] is not None else torch.device(d[1])
+        if kind == "E":
+            return getattr(torch, d[1].removeprefix("torch."))
+        if kind == "float":
+            return float(d[1])
+        return d[1]
+
+    return go(desc)
+
+
+def region_key(sigs: tuple) -> str:
+    """A stable key for a region: the hash of its signature (nothing process-dependent)."""
+    return hashlib.sha256(repr(sigs).encode()).hexdigest()[:24]
+
+
+_SHORT = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+    torch.int64: "i64", torch.int32: "i32", torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8",
+}
+
+
+def _type_text(meta: tuple) -> str:
+    shape, _stride, _offset, dtype = meta
+    return f"{_SHORT.get(dtype, str(dtype).removeprefix('torch.'))}{list(shape)}"
+
+
+def _arg_text(desc: Any, names: list[str]) -> str:
+    kind = desc[0]
+    if kind == "T":
+        return names.pop(0)
+    if kind in ("L", "U"):
+        inner = ", ".join(_arg_text(d, names) for d in desc[1])
+        return f"[{inner}]"
+    if kind == "K":
+        return ", ".join(f"{k}={_arg_text(d, names)}" for k, d in desc[1])
+    if kind == "D":
+        return f"{desc[1]}" if desc[2] is None else f"{desc[1]}:{desc[2]}"
+    if kind == "E":
+        return desc[1]
+    return str(desc[1])
+
+
+def format_region(sigs: tuple) -> str:
+    """One op per line, ``$4: f32[2, 4] = aten.mm.default($3, $2)``; inputs are ``$in0``...
+
+    ``sigs`` are a region's entries ``(func, static, refs, outs)`` (see ``recorder``).
+    """
+    value_names: dict[tuple[int, int], str] = {}
+    lines = []
+    n = 0
+    for i, (func, static, refs, outs) in enumerate(sigs):
+        names = []
+        for ref in refs:
+            if ref[0] == "x":
+                names.append(f"$in{ref[1]}")
+            else:
+                names.append(value_names.get((ref[1], ref[2]), "$?"))
+        args_desc, kwargs_desc = static[0][1]
+        text = ", ".join(x for x in (
+            ", ".join(_arg_text(d, names) for d in args_desc[1]),
+            _arg_text(kwargs_desc, names) if kwargs_desc[1] else "",
+        ) if x)
+        outs_text = []
+        for k, out in enumerate(outs):
+            if out is None:
+                outs_text.append("None")
+                continue
+            if out[0] == "same":
+                value_names[(i, k)] = _input_name(refs, out[1], value_names)
+                outs_text.append(value_names[(i, k)])
+                continue
+            name = f"${n}"
+            n += 1
+            value_names[(i, k)] = name
+            outs_text.append(f"{name}: {_type_text(out[1])}")
+        lhs = ", ".join(outs_text) if outs_text else "_"
+        lines.append(f"{lhs} = {func}({text})")
+    return "\n".join(lines)
+
+
+def _input_name(refs: tuple, j: int, value_names: dict) -> str:
+    ref = refs[j]
+    if ref[0] == "x":
+        return f"$in{ref[1]}"
+    return value_names.get((ref[1], ref[2]), "$?")

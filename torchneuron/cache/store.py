@@ -1,0 +1,122 @@
+"""The two tiers together: what ``compile_graph`` is handed as its ``ExecutableStore``.
+
+``load`` looks in memory, then on disk (verified; a hit is promoted to memory and
+marks the entry used); ``save`` writes both; ``resolve``/``link`` keep the graph-key
+index the same way. Every outcome is counted (``stats()``), per process and, through
+``counters.py``, across processes. ``default_store()`` is the store built from the
+settings (``None`` when ``TORCHNEURON_CACHE=0``), rebuilt when they change.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from pathlib import Path
+from typing import Any
+
+from torchneuron.cache import config
+from torchneuron.cache.counters import EVENTS, Counters, read_totals
+from torchneuron.cache.disk import DiskStore
+from torchneuron.cache.lru import MemoryLRU
+
+__all__ = ["CacheStore", "default_store", "reset_default_store"]
+
+
+class CacheStore:
+    """In-process LRU over an on-disk store at ``root`` (see the package docstring)."""
+
+    def __init__(self, root: str | Path, *, max_bytes: int | None = None,
+                 memory_bytes: int | None = None) -> None:
+        self.counters = Counters(None)
+        self.memory = MemoryLRU(config.memory_size() if memory_bytes is None else memory_bytes)
+        self.disk = DiskStore(Path(root), config.max_size() if max_bytes is None else max_bytes,
+                              self.counters)
+        atexit.register(self.counters.flush)
+
+    @property
+    def root(self) -> Path:
+        return self.disk.root
+
+    # -- the ExecutableStore protocol ---------------------------------------------------
+
+    def load(self, key: str) -> bytes | None:
+        data = self.memory.get(key)
+        if data is not None:
+            self._count("hits", "memory_hits")
+            return data
+        got = self.disk.read("executable", key)
+        if got is None:
+            self._count("misses")
+            return None
+        self.memory.put(key, got.payload)
+        self.disk.touch(key)
+        self._count("hits", "disk_hits")
+        return got.payload
+
+    def save(self, key: str, data: bytes, meta: dict[str, Any]) -> None:
+        self.memory.put(key, data)
+        self.disk.write("executable", key, data, meta)
+
+    def resolve(self, graph_key: str) -> str | None:
+        key = self.memory.resolve(graph_key)
+        if key is None:
+            got = self.disk.read("link", graph_key)
+            key = got.payload.decode("ascii") if got is not None else None
+            if key is not None:
+                self.memory.link(graph_key, key)
+        self._count("link_hits" if key is not None else "link_misses")
+        return key
+
+    def link(self, graph_key: str, key: str) -> None:
+        self.memory.link(graph_key, key)
+        self.disk.write("link", graph_key, key.encode("ascii"), {"kind": "link"})
+
+    # -- observability ---------------------------------------------------------------
+
+    def _count(self, *events: str) -> None:
+        for e in events:
+            self.counters.add(e)
+
+    def stats(self) -> dict[str, Any]:
+        """This process's counts, the totals over all processes, and the tiers' state."""
+        self.counters.flush()
+        here = {e: self.counters.counts.get(e, 0) for e in EVENTS}
+        return {
+            "dir": str(self.root),
+            "process": here,
+            "persisted": read_totals(self.disk.base / "stats"),
+            "memory": {"entries": len(self.memory), "bytes": self.memory.bytes_used,
+                       "max_bytes": self.memory.max_bytes},
+            "disk": {"writable": self.disk.writable, "max_bytes": self.disk.max_bytes},
+        }
+
+    def flush(self) -> None:
+        self.counters.flush()
+
+
+_lock = threading.Lock()
+_default: tuple[tuple[Any, ...], CacheStore | None] | None = None
+
+
+def default_store() -> CacheStore | None:
+    """The store configured by the settings (None if ``TORCHNEURON_CACHE=0``)."""
+    global _default
+    config_now = (config.enabled(), str(config.cache_dir()), config.max_size(),
+                  config.memory_size())
+    with _lock:
+        if _default is None or _default[0] != config_now:
+            store = CacheStore(config_now[1], max_bytes=config_now[2],
+                               memory_bytes=config_now[3]) if config_now[0] else None
+            if _default is not None and _default[1] is not None:
+                _default[1].flush()
+            _default = (config_now, store)
+        return _default[1]
+
+
+def reset_default_store() -> None:
+    """Forget the default store (tests, benchmarks): the next call builds a fresh one."""
+    global _default
+    with _lock:
+        if _default is not None and _default[1] is not None:
+            _default[1].flush()
+        _default = None
