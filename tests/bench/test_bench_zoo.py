@@ -59,10 +59,6 @@ def _params() -> list:
     out = []
     for name in zoo.ZOO:
         marks = []
-        if name == "gru":
-            marks.append(pytest.mark.xfail(
-                raises=NotImplementedError, strict=False,
-                reason="nn.GRU's fused cell has no neuron kernel until branch dev-ops lands"))
         if name == "hf_gpt2" and importlib.util.find_spec("transformers") is None:
             marks.append(pytest.mark.skip(reason="transformers is not installed (extra 'hf')"))
         out.append(pytest.param(name, marks=marks))

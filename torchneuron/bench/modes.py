@@ -1,7 +1,9 @@
 """The modes a workload runs in, and what each changes about an unmodified script.
 
 - ``eager``: the model on ``neuron``, op by op.
-- ``adaptive_cold``: adaptive eager on, with an empty compile cache.
+- ``adaptive_cold``: adaptive eager on for the loop (enabled once the model and data are
+  on the device: enabling it before ``Module.to("neuron")`` fails today, see the report),
+  with an empty compile cache.
 - ``adaptive_warm``: adaptive eager on, in a new process, with the cache the cold run filled.
 - ``compile``: ``torch.compile(model, backend="neuron")`` (the optimizer stays eager, as a
   user's one-line change leaves it).

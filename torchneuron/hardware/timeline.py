@@ -44,6 +44,7 @@ class Timeline:
         self.device_idle_ns = 0
         self.enqueued = 0
         self.compiler_free_ns = 0  # when the simulated background compiler queue is idle
+        self.compiler_busy_ns = 0  # modeled compile latency queued on it in total
         self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
         # Observers (torchneuron.profiler) see every interval; they never change time.
         self.observers: list[TimelineObserver] = []
@@ -91,7 +92,11 @@ class Timeline:
         latency_ns = int(latency_ns)
         if latency_ns < 0:
             raise ValueError(f"compile latency must be >= 0 ns, got {latency_ns}")
-        self.compiler_free_ns = max(self.host_ns, self.compiler_free_ns) + latency_ns
+        start = max(self.host_ns, self.compiler_free_ns)
+        self.compiler_free_ns = start + latency_ns
+        self.compiler_busy_ns += latency_ns
+        if self.observers:
+            self.emit("compiler", "compile", start, self.compiler_free_ns)
         return self.compiler_free_ns
 
     def record_event(self) -> int:
