@@ -99,6 +99,7 @@ class Replay:
         self.plan = region.plan
         self.index = index
         self.core = get_core(index)
+        self.started_ns = self.core.now  # the replay's start on the profiler's trace
         self.pos = 0
         self.slots: dict[int, int] = {}
         self.ext: list[torch.Tensor] = []

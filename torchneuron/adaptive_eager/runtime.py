@@ -306,8 +306,12 @@ class Runtime:
         region.replays += 1
         self.counts["replays"] += 1
         self.counts["ops_deferred"] += len(region)
+        core = get_core(rp.index)
         if region.first_replay_ns is None:
-            region.first_replay_ns = get_core(rp.index).now
+            region.first_replay_ns = core.now
+        if core.timeline.observers:
+            core.timeline.emit("adaptive", f"replay {region.key}",
+                               rp.started_ns, core.now)
         if region.state is State.REPLAYING:
             region.to(State.READY)
 
@@ -315,6 +319,11 @@ class Runtime:
         region = rp.region
         self.counts["side_exits"] += 1
         self.reasons[reason.value] += 1
+        core = get_core(rp.index)
+        if core.timeline.observers:
+            core.timeline.emit("adaptive", f"side exit {region.key}: {reason.value}",
+                               rp.started_ns, core.now,
+                               {"at_op": rp.pos, "of": len(region)})
         log.debug("side exit of region %s at op %d/%d: %s", region.key, rp.pos, len(region),
                   reason.message)
         region.record_exit(reason, rp.pos,

@@ -48,6 +48,7 @@ class Executable:
     compiler_version: str = COMPILER_VERSION
     format_version: int = FORMAT_VERSION
     _ir: Any = field(default=None, repr=False, compare=False)
+    _roofline_ns: int | None = field(default=None, repr=False, compare=False)
     # Where this object came from (not serialized): its cache key, and whether a store
     # served it (then no compile happened, and no compile latency is charged).
     cache_key: str | None = field(default=None, repr=False, compare=False)
@@ -118,6 +119,23 @@ class Executable:
     def num_kernels(self) -> int:
         return len(self.program["kernels"])
 
+    @property
+    def roofline_ns(self) -> int:
+        """The program's roofline on its target: ``kernel_cost`` of all its kernels' work
+        together (every FLOP at TensorE peak, every HBM byte at HBM bandwidth), so
+        ``device_ns / roofline_ns`` says how far the schedule is from the hardware's bound."""
+        if self._roofline_ns is None:
+            from torchneuron.compiler.neuronc.program import work_from_dict
+            from torchneuron.hardware import KernelWork, get_profile, kernel_cost
+
+            total = KernelWork()
+            for k in self.program["kernels"]:
+                work = work_from_dict(k.get("work"))
+                if work is not None:
+                    total = total + work
+            self._roofline_ns = kernel_cost(total, get_profile(self.target)).roofline_ns
+        return self._roofline_ns
+
     def report(self) -> str:
         from torchneuron.compiler.neuronc import Program, format_program
 
@@ -165,7 +183,7 @@ class Executable:
         for out_i, in_i in sig["write_backs"]:
             inputs[in_i].copy_(outs[out_i])
         if core is not None:
-            core.run_executable(self.device_ns, self.name, self.num_kernels)
+            core.run_executable(self.device_ns, self.name, self.num_kernels, detail=self)
         return self._user_outputs(inputs, outs)
 
     def _user_outputs(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> list[Any]:

@@ -74,16 +74,20 @@ class NeuronCore:
                 tl.host(compile_ns, "compile")
         cost = kernel_cost(work, p)
         tl.host(p.kernel_launch_ns, "launch")
-        tl.enqueue(cost.total_ns, name)
+        tl.enqueue(cost.total_ns, name, detail=cost)
         self.kernels += 1
         return cost
 
-    def run_executable(self, device_ns: int, name: str, n_kernels: int = 1) -> tuple[int, int]:
-        """Launch a compiled executable taking ``device_ns`` on the device; return (start, end)."""
+    def run_executable(
+        self, device_ns: int, name: str, n_kernels: int = 1, detail: Any = None
+    ) -> tuple[int, int]:
+        """Launch a compiled executable taking ``device_ns`` on the device; return (start, end).
+
+        ``detail`` (the executable) is passed on to timeline observers only."""
         self.timeline.host(self.profile.executable_launch_ns, "launch")
         self.executables[name] += 1
         self.executable_kernels += int(n_kernels)
-        return self.timeline.enqueue(int(device_ns), name)
+        return self.timeline.enqueue(int(device_ns), name, detail=detail)
 
     # --- clock -----------------------------------------------------------------------------
     def host(self, ns: int, category: str) -> int:
