@@ -187,10 +187,15 @@ _cache: LRUCache = LRUCache(maxsize=CACHE_SIZE)
 
 
 def facts_for(key: tuple) -> SignatureFacts | None:
-    return _cache.get(key)
+    """The cached facts of signature ``key`` (None on a miss)."""
+    try:
+        return _cache[key]
+    except KeyError:
+        return None
 
 
 def remember(key: tuple, facts: SignatureFacts) -> SignatureFacts:
+    """Keep ``facts`` for signature ``key`` (the least recently used one goes when full)."""
     _cache[key] = facts
     return facts
 
