@@ -26,8 +26,15 @@ __all__ = ["NeuronTensor", "set_op_handler", "neuron_device"]
 _DEVICE_TYPE = "neuron"
 
 
+_devices: dict[int, torch.device] = {}
+
+
 def neuron_device(index: int = 0) -> torch.device:
-    return torch.device(_DEVICE_TYPE, index)
+    """``torch.device("neuron", index)``, built once per index (every new tensor asks)."""
+    d = _devices.get(index)
+    if d is None:
+        d = _devices[index] = torch.device(_DEVICE_TYPE, index)
+    return d
 
 
 class Pending(Protocol):
