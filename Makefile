@@ -47,7 +47,7 @@ bench-host: $(STAMP)
 # The simulator's own wall-clock speed (issue 11): µs per aten op, eager vs plain CPU,
 # and ms per training step eager / compiled / adaptive, printed side by side.
 bench-speed: $(STAMP)
-	$(PY) -m pytest benchmarks/test_speed.py --benchmark-only -s -p no:logging -q
+	$(PY) -m pytest benchmarks/test_speed.py --benchmark-only -s -p no:logging -q $(BENCH_SPEED_ARGS)
 
 clean:
 	rm -rf $(VENV)

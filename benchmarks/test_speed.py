@@ -9,6 +9,10 @@ with the wall µs per aten op (step time / aten ops the step dispatches, counted
 dispatch mode in an untimed step) of CPU and eager side by side, and the ms per step
 of every mode. The simulated times of the same loops are pinned by
 ``tests/hardware/test_sim_times.py``.
+
+On a loaded machine wall medians swing by 2x between runs; ``make bench-speed
+BENCH_SPEED_ARGS=--benchmark-timer=time.process_time`` times this process's CPU time
+instead (the table's figures are then CPU µs/ms), which is far steadier.
 """
 
 from __future__ import annotations

@@ -157,45 +157,59 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     kernel work and cost, compile signature) is looked up per signature in
     ``fastpath``'s bounded cache; flat argument lists skip pytree.
     """
-    fast = fastpath.flatten(args, kwargs)
-    flat, spec = fast if fast is not None else tree_flatten((args, kwargs))
-    found = _scan(func, flat, host_args.host_tensor_ids(func, args, kwargs))
-    if found is not None:
-        index = found
-    target = kwargs.get("device")
-    to_host = target is not None and torch.device(target).type != "neuron"
-    if func is aten.copy_.default and not isinstance(args[0], NeuronTensor):
-        to_host = True  # copying device values into a host tensor is a read
-    if target is not None and not to_host:
-        index = _device_index(target)
-    if index is None:
-        index = 0
-    core = get_core(index)
-
-    same: dict[int, Any] = {}
-    uflat = []
-    tensors: list[torch.Tensor] = []
-    for a in flat:
-        if isinstance(a, torch.Tensor):
-            if isinstance(a, NeuronTensor):
-                b = a.buffer
-            elif a.device.type == "neuron":
-                b = _traced_to_cpu(a)
-            else:
-                b = a
-            same[id(b)] = a
-            uflat.append(b)
-            tensors.append(b)
-        elif isinstance(a, torch.device) and a.type == "neuron":
-            uflat.append(torch.device("cpu"))
-        else:
-            uflat.append(a)
-    if fast is not None:
-        uargs, ukwargs = fastpath.unflatten(uflat, spec)
+    fu = fastpath.unwrap(args, kwargs) if kwargs.get("device") is None else None
+    if fu is not None and fu.cpu_seen and fu.index is not None:
+        fu = None  # host and device tensors: the general path checks (and raises) per op
+    if fu is not None:  # one pass did it all: no device arguments, no tracing
+        fast = True
+        uargs, ukwargs, uflat, spec = fu.uargs, fu.ukwargs, fu.uflat, fu.spec
+        same, tensors = fu.same, fu.tensors
+        if fu.index is not None:
+            index = fu.index
+        elif index is None:
+            index = 0
+        to_host = func is aten.copy_.default and not isinstance(args[0], NeuronTensor)
+        core = get_core(index)
     else:
-        uargs, ukwargs = tree_unflatten(uflat, spec)
-    if "device" in ukwargs:
-        ukwargs["device"] = unwrap_device(ukwargs["device"])
+        fast = fastpath.flatten(args, kwargs)
+        flat, spec = fast if fast is not None else tree_flatten((args, kwargs))
+        found = _scan(func, flat, host_args.host_tensor_ids(func, args, kwargs))
+        if found is not None:
+            index = found
+        target = kwargs.get("device")
+        to_host = target is not None and torch.device(target).type != "neuron"
+        if func is aten.copy_.default and not isinstance(args[0], NeuronTensor):
+            to_host = True  # copying device values into a host tensor is a read
+        if target is not None and not to_host:
+            index = _device_index(target)
+        if index is None:
+            index = 0
+        core = get_core(index)
+
+        same: dict[int, Any] = {}
+        uflat = []
+        tensors: list[torch.Tensor] = []
+        for a in flat:
+            if isinstance(a, torch.Tensor):
+                if isinstance(a, NeuronTensor):
+                    b = a.buffer
+                elif a.device.type == "neuron":
+                    b = _traced_to_cpu(a)
+                else:
+                    b = a
+                same[id(b)] = a
+                uflat.append(b)
+                tensors.append(b)
+            elif isinstance(a, torch.device) and a.type == "neuron":
+                uflat.append(torch.device("cpu"))
+            else:
+                uflat.append(a)
+        if fast is not None:
+            uargs, ukwargs = fastpath.unflatten(uflat, spec)
+        else:
+            uargs, ukwargs = tree_unflatten(uflat, spec)
+        if "device" in ukwargs:
+            ukwargs["device"] = unwrap_device(ukwargs["device"])
 
     if _tracing(tensors):
         # Tracing (fake / functional tensors under torch.compile): metadata only,

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from cachetools import LRUCache
 
+from torchneuron.device.tensor import NeuronTensor
 from torchneuron.hardware import KernelCost, KernelWork
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "remember",
     "signature_key",
     "unflatten",
+    "unwrap",
+    "Unwrapped",
 ]
 
 CACHE_SIZE = 8192  # signatures kept; a training loop has a few hundred
@@ -207,3 +210,102 @@ def cache_info() -> dict[str, int]:
 
 def clear_cache() -> None:
     _cache.clear()
+
+
+class Unwrapped:
+    """Arguments unwrapped in one pass (see ``unwrap``)."""
+
+    __slots__ = ("uargs", "ukwargs", "uflat", "spec", "same", "tensors", "index", "cpu_seen")
+
+    def __init__(self) -> None:
+        self.uargs: list = []
+        self.ukwargs: dict = {}
+        self.uflat: list = []
+        self.spec: Any = None
+        self.same: dict[int, Any] = {}
+        self.tensors: list[torch.Tensor] = []
+        self.index: int | None = None
+        self.cpu_seen = False
+
+
+def unwrap(args: tuple, kwargs: dict) -> Unwrapped | None:
+    """Flatten, scan devices and unwrap in one pass, for the common argument shapes.
+
+    Handles neuron tensors (exactly ``NeuronTensor``, with plain CPU buffers), plain
+    CPU tensors, scalars and one level of lists/tuples. Returns None, leaving the op to
+    the general path, for anything else: deeper nesting, dicts, devices (factory ops),
+    tensors of two neuron devices (the general path raises the error), traced
+    (fake/functional) tensors, other tensor subclasses.
+    """
+    u = Unwrapped()
+    aspec = []
+    for a in args:
+        tp = type(a)
+        if tp is list or tp is tuple:
+            items = []
+            for x in a:
+                v = _one(x, u)
+                if v is _GENERAL:
+                    return None
+                items.append(v)
+            u.uargs.append(tp(items))
+            aspec.append((tp, len(items)))
+        else:
+            v = _one(a, u)
+            if v is _GENERAL:
+                return None
+            u.uargs.append(v)
+            aspec.append(None)
+    kspec = []
+    for k, a in kwargs.items():
+        tp = type(a)
+        if tp is list or tp is tuple:
+            items = []
+            for x in a:
+                v = _one(x, u)
+                if v is _GENERAL:
+                    return None
+                items.append(v)
+            u.ukwargs[k] = tp(items)
+            kspec.append((k, (tp, len(items))))
+        else:
+            v = _one(a, u)
+            if v is _GENERAL:
+                return None
+            u.ukwargs[k] = v
+            kspec.append((k, None))
+    u.spec = (tuple(aspec), tuple(kspec))
+    return u
+
+
+_GENERAL = _Marker("general path")
+
+
+def _one(a: Any, u: Unwrapped) -> Any:
+    tp = type(a)
+    if tp is torch.Tensor:
+        if a.device.type != "cpu":
+            return _GENERAL
+        if a.dim() != 0:
+            u.cpu_seen = True
+        b = a
+    elif tp is NeuronTensor:
+        i = a._device_index
+        if u.index is None:
+            u.index = i
+        elif i != u.index:
+            return _GENERAL
+        b = a.buffer
+        if type(b) is not torch.Tensor:
+            return _GENERAL
+    elif tp is list or tp is tuple or tp is dict or tp is torch.device:
+        return _GENERAL
+    elif isinstance(a, torch.Tensor):
+        return _GENERAL
+    else:
+        u.uflat.append(a)
+        return a
+    u.same[id(b)] = a
+    u.uflat.append(b)
+    u.tensors.append(b)
+    return b
