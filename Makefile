@@ -1,16 +1,24 @@
-# Two commands: `make test` and `make demo`. Both create .venv if missing and
-# install the package editable against constraints.txt (torch==2.13.0 CPU).
+# `make bench` sets everything up and runs the main job (the quick benchmark report into
+# results/); `make test` and `make demo` as before. Every target creates .venv if missing
+# and installs the package editable against constraints.txt (torch==2.13.0 CPU).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+RESULTS ?= results
 
-.PHONY: test demo setup lint bench bench-speed clean
+.PHONY: test demo setup lint bench bench-full bench-host bench-speed clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $(STAMP)
+
+# The bench also runs the zoo's Hugging Face GPT-2 (optional extra `hf`: transformers).
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,hf]"
+	touch $(BENCH_STAMP)
 
 setup: $(STAMP)
 
@@ -21,9 +29,19 @@ demo: $(STAMP)
 	$(PY) examples/quickstart.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check torchneuron tests examples tools
+	$(VENV)/bin/ruff check torchneuron tests examples tools benchmarks
 
-bench: $(STAMP)
+# The quick report: every model in every mode, results/report.{md,json} and chart.png.
+bench: $(BENCH_STAMP)
+	$(VENV)/bin/torchneuron-bench --quick --out $(RESULTS)
+
+# The full report (more steps) with a Chrome trace of one steady step per model and mode.
+bench-full: $(BENCH_STAMP)
+	$(VENV)/bin/torchneuron-bench --out $(RESULTS)/full --trace
+
+# Host (wall-clock) overhead: pytest-benchmark, eager dispatch per op vs plain CPU, compile
+# stages, adaptive-eager recording and replay per op. Not part of `make test`.
+bench-host: $(STAMP)
 	$(PY) -m pytest benchmarks --benchmark-only -s -p no:logging
 
 # The simulator's own wall-clock speed (issue 11): µs per aten op, eager vs plain CPU,

@@ -221,9 +221,17 @@ class Runtime:
             return
         region.plan = plan
         region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
+        examples = example_inputs(plan)
+        cached = background.lookup(gm, examples, region.key)
+        if cached is not None:  # a warm cache: ready now, nothing compiled, no latency
+            region.executable = cached
+            region.to(State.READY)
+            self.counts["cache_hits"] += 1
+            log.info("region %s (%d ops) is hot: executable from the cache", region.key, n)
+            return
         region.compile_latency_ns = compile_latency_ns(core, n)
         region.ready_at_ns = core.timeline.schedule_compile(region.compile_latency_ns)
-        region.future = background.submit(gm, example_inputs(plan), region.key)
+        region.future = background.submit(gm, examples, region.key)
         region.to(State.COMPILING)
         self.counts["compilations"] += 1
         log.info("region %s (%d ops) is hot: compiling; modeled latency %d ns, ready at %d ns",
@@ -306,8 +314,12 @@ class Runtime:
         region.replays += 1
         self.counts["replays"] += 1
         self.counts["ops_deferred"] += len(region)
+        core = get_core(rp.index)
         if region.first_replay_ns is None:
-            region.first_replay_ns = get_core(rp.index).now
+            region.first_replay_ns = core.now
+        if core.timeline.observers:
+            core.timeline.emit("adaptive", f"replay {region.key}",
+                               rp.started_ns, core.now)
         if region.state is State.REPLAYING:
             region.to(State.READY)
 
@@ -315,6 +327,11 @@ class Runtime:
         region = rp.region
         self.counts["side_exits"] += 1
         self.reasons[reason.value] += 1
+        core = get_core(rp.index)
+        if core.timeline.observers:
+            core.timeline.emit("adaptive", f"side exit {region.key}: {reason.value}",
+                               rp.started_ns, core.now,
+                               {"at_op": rp.pos, "of": len(region)})
         log.debug("side exit of region %s at op %d/%d: %s", region.key, rp.pos, len(region),
                   reason.message)
         region.record_exit(reason, rp.pos,

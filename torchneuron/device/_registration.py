@@ -16,6 +16,7 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from torchneuron.device import module as neuron_module
 from torchneuron.device import tensor as _tensor
+from torchneuron.device._grad_checks import install as install_grad_checks
 from torchneuron.device._python_errors import install_engine_wrapper, take_pending_error
 from torchneuron.device.pinned import register_pinned_memory
 
@@ -111,6 +112,7 @@ def register() -> None:
         rename="neuron", backend_module=neuron_module, hook=_Hooks(), device_guard=_Guard()
     )
     install_engine_wrapper()
+    install_grad_checks()
     _lib = torch.library.Library("aten", "IMPL")
     for name in _PYTHON_KEY_EXCLUDED_OPS:
         _lib.impl(name, _kernel(name), "PrivateUse1")

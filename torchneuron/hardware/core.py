@@ -53,10 +53,16 @@ class NeuronCore:
 
     # --- work ------------------------------------------------------------------------------
     def run_eager_kernel(
-        self, name: str, signature: tuple[Any, ...], work: KernelWork | None
+        self,
+        name: str,
+        signature: tuple[Any, ...],
+        work: KernelWork | None,
+        cost: KernelCost | None = None,
     ) -> KernelCost | None:
         """Charge one eager op. ``work is None`` means metadata only: dispatch cost, no kernel.
 
+        ``cost``: ``kernel_cost(work, self.profile)`` if the caller already has it (eager
+        dispatch caches it per signature); computed here otherwise.
         Returns the kernel's cost (None for metadata-only ops).
         """
         p = self.profile
@@ -72,18 +78,23 @@ class NeuronCore:
             compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
             if compile_ns:
                 tl.host(compile_ns, "compile")
-        cost = kernel_cost(work, p)
+        if cost is None:
+            cost = kernel_cost(work, p)
         tl.host(p.kernel_launch_ns, "launch")
-        tl.enqueue(cost.total_ns, name)
+        tl.enqueue(cost.total_ns, name, detail=cost)
         self.kernels += 1
         return cost
 
-    def run_executable(self, device_ns: int, name: str, n_kernels: int = 1) -> tuple[int, int]:
-        """Launch a compiled executable taking ``device_ns`` on the device; return (start, end)."""
+    def run_executable(
+        self, device_ns: int, name: str, n_kernels: int = 1, detail: Any = None
+    ) -> tuple[int, int]:
+        """Launch a compiled executable taking ``device_ns`` on the device; return (start, end).
+
+        ``detail`` (the executable) is passed on to timeline observers only."""
         self.timeline.host(self.profile.executable_launch_ns, "launch")
         self.executables[name] += 1
         self.executable_kernels += int(n_kernels)
-        return self.timeline.enqueue(int(device_ns), name)
+        return self.timeline.enqueue(int(device_ns), name, detail=detail)
 
     # --- clock -----------------------------------------------------------------------------
     def host(self, ns: int, category: str) -> int:

@@ -13,10 +13,15 @@ wall clock.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["Timeline", "TimelineEntry"]
+__all__ = ["Timeline", "TimelineEntry", "TimelineObserver"]
 
 TimelineEntry = tuple[str, int, int]  # (label, start_ns, end_ns)
+# observer(track, name, start_ns, end_ns, detail): track is "host" (name = the category),
+# "device" (detail = a KernelCost or an executable), "wait", or one given to ``emit``.
+TimelineObserver = Callable[[str, str, int, int, Any], None]
 
 
 class Timeline:
@@ -39,7 +44,10 @@ class Timeline:
         self.device_idle_ns = 0
         self.enqueued = 0
         self.compiler_free_ns = 0  # when the simulated background compiler queue is idle
+        self.compiler_busy_ns = 0  # modeled compile latency queued on it in total
         self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
+        # Observers (torchneuron.profiler) see every interval; they never change time.
+        self.observers: list[TimelineObserver] = []
 
     def host(self, ns: int, category: str) -> int:
         """Charge ``ns`` of host-side cost under ``category``; return the new host time."""
@@ -48,9 +56,11 @@ class Timeline:
             raise ValueError(f"host cost must be >= 0 ns, got {ns}")
         self.host_ns += ns
         self.host_by_category[category] = self.host_by_category.get(category, 0) + ns
+        if self.observers:
+            self.emit("host", category, self.host_ns - ns, self.host_ns)
         return self.host_ns
 
-    def enqueue(self, device_ns: int, label: str = "") -> tuple[int, int]:
+    def enqueue(self, device_ns: int, label: str = "", detail: Any = None) -> tuple[int, int]:
         """Issue ``device_ns`` of device work now; return its (start, end) on the device.
 
         The host does not wait: it continues at ``host_ns``. The work starts when both the
@@ -68,6 +78,8 @@ class Timeline:
         self.enqueued += 1
         if self.trace.maxlen:
             self.trace.append((label, start, end))
+        if self.observers:
+            self.emit("device", label, start, end, detail)
         return start, end
 
     def schedule_compile(self, latency_ns: int) -> int:
@@ -80,7 +92,11 @@ class Timeline:
         latency_ns = int(latency_ns)
         if latency_ns < 0:
             raise ValueError(f"compile latency must be >= 0 ns, got {latency_ns}")
-        self.compiler_free_ns = max(self.host_ns, self.compiler_free_ns) + latency_ns
+        start = max(self.host_ns, self.compiler_free_ns)
+        self.compiler_free_ns = start + latency_ns
+        self.compiler_busy_ns += latency_ns
+        if self.observers:
+            self.emit("compiler", "compile", start, self.compiler_free_ns)
         return self.compiler_free_ns
 
     def record_event(self) -> int:
@@ -92,12 +108,20 @@ class Timeline:
         t = int(t)
         if t > self.host_ns:
             self.host_wait_ns += t - self.host_ns
+            if self.observers:
+                self.emit("wait", "wait", self.host_ns, t)
             self.host_ns = t
         return self.host_ns
 
     def synchronize(self) -> int:
         """Host blocks until the device is idle; return the new host time."""
         return self.wait_event(self.device_free_ns)
+
+    def emit(self, track: str, name: str, start_ns: int, end_ns: int, detail: Any = None) -> None:
+        """Tell observers of an interval on ``track`` (layers above use it for the compiler
+        queue, region recording and replay, side exits as ``start_ns == end_ns``)."""
+        for observer in list(self.observers):
+            observer(track, name, int(start_ns), int(end_ns), detail)
 
     @property
     def now(self) -> int:

@@ -1,0 +1,15 @@
+"""``torchneuron.bench``: eager vs adaptive eager vs torch.compile on the simulated hardware.
+
+The top layer: a model zoo of ordinary PyTorch workloads (``zoo``), the modes they run in
+(``modes``), one process per (model, mode) (``_pool``, ``runner``), the figures derived
+from the runtime's own clock and counters (``metrics``), and the reports (``report``,
+``chart``); ``torchneuron-bench`` is the command line (``cli``). Calls into adaptive eager
+and the compile cache are all in ``_runtime``.
+"""
+
+from torchneuron.bench.modes import MODES
+from torchneuron.bench.schema import FIELDS, SIMULATED, validate
+from torchneuron.bench.suite import run_suite
+from torchneuron.bench.zoo import ZOO
+
+__all__ = ["FIELDS", "MODES", "SIMULATED", "ZOO", "run_suite", "validate"]

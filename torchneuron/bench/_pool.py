@@ -1,0 +1,207 @@
+"""Run each (model, mode) in a fresh process, cheaply: lanes that fork one child per run.
+
+Why a fresh process per run: the simulated clock, the cores' compiled-signature sets,
+Dynamo's caches, compiler statistics, the compile cache's in-memory tier and adaptive
+eager's regions are all process-wide. A fresh process gives every run a clean state
+without trusting each layer's ``reset()``, makes a run's figures independent of which
+runs came before it (so they reproduce), turns a crash of one run into a reported
+"crashed" instead of the end of the report, and makes "warm cache" mean what users see:
+a second process finding the first one's executables on disk.
+
+Why fork: starting Python and importing torch costs seconds per process, and the compile
+worker (torch-mlir) seconds more. The parent imports everything once; each of ``jobs``
+lanes (forked from it) warms one compile worker; for each run a lane forks a child that
+inherits both, runs, writes its record to a file and exits. Lanes run in parallel; the
+children of one lane run one after another, so a lane's worker serves one child at a time.
+Where ``os.fork`` does not exist, each run is a new ``python -m torchneuron.bench.runner``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run_all"]
+
+Record = dict[str, Any]
+
+
+def _share_worker_after_fork() -> None:
+    """In a forked child, keep the lane's warm compile worker: the pipes are inherited,
+    but the child is not the worker's parent, so ``Popen.poll`` would report it dead
+    (``waitpid`` fails) and a new worker would start. Give the child's copy a poll that
+    asks the kernel whether the pid lives. If the worker module changed, nothing happens
+    and the child starts its own worker (slower, same results)."""
+    from torchneuron.compiler import worker
+
+    proc = getattr(worker, "_proc", None)
+    if proc is None or not hasattr(proc, "pid"):
+        return
+
+    def poll() -> int | None:
+        try:
+            os.kill(proc.pid, 0)
+        except OSError:
+            return 1
+        return None
+
+    proc.poll = poll  # type: ignore[method-assign]
+
+
+def _fork_one(spec: dict[str, Any], timeout: float) -> Record | None:
+    """Fork a child for ``spec``; return its record, or None if it left none."""
+    from torchneuron.bench.runner import run_one
+
+    record_path = Path(spec["record_path"])
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            _share_worker_after_fork()
+            record_path.write_text(json.dumps(run_one(spec), default=str))
+        except BaseException:  # noqa: BLE001 - a child must never return into the lane
+            code = 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    status = None
+    while status is None:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+        elif time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return _failed(spec, "timeout", f"no result within {timeout:.0f} s; killed")
+        else:
+            time.sleep(0.05)
+    if record_path.exists():
+        return json.loads(record_path.read_text())
+    if os.WIFSIGNALED(status):
+        how = f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+    else:
+        how = f"exited with code {os.WEXITSTATUS(status)}"
+    return _failed(spec, "crashed", f"the benchmark process {how} without a result")
+
+
+def _failed(spec: dict[str, Any], status: str, reason: str) -> Record:
+    from torchneuron.bench.schema import empty_record
+
+    rec = empty_record(spec["model"], spec["mode"])
+    rec.update(status=status, reason=reason, hardware=spec["hardware"], steps=0)
+    return rec
+
+
+def _lane(conn: Connection, timeout: float, warm: bool) -> None:
+    """A lane: warm a compile worker (when runs will compile), then fork one child per
+    spec received."""
+    from torchneuron.compiler import worker
+
+    if warm:
+        worker.warm_up()
+    while True:
+        spec = conn.recv()
+        if spec is None:
+            break
+        rec = _fork_one(spec, timeout)
+        if rec is None or rec["status"] in ("crashed", "timeout"):
+            worker.shutdown()  # it may be mid-request: start clean
+        proc = getattr(worker, "_proc", None)
+        if warm and (proc is None or proc.poll() is not None):
+            worker.warm_up()
+        conn.send(rec)
+    worker.shutdown()
+
+
+def _spawn_one(spec: dict[str, Any], timeout: float) -> Record:
+    """No fork: one fresh interpreter per run."""
+    spec_path = Path(spec["record_path"]).with_suffix(".spec.json")
+    spec_path.write_text(json.dumps(spec))
+    try:
+        subprocess.run([sys.executable, "-m", "torchneuron.bench.runner", str(spec_path)],
+                       timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return _failed(spec, "timeout", f"no result within {timeout:.0f} s; killed")
+    path = Path(spec["record_path"])
+    if path.exists():
+        return json.loads(path.read_text())
+    return _failed(spec, "crashed", "the benchmark process exited without a result")
+
+
+def _ready(pending: list[dict[str, Any]], done: set[tuple[str, str]]) -> Iterator[int]:
+    for i, spec in enumerate(pending):
+        dep = spec.get("after")
+        if dep is None or (spec["model"], dep) in done:
+            yield i
+
+
+def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
+            on_done: Callable[[Record], None], warm: bool = True) -> list[Record]:
+    """Run every spec (a spec with ``after`` = mode waits for that mode of its model);
+    call ``on_done`` as each finishes; return the records in the order of ``specs``.
+    ``warm``: start each lane's compile worker up front (runs will compile)."""
+    results: dict[int, Record] = {}
+    pending = [dict(s, _index=i) for i, s in enumerate(specs)]
+    done: set[tuple[str, str]] = set()
+    if not hasattr(os, "fork"):
+        while pending:
+            spec = pending.pop(next(_ready(pending, done)))
+            rec = results[spec["_index"]] = _spawn_one(spec, timeout)
+            done.add((spec["model"], spec["mode"]))
+            on_done(rec)
+        return [results[i] for i in range(len(specs))]
+    ctx = multiprocessing.get_context("fork")
+    lanes: list[tuple[Any, Connection]] = []
+    for _ in range(max(1, min(jobs, len(specs)))):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_lane, args=(child, timeout, warm), daemon=True)
+        proc.start()
+        lanes.append((proc, parent))
+    busy: dict[Connection, dict[str, Any]] = {}
+    try:
+        while pending or busy:
+            for _proc, conn in lanes:
+                if conn in busy or not pending:
+                    continue
+                ready = next(_ready(pending, done), None)
+                if ready is None:
+                    break
+                spec = pending.pop(ready)
+                busy[conn] = spec
+                conn.send({k: v for k, v in spec.items() if k != "_index"})
+            if not busy:  # every lane died: the rest cannot run
+                for spec in pending:
+                    results[spec["_index"]] = _failed(spec, "crashed", "no benchmark lane left")
+                    on_done(results[spec["_index"]])
+                pending.clear()
+                break
+            for conn in wait(list(busy)):
+                spec = busy.pop(conn)  # type: ignore[arg-type]
+                try:
+                    rec = conn.recv()  # type: ignore[union-attr]
+                except EOFError:
+                    rec = _failed(spec, "crashed", "the benchmark lane died")
+                    lanes = [lane for lane in lanes if lane[1] is not conn]
+                results[spec["_index"]] = rec
+                done.add((spec["model"], spec["mode"]))
+                on_done(rec)
+    finally:
+        for _proc, conn in lanes:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc, _conn in lanes:
+            proc.join(timeout=15)
+            if proc.is_alive():
+                proc.kill()
+    return [results[i] for i in range(len(specs))]

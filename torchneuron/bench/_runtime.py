@@ -1,0 +1,103 @@
+"""The one place where the bench talks to adaptive eager and the compile cache.
+
+Why one module: adaptive eager (``torchneuron.adaptive_eager``) and the persistent cache
+(``TORCHNEURON_CACHE_DIR``) are built on other branches and may still change shape; every
+call the bench makes into them is here, so an adjustment is one place. Nothing here
+fakes a missing feature: when ``import torchneuron.adaptive_eager`` fails, the adaptive
+modes are reported as not run with the import's own error.
+
+Contract relied on (issue 8 / issue 9):
+- ``torchneuron.adaptive_eager``: ``enable()``, ``disable()``, ``enabled()`` (a context
+  manager), ``stats() -> dict`` with ``ops_recorded``, ``regions_detected``,
+  ``compilations``, ``cache_hits``, ``replays``, ``side_exits``, ``fallback_reasons``
+  (reason -> count), ``explain() -> str``, ``reset()``.
+- the cache: ``TORCHNEURON_CACHE_DIR`` (directory), ``TORCHNEURON_CACHE=0`` (off), read
+  from the environment or the settings table; ``torchneuron.compiler.stats()["cache"]
+  ["hits"]`` counts executables a store served.
+- the simulated compiler queue: ``Timeline.compiler_busy_ns`` (background compile latency).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+__all__ = [
+    "adaptive_module",
+    "adaptive_scope",
+    "adaptive_summary",
+    "background_compile_ns",
+    "cache_hits",
+    "use_cache_dir",
+]
+
+ADAPTIVE = "torchneuron.adaptive_eager"
+_CACHE_ENV = ("TORCHNEURON_CACHE_DIR", "TORCHNEURON_CACHE")
+
+
+def adaptive_module() -> ModuleType:
+    """``torchneuron.adaptive_eager``; raises the import's own error when it is missing."""
+    return importlib.import_module(ADAPTIVE)
+
+
+@contextlib.contextmanager
+def adaptive_scope() -> Iterator[None]:
+    """Adaptive eager on for the block (``with adaptive_eager.enabled():``)."""
+    ae = adaptive_module()
+    ae.reset()
+    with ae.enabled():
+        yield
+
+
+def adaptive_summary() -> tuple[dict[str, Any] | None, str | None]:
+    """(stats, explain) of adaptive eager, or (None, None) when it is not importable."""
+    try:
+        ae = adaptive_module()
+    except ImportError:
+        return None, None
+    return dict(ae.stats()), str(ae.explain())
+
+
+def use_cache_dir(path: str | None) -> None:
+    """Point the compile cache at ``path`` (``None``: cache off) for this process.
+
+    Set before anything reads the settings: the environment for whichever layer reads it,
+    and the settings table's entries with those environment names, when they exist.
+    """
+    values = {"TORCHNEURON_CACHE_DIR": path or "", "TORCHNEURON_CACHE": "1" if path else "0"}
+    for env, value in values.items():
+        if env == "TORCHNEURON_CACHE_DIR" and not path:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = value
+    from torchneuron.hardware import settings
+
+    for s in settings.TABLE:
+        if s.env in _CACHE_ENV and (s.env != "TORCHNEURON_CACHE_DIR" or path):
+            settings.set_value(s.name, s.parse(values[s.env]))
+
+
+def cache_hits(compiler_stats: dict[str, Any], adaptive_stats: dict[str, Any] | None
+               ) -> int | None:
+    """Executables a cache served, as the runtime reports them; None if it reports none.
+
+    Every path that compiles (torch.compile graphs, adaptive eager's background compiles,
+    which run ``compile_graph`` in this process) is counted by ``compiler.stats()``;
+    adaptive eager's own count is the fallback when the compiler has no cache counters."""
+    cache = compiler_stats.get("cache")
+    if isinstance(cache, dict) and isinstance(cache.get("hits"), int):
+        return int(cache["hits"])
+    if adaptive_stats and isinstance(adaptive_stats.get("cache_hits"), int):
+        return int(adaptive_stats["cache_hits"])
+    return None
+
+
+def background_compile_ns(core: Any) -> int | None:
+    """Modeled compile latency queued on the core's simulated background compiler queue
+    (adaptive eager's region compiles, off the critical path); None if there is no queue."""
+    value = getattr(core.timeline, "compiler_busy_ns", None)
+    return int(value) if isinstance(value, int) else None

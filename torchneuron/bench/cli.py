@@ -1,0 +1,147 @@
+"""``torchneuron-bench`` (also ``python -m torchneuron.bench``): run the zoo, write reports.
+
+Examples::
+
+    torchneuron-bench --quick --out results/          # CI-sized: every model, every mode
+    torchneuron-bench --models gpt,cnn --hardware trn3 --steps 50 --out results/
+    torchneuron-bench --models mlp --modes eager,compile --trace --out /tmp/mlp
+
+Writes ``OUT/report.md``, ``OUT/report.json`` (a list of records, one per model and
+mode; fields in ``torchneuron.bench.schema.FIELDS``), ``OUT/chart.png`` and, with
+``--trace``, ``OUT/traces/MODEL-MODE.json`` (Chrome trace-event files of one steady step).
+Exit status: 0 when the report was written (a run that raised, crashed or timed out is
+reported with its reason), 1 with ``--strict`` if any run is not ok, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _csv(value: str, valid: list[str], what: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in valid]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {', '.join(bad)}; valid: {', '.join(valid)}")
+    return items
+
+
+def _parser() -> argparse.ArgumentParser:
+    from torchneuron.bench import modes, zoo
+    from torchneuron.hardware import PROFILES
+
+    p = argparse.ArgumentParser(
+        prog="torchneuron-bench",
+        description="Eager vs adaptive eager vs torch.compile on the simulated NeuronCore.",
+        epilog="example: torchneuron-bench --models gpt,cnn --hardware trn3 --steps 50 "
+               "--out results/")
+    p.add_argument("--models", type=lambda v: _csv(v, list(zoo.ZOO), "model"),
+                   default=list(zoo.ZOO), help=f"comma-separated (default all: "
+                   f"{','.join(zoo.ZOO)})")
+    p.add_argument("--modes", type=lambda v: _csv(v, list(modes.MODES), "mode"),
+                   default=list(modes.MODES), help=f"comma-separated (default all: "
+                   f"{','.join(modes.MODES)})")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps per run (default 20; 6 with --quick)")
+    p.add_argument("--hardware", choices=sorted(PROFILES), default=None,
+                   help="simulated hardware (default: TORCHNEURON_HARDWARE or trn2)")
+    p.add_argument("--quick", action="store_true", help="CI-sized: few steps per run")
+    p.add_argument("--out", type=Path, default=Path("results"), help="output directory")
+    p.add_argument("--trace", action="store_true",
+                   help="write a Chrome trace of one steady step of each model and mode")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="runs in parallel (simulated figures do not depend on it)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    p.add_argument("--zero-compile-latency", action="store_true",
+                   help="model no compile latency (TORCHNEURON_COMPILE_LATENCY=0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 if any run is not ok (errors, crashes, timeouts, not run)")
+    p.add_argument("--list", action="store_true", help="list the models and modes and exit")
+    return p
+
+
+def _meta(args: argparse.Namespace, hardware: str, steps: int, wall_s: float,
+          argv: list[str]) -> dict[str, Any]:
+    import torch
+
+    from torchneuron.hardware import get_profile, settings
+
+    with settings.override(hardware=hardware):
+        described = settings.describe()
+    return {
+        "command": shlex.join(["torchneuron-bench", *argv]),
+        "hardware": hardware, "steps": steps, "wall_s": wall_s,
+        "settings": described + (
+            "\n(--zero-compile-latency: TORCHNEURON_COMPILE_LATENCY=0 in every run)"
+            if args.zero_compile_latency else ""),
+        "assumptions": get_profile(hardware).describe_assumptions(),
+        "versions": {"torch": torch.__version__, "torchneuron": _version()},
+        "chart": None,
+    }
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torchneuron")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    from torchneuron.bench import chart, report, zoo
+    from torchneuron.bench.suite import DEFAULT_STEPS, QUICK_STEPS, run_suite
+    from torchneuron.hardware import current_profile
+
+    if args.list:
+        for w in zoo.ZOO.values():
+            print(f"{w.name:<10} {w.kind:<10} {w.description}")
+        print("modes:", ", ".join(_parser().get_default("modes")))
+        return 0
+    steps = args.steps or (QUICK_STEPS if args.quick else DEFAULT_STEPS)
+    if steps < 1:
+        print("torchneuron-bench: --steps must be >= 1", file=sys.stderr)
+        return 2
+    hardware = args.hardware or current_profile().name
+    total = len(args.models) * len(args.modes)
+    bar = None
+    if not args.no_progress:
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0  # no monitor thread: runs are forked
+        bar = tqdm.tqdm(total=total, unit="run", desc="torchneuron-bench", file=sys.stderr)
+
+    def done(rec: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.set_postfix_str(f"{rec['model']}/{rec['mode']}: {rec['status']}")
+            bar.update(1)
+
+    records, wall_s = run_suite(args.models, args.modes, steps, hardware, args.out,
+                                trace=args.trace, jobs=args.jobs, timeout=args.timeout,
+                                zero_compile_latency=args.zero_compile_latency, on_done=done)
+    if bar is not None:
+        bar.close()
+    meta = _meta(args, hardware, steps, wall_s, argv)
+    png = chart.write_chart(records, args.out / "chart.png",
+                            f"simulated ms per step on {hardware} (log scale)")
+    meta["chart"] = png.name if png is not None else None
+    report.write_json(records, args.out / "report.json")
+    report.write_markdown(records, meta, args.out / "report.md")
+    failed = [r for r in records if r["status"] != "ok"]
+    print(f"wrote {args.out / 'report.md'}, {args.out / 'report.json'}"
+          + (f", {args.out / 'chart.png'}" if png else "") + f" in {wall_s:.0f} s")
+    for r in failed:
+        print(f"  {r['model']}/{r['mode']}: {r['status']}: {r['reason']}", file=sys.stderr)
+    return 1 if failed and args.strict else 0

@@ -1,0 +1,141 @@
+"""``report.json`` (the records) and ``report.md`` (tables for people) from a bench run.
+
+The Markdown states what the figures rest on: the command, the simulated hardware, every
+setting in force (``hardware.settings.describe()``) and which hardware figures are
+assumptions (``current_profile().describe_assumptions()``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torchneuron.bench.schema import FIELDS
+
+__all__ = ["render_markdown", "table_rows", "write_json", "write_markdown"]
+
+Record = dict[str, Any]
+
+
+def write_json(records: list[Record], path: Path) -> Path:
+    """The records, one object per (model, mode), keys in ``schema.FIELDS`` order."""
+    ordered = [{k: r.get(k) for k in FIELDS} for r in records]
+    path.write_text(json.dumps(ordered, indent=1, default=str) + "\n")
+    return path
+
+
+def _num(x: Any, fmt: str = "{:.3f}") -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float) and x == float("inf"):
+        return "inf"
+    return fmt.format(x)
+
+
+def _diff(x: Any) -> str:
+    if x is None:
+        return "–"
+    return "0" if x == 0 else f"{x:.1e}"
+
+
+def _steady(r: Record) -> str:
+    if r["steady_ms"] is None:
+        return "not reached"
+    mark = "" if r["steady_reached"] else " (1 step)"
+    return f"{r['steady_ms']:.3f} (from {r['steady_step']}){mark}"
+
+
+def _compile(r: Record) -> str:
+    if r["compile_ms_critical_path"] is None:
+        return "–"
+    bg = r["compile_ms_background"]
+    total = f"{r['compile_ms_total']:.0f}" if bg is not None else "?"
+    return f"{r['compile_ms_critical_path']:.0f} / {total}"
+
+
+def table_rows(records: list[Record]) -> list[list[str]]:
+    """The main table: one row per run that produced figures."""
+    rows = []
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        cpu = r["mode"] == "cpu"
+        rows.append([
+            r["model"], r["mode"],
+            "(host only)" if cpu else _num(r["first_step_ms"]),
+            "(host only)" if cpu else _steady(r),
+            _num(r["speedup_vs_eager"], "{:.2f}x"),
+            _num(r["gap_closed"], "{:.0%}"),
+            _compile(r),
+            "–" if cpu else f"{r['graphs_compiled']} / {_num(r['regions'], '{}')}",
+            "–" if cpu else f"{r['executables']} ({r['executable_launches']})",
+            _num(r["cache_hits"], "{}"),
+            _num(r["side_exits"], "{}"),
+            "–" if cpu else str(sum((r["fallbacks"] or {}).values())),
+            _diff(r["max_abs_diff_vs_eager"]),
+            _num(r["host_wall_ms_per_step"], "{:.1f}"),
+            _num(r["host_us_per_op"], "{:.0f}"),
+            _num(r["roofline_pct"], "{:.0f}%"),
+        ])
+    return rows
+
+
+HEADER = ["model", "mode", "first step ms", "steady ms/step (from step)", "speedup vs eager",
+          "gap closed", "compile ms critical / total", "graphs / regions",
+          "executables (launches)", "cache hits", "side exits", "fallbacks", "max diff vs eager",
+          "wall ms/step", "wall µs/op", "time % of roofline"]
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return out
+
+
+def render_markdown(records: list[Record], meta: dict[str, Any]) -> str:
+    """The report as Markdown. ``meta``: command, hardware, steps, settings, assumptions,
+    chart (file name or None), wall_s, versions."""
+    lines = [
+        "# torchneuron-bench report", "",
+        f"Command: `{meta['command']}`  ",
+        f"Simulated hardware: **{meta['hardware']}**; {meta['steps']} steps per run; "
+        f"torch {meta['versions'].get('torch', '?')}, torchneuron "
+        f"{meta['versions'].get('torchneuron', '?')}; wall time of the whole run "
+        f"{meta['wall_s']:.0f} s.", "",
+        "Simulated figures come from the runtime's own clock and counters and are identical "
+        "on every run; wall-clock figures (wall ms/step, wall µs/op) are this machine's, "
+        "measured under whatever load it had. `compile ms` is modeled compile latency on "
+        "the simulated clock: critical path = what the host waited for; total adds the "
+        "background compiler queue (`?` when the runtime reports none). `max diff vs "
+        "eager`: largest absolute difference from the eager run over every step's output "
+        "and the final parameters and buffers.", "",
+        "## Per model and mode", "",
+    ]
+    lines += _md_table(HEADER, table_rows(records))
+    if meta.get("chart"):
+        lines += ["", f"![simulated time per step]({meta['chart']})"]
+    bad = [r for r in records if r["status"] != "ok"]
+    if bad:
+        lines += ["", "## Not run or failed", ""]
+        lines += _md_table(["model", "mode", "status", "reason (from the runtime)"],
+                           [[r["model"], r["mode"], r["status"], str(r["reason"])] for r in bad])
+    fb = [(r, k, n) for r in records for k, n in sorted((r["fallbacks"] or {}).items())]
+    if fb:
+        lines += ["", "## Fallbacks and their reasons", ""]
+        lines += _md_table(["model", "mode", "reason", "count"],
+                           [[r["model"], r["mode"], k, str(n)] for r, k, n in fb])
+    traces = [r for r in records if r["trace"]]
+    if traces:
+        lines += ["", "## Traces (one steady step; open in https://ui.perfetto.dev)", ""]
+        lines += [f"- {r['model']} / {r['mode']}: [{r['trace']}]({r['trace']})" for r in traces]
+    lines += ["", "## Settings in force", "", "```", meta["settings"], "```", "",
+              "## Assumed hardware figures (no public source)", "", "```",
+              meta["assumptions"], "```", "", "## Fields of report.json", ""]
+    lines += _md_table(["field", "meaning"], [[k, v] for k, v in FIELDS.items()])
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(records: list[Record], meta: dict[str, Any], path: Path) -> Path:
+    path.write_text(render_markdown(records, meta))
+    return path

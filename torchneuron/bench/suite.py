@@ -1,0 +1,124 @@
+"""A bench run: every (model, mode) in its own process, then the comparisons and the files.
+
+One fresh temporary directory per bench run holds the compile caches (one per model and
+mode; ``adaptive_warm`` reuses the directory ``adaptive_cold`` of the same model filled),
+each run's outputs for the comparison with eager, and the records; it is removed at
+the end. Only ``report.md``, ``report.json``, the chart and the traces go to ``out``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torchneuron.bench import metrics, modes, zoo
+from torchneuron.bench._pool import run_all
+
+__all__ = ["QUICK_STEPS", "DEFAULT_STEPS", "compare_with_eager", "run_suite", "specs_for"]
+
+QUICK_STEPS = 6
+DEFAULT_STEPS = 20
+_COST_ORDER = {"adaptive_cold": 0, "compile": 1, "eager": 2, "adaptive_warm": 3, "cpu": 4}
+
+
+def specs_for(models: list[str], mode_names: list[str], steps: int, hardware: str, tmp: Path,
+              out: Path, trace: bool, zero_compile_latency: bool = False) -> list[dict[str, Any]]:
+    """One spec per (model, mode), the costliest first so that parallel lanes balance."""
+    specs = []
+    for model in models:
+        for mode in mode_names:
+            cache_mode = modes.DEPENDS_ON.get(mode, mode)
+            dep = modes.DEPENDS_ON.get(mode)
+            specs.append({
+                "model": model, "mode": mode, "steps": steps, "hardware": hardware,
+                "cache_dir": str(tmp / "cache" / model / cache_mode),
+                "outputs_path": str(tmp / "outputs" / f"{model}-{mode}.pt"),
+                "record_path": str(tmp / "records" / f"{model}-{mode}.json"),
+                "trace_path": (str(out / "traces" / f"{model}-{mode}.json")
+                               if trace and mode != "cpu" else None),
+                "zero_compile_latency": zero_compile_latency,
+                "after": dep if dep in mode_names else None,
+            })
+    return sorted(specs, key=lambda s: _COST_ORDER.get(s["mode"], 9))
+
+
+def _preload(models: list[str], mode_names: list[str]) -> bool:
+    """Import in the parent what every run needs, so forked runs do not pay for it.
+    Return whether any run will compile (torch.compile, or adaptive eager is present)."""
+    import torch  # noqa: F401
+
+    import torchneuron  # noqa: F401
+    import torchneuron.bench.runner  # noqa: F401
+    import torchneuron.compiler  # noqa: F401
+    import torchneuron.profiler  # noqa: F401
+
+    if "compile" in mode_names:
+        import torch._dynamo  # noqa: F401
+    for model in models:
+        for module in zoo.get(model).requires:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass  # the run reports it
+    adaptive = False
+    if any(m.startswith("adaptive") for m in mode_names):
+        from torchneuron.bench._runtime import adaptive_module
+
+        try:
+            adaptive_module()
+            adaptive = True
+        except ImportError:
+            pass  # the runs report it
+    return adaptive or "compile" in mode_names
+
+
+def compare_with_eager(records: list[dict[str, Any]], outputs: dict[tuple[str, str], Path]
+                       ) -> None:
+    """Fill ``max_abs_diff_vs_eager`` from the saved outputs and final state of each run."""
+    import torch
+
+    loaded: dict[tuple[str, str], Any] = {}
+    for key, path in outputs.items():
+        if path.exists():
+            loaded[key] = torch.load(path, weights_only=True)
+    for r in records:
+        mine, eager = loaded.get((r["model"], r["mode"])), loaded.get((r["model"], "eager"))
+        if r["status"] == "ok" and mine is not None and eager is not None:
+            r["max_abs_diff_vs_eager"] = metrics.max_abs_diff(mine, eager)
+
+
+def run_suite(models: list[str], mode_names: list[str], steps: int, hardware: str, out: Path,
+              trace: bool = False, jobs: int = 1, timeout: float = 1800.0,
+              zero_compile_latency: bool = False,
+              on_done: Callable[[dict[str, Any]], None] | None = None
+              ) -> tuple[list[dict[str, Any]], float]:
+    """Run every (model, mode); return the records in report order and the wall seconds."""
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="torchneuron-bench-"))
+    try:
+        for sub in ("cache", "outputs", "records"):
+            (tmp / sub).mkdir()
+        specs = specs_for(models, mode_names, steps, hardware, tmp, out, trace,
+                          zero_compile_latency)
+        compiles = _preload(models, mode_names)
+        records = run_all(specs, jobs, timeout, on_done or (lambda r: None), warm=compiles)
+        order = {(m, md): i for i, (m, md) in enumerate(
+            (m, md) for m in models for md in mode_names)}
+        records.sort(key=lambda r: order[(r["model"], r["mode"])])
+        compare_with_eager(records, {(s["model"], s["mode"]): Path(s["outputs_path"])
+                                     for s in specs})
+        metrics.derive(records)
+        for r in records:
+            if r.get("trace"):
+                r["trace"] = os.path.relpath(r["trace"], out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return records, time.perf_counter() - t0
