@@ -9,7 +9,9 @@ section 9), and, with ``--mode compile``, the compiler's.
 For each module and each selected float32 sample: the module is built on CPU
 (seeded), deep-copied and moved to ``neuron`` (``--mode eager``) or additionally
 wrapped in ``torch.compile(backend="neuron")`` (``--mode compile``, Dynamo reset
-per module). Both run the same forward inputs (tensors copied, aliases kept), each
+per sample, so no sample silently runs eagerly past Dynamo's recompile limit; the
+compile counters -- graphs compiled, compile failures by stage, eager fallback runs,
+graph breaks -- are reported per module). Both run the same forward inputs (tensors copied, aliases kept), each
 forward seeded the same way (lazy modules initialize and dropout draws
 identically). Compared with ``torch.testing.assert_close``: every forward output
 (floating outputs must live on ``neuron``), parameters and buffers after the
@@ -24,7 +26,7 @@ module, not the sweep.
 Usage::
 
     python tools/moduleinfo_sweep.py [--mode eager|compile] [--only nn.Linear,nn.LSTM]
-        [--samples N] [--json out.json] [--timeout S] [-v]
+        [--samples N] [--json out.json] [--timeout S] [--cache-dir DIR] [-v]
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -158,6 +163,11 @@ def _compare_sample(info: Any, sample: Any, mode: str) -> bool:
     dev = dev.to("neuron")
     runner: Any = dev
     if mode == "compile":
+        # A fresh module per sample is a recompile for Dynamo; past its recompile
+        # limit it would run the sample eagerly without saying so. Start clean instead.
+        from torch._dynamo import reset
+
+        reset()
         runner = torch.compile(dev, backend="neuron")
     out_dev, dev_in = _run_on(runner, sample, "neuron")
     outs_ref, outs_dev = _tensors(out_ref), _tensors(out_dev)
@@ -276,7 +286,9 @@ def find_modules(names: list[str] | None = None) -> list[Any]:
     return found
 
 
-def _run_isolated(names: list[str], flags: list[str], verbose: bool) -> list[ModuleResult]:
+def _run_isolated(
+    names: list[str], flags: list[str], verbose: bool, env: dict[str, str] | None = None
+) -> list[ModuleResult]:
     """Run the modules in a worker process, restarting it after a hard crash.
 
     Why: a C++ abort or a segfault cannot be caught in-process; it must cost one
@@ -286,7 +298,9 @@ def _run_isolated(names: list[str], flags: list[str], verbose: bool) -> list[Mod
     todo = list(names)
     while todo:
         cmd = [sys.executable, __file__, "--worker", "--only", ",".join(todo), *flags]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         assert proc.stdout is not None
         current: str | None = None
         for line in proc.stdout:
@@ -336,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"samples per module, spread evenly (0: all; default {DEFAULT_SAMPLES})")
     p.add_argument("--json", help="write per-module results and the summary here")
     p.add_argument("--timeout", type=int, default=PER_MODULE_TIMEOUT_S, help="seconds per module")
+    p.add_argument("--cache-dir", help="executable cache for --mode compile (default: a fresh "
+                   "temporary directory, so entries of other runs cannot change the verdicts)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every module as it ends")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -352,7 +368,16 @@ def main(argv: list[str] | None = None) -> int:
             print("RESULT " + json.dumps(vars(r)), flush=True)
         return 0
     flags = ["--mode", a.mode, "--samples", str(a.samples), "--timeout", str(a.timeout)]
-    results = _run_isolated([m.name for m in infos], flags, a.verbose)
+    env = dict(os.environ)
+    tmp = None
+    if a.mode == "compile":
+        tmp = None if a.cache_dir else tempfile.mkdtemp(prefix="moduleinfo-cache-")
+        env["TORCHNEURON_CACHE_DIR"] = a.cache_dir or tmp
+    try:
+        results = _run_isolated([m.name for m in infos], flags, a.verbose, env)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     if not a.verbose:
         for r in results:
             _print(r)
