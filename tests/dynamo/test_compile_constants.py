@@ -68,3 +68,21 @@ def test_returned_constant_is_on_device() -> None:
     assert b.device.type == "neuron" and a.device.type == "neuron"
     torch.testing.assert_close(b.cpu(), torch.tensor([7.0, 8.0]))
     torch.testing.assert_close(a.cpu(), torch.ones(2))
+
+
+def test_constant_in_a_graph_that_falls_back_runs_eagerly_on_the_device(monkeypatch) -> None:
+    """A graph whose compile fails runs op by op on the device: its lifted host constant
+    must be moved there too (it raised a mixed-device error)."""
+    import torchneuron.dynamo.backend as backend
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise tc.LoweringError("refused for the test", op="test", reason="test")
+
+    monkeypatch.setattr(backend, "compile_graph", refuse)
+    torch._dynamo.reset()
+    tc.reset_stats()
+    x = torch.randn(3, 2)
+    for fn in (_tensor_on_device, _host_constant_moved):
+        got = torch.compile(fn, backend="neuron")(x.to("neuron"))
+        torch.testing.assert_close(got.cpu(), fn(x))
+    assert sum(tc.stats()["eager_fallback_runs"].values()) == 2

@@ -81,6 +81,7 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
                                     graph_key=fx_graph_key(graph, example_inputs))
         except CompileError:
             _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
+            _constants_to_device(gm, index)
             return make_boxed_func(_eager_on_device(gm, index, name))
         core = get_core(index)
         launch.charge_compile(core, exe)
@@ -102,6 +103,18 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
 def wrap_buffer(buffer: torch.Tensor, index: int) -> NeuronTensor:
     """Inside a traced graph: make a neuron tensor over a CPU buffer (no copy, no op)."""
     return NeuronTensor(buffer, index)
+
+
+def _constants_to_device(gm: torch.fx.GraphModule, index: int) -> None:
+    """Host constants lifted into the graph (``torch.tensor([...])`` in user code) go to
+    the device, so the eager fallback does not mix devices."""
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target, None)
+        if type(value) is torch.Tensor and value.device.type == "cpu":
+            with unset_fake_temporarily():  # a real copy, not a trace of one
+                setattr(gm, node.target, value.to(f"neuron:{index}"))
 
 
 def _retarget_factories(gm: torch.fx.GraphModule, src: str, dst: str, wrap: bool) -> None:
