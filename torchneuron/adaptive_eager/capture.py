@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 
 from torchneuron.adaptive_eager.signature import undescribe
+from torchneuron.dispatch.opfacts import op_facts
 
 __all__ = ["CaptureRefused", "Plan", "plan_region", "build_graph", "example_inputs"]
 
@@ -50,6 +51,9 @@ class Plan:
     out_index: dict[tuple[int, int], int] = field(default_factory=dict)
     root_nbytes: dict[tuple[int, int], int] = field(default_factory=dict)
     n_ops: int = 0
+    written_slots: frozenset[int] = frozenset()  # inputs an op of the region may write
+    first_write: dict[int, int] = field(default_factory=dict)  # slot -> first op writing it
+    last_ref: dict[int, int] = field(default_factory=dict)  # slot -> last op reading it
 
     def __post_init__(self) -> None:
         self.out_index = {v: n for n, v in enumerate(self.outputs)}
@@ -77,8 +81,18 @@ def plan_region(sigs: tuple, n_inputs: int, input_metas: list[tuple],
                 ref = refs[out[2]]
                 roots[(i, k)] = ref if ref[0] == "x" else roots[(ref[1], ref[2])]
     outputs = sorted({roots[v] for v in live if v in roots and roots[v][0] == "v"})
-    return Plan(n_inputs, input_metas, roots, metas,
-                [(r[1], r[2]) for r in outputs], root_nbytes=nbytes, n_ops=len(sigs))
+    first_write: dict[int, int] = {}
+    last_ref: dict[int, int] = {}
+    for i, (func, _static, refs, _outs) in enumerate(sigs):
+        writes = bool(op_facts(func).written)  # over-approximated: every input slot it reads
+        for r in refs:
+            if r[0] == "x":
+                last_ref[r[1]] = i
+                if writes:
+                    first_write.setdefault(r[1], i)
+    return Plan(n_inputs, input_metas, roots, metas, [(r[1], r[2]) for r in outputs],
+                root_nbytes=nbytes, n_ops=len(sigs), written_slots=frozenset(first_write),
+                first_write=first_write, last_ref=last_ref)
 
 
 def build_graph(sigs: tuple, plan: Plan) -> fx.GraphModule:

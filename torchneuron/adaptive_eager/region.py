@@ -115,7 +115,11 @@ class Region:
             + (f", ready at {self.ready_at_ns} ns" if self.ready_at_ns is not None else ""),
             f"  side exits: {exits or 'none'}",
         ]
-        if self.reason is not None and self.state is not State.READY or self.reason is Reason.BACKED_OFF:
+        if self.state is State.COMPILING:
+            lines.append(f"  why not swapped in: {Reason.COMPILE_PENDING.value}: "
+                         f"{Reason.COMPILE_PENDING.message} (ready at {self.ready_at_ns} ns)")
+        elif self.reason is not None and (self.state is not State.READY
+                                          or self.reason is Reason.BACKED_OFF):
             lines.append(f"  why not swapped in: {self.reason.value}: {self.detail or self.reason.message}")
         return "\n".join(lines)
 

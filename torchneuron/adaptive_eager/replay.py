@@ -40,6 +40,22 @@ __all__ = ["Replay", "MISMATCH"]
 MISMATCH = object()
 
 
+def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
+    """Whether aliasing between inputs would change the region's meaning.
+
+    The graph takes its inputs as independent values. Two inputs sharing storage are
+    harmless when neither is written, or when every use of the other comes before the
+    first write (autograd's saved ``weight.t()`` read in backward, then the optimizer's
+    in-place update of ``weight``): otherwise a write through one would be missed by the
+    other, so the region runs eagerly."""
+    ptrs = [b.untyped_storage().data_ptr() for b in inputs]
+    for s in plan.written_slots:
+        for a, p in enumerate(ptrs):
+            if a != s and p == ptrs[s] and plan.last_ref.get(a, -1) >= plan.first_write[s]:
+                return True
+    return False
+
+
 def _no_modes() -> contextlib.AbstractContextManager:
     """Run below dispatch modes (already so inside the mode's own ``__torch_dispatch__``)."""
     if torch._C._len_torch_dispatch_stack() == 0:
@@ -217,8 +233,7 @@ class Replay:
                 self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
                 return
         inputs = [t.buffer for t in self.ext]
-        ptrs = [b.untyped_storage().data_ptr() for b in inputs]  # type: ignore[union-attr]
-        if len(set(ptrs)) != len(ptrs):
+        if plan.written_slots and _aliased(inputs, plan):
             self._eager(Reason.ALIASED_INPUTS)
             return
         with _no_modes():

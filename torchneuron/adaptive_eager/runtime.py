@@ -44,7 +44,11 @@ __all__ = ["AdaptiveEagerMode", "Runtime"]
 
 log = logging.getLogger("torchneuron.adaptive_eager")
 aten = torch.ops.aten
-_PERIOD_CHECKS = tuple(2 ** n for n in range(4, 20))
+# A segment this long without a sync is searched for its period (then at each doubling):
+# short sync-bounded steps are never cut by a chance repetition of a few ops.
+_PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
+_MIN_PERIOD = 4  # ops
+_REPEATS = 3  # a period must repeat this many times back to back
 
 
 def _setting(name: str) -> int:
@@ -241,8 +245,8 @@ class Runtime:
         seg = self.segment
         keys = seg.keys()
         n = len(keys)
-        for p in range(2, n // 2 + 1):
-            if keys[n - p:] == keys[n - 2 * p:n - p]:
+        for p in range(_MIN_PERIOD, n // _REPEATS + 1):
+            if all(keys[n - p:] == keys[n - (r + 1) * p:n - r * p] for r in range(1, _REPEATS)):
                 a, _ = seg.relative(n - 2 * p, n - p)
                 b, _ = seg.relative(n - p, n)
                 region = self.close_window(n - p, n, periodic=True, seen=2 if a == b else 1)
