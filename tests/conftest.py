@@ -47,9 +47,14 @@ def _fresh_op_tracking() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _own_compile_cache() -> Iterator[None]:
-    """Each test compiles into an empty cache of its own (the default store follows)."""
-    with settings.override(cache_dir=os.path.join(_CACHE_ROOT, f"t{next(_test_ids)}")):
+def _own_compile_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test compiles into an empty cache of its own (the default store follows, and so
+    do processes the test starts). A cache hit skips the modeled compile latency, so two
+    processes of one test comparing simulated times with compile latency on should set
+    ``TORCHNEURON_CACHE=0``."""
+    folder = os.path.join(_CACHE_ROOT, f"t{next(_test_ids)}")
+    monkeypatch.setenv("TORCHNEURON_CACHE_DIR", folder)
+    with settings.override(cache_dir=folder):
         yield
 
 

@@ -1,21 +1,31 @@
-"""How much of PyTorch's OpInfo database gets through our lowering path?
+"""Every sample of every OpInfo op through the whole compiler, compared with eager.
 
-For each op in `op_db`, its first K float32 CPU samples are run eagerly (the reference),
-then through prepare -> Torch-MLIR lowering (in the crash-safe worker) and, when
-`torchneuron.compiler.stablehlo` is importable, parse + interpret + compare with eager.
-An op passes when every one of its samples that works eagerly passes. Ops whose results
-are unspecified (empty*, random draws) are skipped and listed.
+For each op in PyTorch's `op_db` (float32 CPU samples), each sample is run eagerly (the
+reference, twice under one seed: a sample whose eager result is not reproducible, like
+`empty`, is not tested), then compiled with `compile_graph` (prepare -> Torch-MLIR in the
+worker -> StableHLO -> the neuron compiler) and run as an executable (`Executable.run`,
+random inputs drawn under the same seed). Per op:
 
-    .venv/bin/python tools/lowering_coverage.py [--ops a,b] [--limit N] [--samples K]
-        [--json out.json] [--no-interpret] [-v]
+  pass        every sample that works eagerly compiles and matches eager
+  refused     some sample is refused with a typed CompileError (fine: it runs eagerly);
+              no sample gives different numbers
+  MISMATCH    some sample compiles and gives numbers different from eager (a defect)
+  RUN-ERROR   some sample compiles and then fails when run (a defect)
+  eager-fails no sample works eagerly;   skipped: unspecified results (empty*), no float32
+
+    python tools/lowering_coverage.py [--only a,b.variant] [--shard I/N] [--samples K]
+        [--json out.json] [--merge a.json b.json ...] [-v]
+
+The full sweep takes a long time: run it with `nice -n 10`, sharded, in the background,
+then `--merge` the shards' JSON into one report. Exit status 1 when any op is a defect.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
+import os
 import sys
 import time
 import warnings
@@ -24,21 +34,18 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-SKIP_PREFIXES = ("empty", "new_empty", "nn.functional.dropout", "nn.functional.alpha_dropout",
-                 "nn.functional.feature_alpha_dropout", "bernoulli", "normal", "rand",
-                 "multinomial", "uniform", "cauchy", "exponential", "geometric",
-                 "log_normal", "randint", "randn", "nn.functional.rrelu", "torch._C._nn.rrelu",
-                 "_refs.empty")
-SKIP_EXACT = {"new_empty", "new_empty_strided", "empty_like", "empty_strided",
-              "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
-              "randn_like", "rand_like", "randint_like", "normal", "cauchy", "bernoulli"}
+UNSPECIFIED = ("empty", "new_empty", "_refs.empty", "empty_like", "empty_strided",
+               "new_empty_strided", "_refs.new_empty")
+DEFECTS = ("mismatch", "run-error")
+RTOL, ATOL = 1e-3, 1e-4
 
 
-def _skip_reason(op: Any) -> str | None:
-    name = op.name
-    if name in SKIP_EXACT or name.startswith(SKIP_PREFIXES):
-        return "unspecified-or-random"
-    return None
+class _EagerFails(Exception):
+    pass
+
+
+class _Unreproducible(Exception):
+    pass
 
 
 def _sample_fn(op: Any, sample: Any) -> tuple[Any, list[torch.Tensor]]:
@@ -57,139 +64,195 @@ def _sample_fn(op: Any, sample: Any) -> tuple[Any, list[torch.Tensor]]:
     return fn, tensors
 
 
-def _close(ref: Any, got: Any) -> str | None:
+def _differs(ref: Any, got: Any) -> str | None:
+    """None when ``got`` matches ``ref`` (fp32 tolerance, NaN == NaN), else why not."""
     rl, gl = pytree.tree_leaves(ref), pytree.tree_leaves(got)
     if len(rl) != len(gl):
         return f"{len(gl)} outputs, expected {len(rl)}"
-    for r, g in zip(rl, gl, strict=True):
+    for i, (r, g) in enumerate(zip(rl, gl, strict=True)):
         if isinstance(r, torch.Tensor):
-            g = torch.as_tensor(g)
+            if not isinstance(g, torch.Tensor) or g.shape != r.shape or g.dtype != r.dtype:
+                return (f"output {i}: {type(g).__name__} {getattr(g, 'dtype', '')}"
+                        f"{list(getattr(g, 'shape', []))}, expected {r.dtype}{list(r.shape)}")
             try:
-                torch.testing.assert_close(g.to(r.dtype).reshape(r.shape), r, rtol=1e-3,
-                                           atol=1e-4, equal_nan=True, check_stride=False)
-            except Exception as e:  # noqa: BLE001 - any mismatch is a finding
-                return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+                torch.testing.assert_close(g, r, rtol=RTOL, atol=ATOL, equal_nan=True,
+                                           check_stride=False)
+            except AssertionError as e:
+                lines = [s.strip() for s in str(e).splitlines() if s.strip()]
+                return f"output {i}: " + "; ".join(lines[1:4])[:300]
         elif r != g and not (isinstance(r, float) and r != r and g != g):
-            return f"{g!r} != {r!r}"
+            return f"output {i}: {g!r} != {r!r}"
     return None
 
 
-def run_sample(op: Any, sample: Any, interpret: bool) -> tuple[str, str, str | None] | None:
-    """None on pass, else (stage, reason, op). Raises _EagerFails if eager fails."""
+def _describe(sample: Any) -> str:
+    def d(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}"
+        return v
+
+    return str(pytree.tree_map(d, (sample.input, sample.args, sample.kwargs)))[:300]
+
+
+def _eager(fn: Any, tensors: list[torch.Tensor], seed: int) -> Any:
+    try:
+        torch.manual_seed(seed)
+        ref = fn(*[t.clone() for t in tensors])
+        torch.manual_seed(seed)
+        again = fn(*[t.clone() for t in tensors])
+    except Exception as e:  # noqa: BLE001 - the op rejects this sample eagerly
+        raise _EagerFails(str(e)) from e
+    if _differs(ref, again) is not None:
+        raise _Unreproducible()
+    return ref
+
+
+def run_sample(op: Any, sample: Any, seed: int) -> tuple[str, str] | None:
+    """None on pass, else (status, detail); raises _EagerFails / _Unreproducible."""
+    from torchneuron.compiler import compile_graph
     from torchneuron.compiler.errors import CompileError
-    from torchneuron.compiler.prepare import prepare
-    from torchneuron.compiler.worker import lower_in_worker
 
     fn, tensors = _sample_fn(op, sample)
+    ref = _eager(fn, tensors, seed)
     try:
-        ref = fn(*[t.clone() for t in tensors])
-    except Exception as e:  # noqa: BLE001
-        raise _EagerFails(str(e)) from e
-    try:
-        pg = prepare(fn, [t.clone() for t in tensors])
-        text = lower_in_worker(pg.gm, timeout=120)
+        exe = compile_graph(fn, [t.clone() for t in tensors], name=op.name, source="coverage")
     except CompileError as e:
-        return (e.stage, e.reason, e.op or str(e).splitlines()[0][:160])
-    if not interpret:
-        return None
-    from torchneuron.compiler.random_ops import draw_random_inputs
-    from torchneuron.compiler.stablehlo import interpret as run
-    from torchneuron.compiler.stablehlo import parse_module
-
-    try:
-        module = parse_module(text)
-    except Exception as e:  # noqa: BLE001
-        return ("parse", type(e).__name__, None)
+        return ("refused", f"{e.stage}:{e.reason}" + (f" ({e.op})" if e.op else ""))
     ins = [t.clone() for t in tensors]
     try:
-        results = run(module, [*ins, *draw_random_inputs(pg.random_inputs)])
-        got = pg.assemble_outputs(ins, results)
-        pg.apply_write_backs(ins, results)
+        torch.manual_seed(seed)
+        flat = exe.run(ins)
+        got = pytree.tree_unflatten(flat, pytree.tree_structure(ref)) \
+            if len(flat) == len(pytree.tree_leaves(ref)) else flat
+    except Exception as e:  # noqa: BLE001 - a compiled graph that cannot run is a defect
+        return ("run-error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    why = _differs(ref, got)
+    return None if why is None else ("mismatch", why)
+
+
+def run_op(op: Any, max_samples: int) -> dict[str, Any]:
+    name = op.name
+    if name in UNSPECIFIED or name.startswith("empty") or name.startswith("new_empty"):
+        return {"status": "skipped", "reason": "unspecified results"}
+    if torch.float32 not in op.supported_dtypes("cpu"):
+        return {"status": "skipped", "reason": "no float32"}
+    try:
+        samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
     except Exception as e:  # noqa: BLE001
-        return ("interpret", type(e).__name__, getattr(e, "op", None) or str(e)[:160])
-    bad = _close(ref, got)
-    return None if bad is None else ("compare", "mismatch", bad)
+        return {"status": "skipped", "reason": f"no samples: {e}"[:100]}
+    if max_samples:
+        samples = samples[:max_samples]
+    counts: collections.Counter[str] = collections.Counter()
+    first: dict[str, dict[str, Any]] = {}
+    for i, sample in enumerate(samples):
+        try:
+            fail = run_sample(op, sample, seed=1000 + i)
+        except _EagerFails:
+            counts["eager-fails"] += 1
+            continue
+        except _Unreproducible:
+            counts["unreproducible"] += 1
+            continue
+        except Exception as e:  # noqa: BLE001 - a bug in the tool or prepare is a finding
+            fail = ("run-error", f"internal {type(e).__name__}: {str(e)[:200]}")
+        if fail is None:
+            counts["pass"] += 1
+            continue
+        counts[fail[0]] += 1
+        first.setdefault(fail[0], {"sample": i, "detail": fail[1], "input": _describe(sample)})
+    tested = counts["pass"] + counts["refused"] + counts["mismatch"] + counts["run-error"]
+    if tested == 0:
+        status = "skipped" if counts["unreproducible"] else "eager-fails"
+    elif counts["mismatch"]:
+        status = "mismatch"
+    elif counts["run-error"]:
+        status = "run-error"
+    elif counts["refused"]:
+        status = "refused"
+    else:
+        status = "pass"
+    out: dict[str, Any] = {"status": status, "samples": dict(counts), "first": first}
+    if status == "skipped":
+        out["reason"] = "eager results not reproducible"
+    return out
 
 
-class _EagerFails(Exception):
-    pass
+def _select(ops: list[Any], only: str, shard: str) -> list[Any]:
+    wanted = {o for o in only.split(",") if o}
+    picked = [o for o in ops if not wanted or o.name in wanted
+              or f"{o.name}.{o.variant_test_name}" in wanted]
+    if shard:
+        i, n = (int(v) for v in shard.split("/"))
+        picked = picked[i::n]
+    return picked
+
+
+def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
+    counts = collections.Counter(r["status"] for r in results.values())
+    tested = sum(counts[s] for s in ("pass", "refused", *DEFECTS))
+    rate = 100.0 * counts["pass"] / tested if tested else 0.0
+    for status in (*DEFECTS, "refused"):
+        names = sorted(n for n, r in results.items() if r["status"] == status)
+        if not names:
+            continue
+        print(f"\n{status.upper()} ({len(names)}):")
+        for n in names:
+            f = results[n]["first"][status]
+            s = results[n]["samples"]
+            print(f"  {n}: {s.get(status, 0)}/{s.get('pass', 0) + s.get(status, 0)}+ samples; "
+                  f"first #{f['sample']}: {f['detail']}"
+                  + (f"  input={f['input']}" if status in DEFECTS else ""))
+    skipped = sorted(n for n, r in results.items() if r["status"] == "skipped")
+    n_samples = sum(sum(r.get("samples", {}).values()) for r in results.values())
+    print(f"\nskipped ({len(skipped)}): {', '.join(skipped)}")
+    print(f"\nwhole compiler, all samples ({n_samples} samples): {counts['pass']}/{tested} ops "
+          f"pass ({rate:.1f}%) of ops with a sample that works eagerly; "
+          f"{counts['refused']} refused, {counts['mismatch']} MISMATCH, "
+          f"{counts['run-error']} RUN-ERROR; {counts['eager-fails']} eager-fails, "
+          f"{len(skipped)} skipped; {seconds:.0f}s")
+    return {"pass": counts["pass"], "tested": tested, "rate": rate,
+            "counts": dict(counts), "samples": n_samples, "seconds": seconds, "ops": results}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--ops", default="", help="comma-separated OpInfo names")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N ops")
-    ap.add_argument("--samples", type=int, default=1, help="samples per op (default 1)")
+    ap.add_argument("--only", "--ops", default="", help="comma-separated OpInfo names")
+    ap.add_argument("--shard", default="", help="I/N: every N-th op starting at I")
+    ap.add_argument("--samples", type=int, default=0, help="samples per op (default: all)")
     ap.add_argument("--json", default="", help="write per-op results here")
-    ap.add_argument("--no-interpret", action="store_true", help="stop after lowering")
+    ap.add_argument("--merge", nargs="+", default=[], help="merge shard JSON files and report")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    warnings.filterwarnings("ignore")
-    from torch.testing._internal.common_methods_invocations import op_db
+    if args.merge:
+        results: dict[str, dict[str, Any]] = {}
+        seconds = 0.0
+        for path in args.merge:
+            with open(path) as f:
+                data = json.load(f)
+            results.update(data["ops"])
+            seconds = max(seconds, data["seconds"])
+        summary = report(results, seconds)
+    else:
+        warnings.filterwarnings("ignore")
+        os.environ.setdefault("TORCHNEURON_COMPILE_TIMEOUT", "120")
+        import torch.testing._internal.common_methods_invocations as cmi
 
-    interpret = not args.no_interpret and importlib.util.find_spec(
-        "torchneuron.compiler.stablehlo") is not None
-    wanted = {o for o in args.ops.split(",") if o}
-    ops = [o for o in op_db if not wanted or o.name in wanted or
-           f"{o.name}.{o.variant_test_name}" in wanted]
-    if args.limit:
-        ops = ops[: args.limit]
-    results: dict[str, dict[str, Any]] = {}
-    t0 = time.time()
-    for op in ops:
-        key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
-        if (why := _skip_reason(op)) is not None:
-            results[key] = {"status": "skipped", "reason": why}
-            continue
-        if torch.float32 not in op.supported_dtypes("cpu"):
-            results[key] = {"status": "skipped", "reason": "no-float32"}
-            continue
-        status: dict[str, Any] = {"status": "eager-fails"}
-        try:
-            samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
-        except Exception as e:  # noqa: BLE001
-            results[key] = {"status": "skipped", "reason": f"no-samples: {e}"[:80]}
-            continue
-        for sample in samples[: args.samples]:
-            try:
-                fail = run_sample(op, sample, interpret)
-            except _EagerFails:
-                continue
-            except Exception as e:  # noqa: BLE001 - a bug in our code is a finding too
-                fail = ("internal", type(e).__name__, str(e)[:100])
-            if fail is not None:
-                status = {"status": "fail", "stage": fail[0], "reason": fail[1], "op": fail[2]}
-                break
-            status = {"status": "pass"}
-        results[key] = status
-        if args.verbose:
-            print(f"{key}: {status}", flush=True)
-    return _report(results, interpret, time.time() - t0, args.json)
-
-
-def _report(results: dict[str, dict[str, Any]], interpret: bool, seconds: float, out: str) -> int:
-    counts = collections.Counter(r["status"] for r in results.values())
-    tested = counts["pass"] + counts["fail"]
-    by_stage: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
-    for name, r in results.items():
-        if r["status"] == "fail":
-            detail = f"{name}" + (f" ({r['op']})" if r.get("op") else "")
-            by_stage[(r["stage"], r["reason"])].append(detail)
-    for (stage, reason), names in sorted(by_stage.items(), key=lambda kv: -len(kv[1])):
-        print(f"FAIL {stage}/{reason} ({len(names)}): {', '.join(sorted(names))}")
-    skipped = sorted(n for n, r in results.items() if r["status"] == "skipped")
-    print(f"skipped ({len(skipped)}, unspecified results / random / no float32): "
-          f"{', '.join(skipped)}")
-    rate = 100.0 * counts["pass"] / tested if tested else 0.0
-    mode = "prepare+lower+interpret+compare" if interpret else "prepare+lower"
-    print(f"\n{mode}: {counts['pass']}/{tested} ops pass ({rate:.1f}%) of ops whose eager "
-          f"samples work; {counts['eager-fails']} eager-fails, {len(skipped)} skipped; "
-          f"{seconds:.0f}s")
-    if out:
-        with open(out, "w") as f:
-            json.dump({"mode": mode, "pass": counts["pass"], "tested": tested,
-                       "rate": rate, "ops": results}, f, indent=1, sort_keys=True)
-    return 0
+        # OpInfo wraps random ops in wrapper_set_seed (reseeds inside the op, which a
+        # compiled graph refuses); the sweep seeds eager and compiled runs itself.
+        cmi.wrapper_set_seed = lambda op, *a, **k: op(*a, **k)
+        results = {}
+        t0 = time.time()
+        for op in _select(cmi.op_db, args.only, args.shard):
+            key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+            results[key] = run_op(op, args.samples)
+            if args.verbose:
+                print(f"{key}: {results[key]['status']} {results[key].get('samples', '')}",
+                      flush=True)
+        summary = report(results, time.time() - t0)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1, sort_keys=True)
+    return 1 if any(summary["counts"].get(s) for s in DEFECTS) else 0
 
 
 if __name__ == "__main__":

@@ -17,10 +17,17 @@ register()
 install()
 _dynamo.register()
 
+from torchneuron import adaptive_eager  # noqa: E402  (after the device is registered)
+from torchneuron.hardware import settings as _settings  # noqa: E402
+
+if _settings.get_value("adaptive_eager"):  # TORCHNEURON_ADAPTIVE_EAGER=1
+    adaptive_eager.enable()
+
 __all__ = [
     "NeuronTensor",
     "compiler",
     "__version__",
+    "adaptive_eager",
     "current_profile",
     "executed_ops",
     "fallback_ops",

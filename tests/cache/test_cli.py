@@ -104,8 +104,8 @@ def test_info(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert text in out, text
     _, (data,) = run_json(root, "info", big.key, capsys=capsys)
     assert data["key"] == big.key and data["kind"] == "executable"
-    assert set(data["components"]) == {"stablehlo_sha256", "compiler_version", "format_version",
-                                       "target", "options"}
+    assert set(data["components"]) == {"stablehlo_sha256", "signature_sha256",
+                                       "compiler_version", "format_version", "target", "options"}
     assert data["kernels"] and data["cost"]["total_ns"] > 0 and data["payload_bytes"] > 0
     link = next(r for r in list_entries(CacheStore(root).disk) if r.kind == "link")
     code, out = run(root, "info", link.key, capsys=capsys)
@@ -220,3 +220,14 @@ def test_module_entry_point_and_help_examples(root: Path) -> None:
                         "import"}
     for name, sp in sub.items():
         assert f"torchneuron-cache {name}" in sp.format_help(), name
+
+
+def test_prune_incompatible_removes_other_store_versions(root: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    old = root / "v0" / "exe" / "ab"
+    old.mkdir(parents=True)
+    (old / ("ab" + "0" * 62)).write_bytes(b"an entry of an older store format")
+    code, data = run_json(root, "prune", "--incompatible", "--dry-run", capsys=capsys)
+    assert code == 0 and data == [] and old.exists()  # current entries are all compatible
+    assert run(root, "prune", "--incompatible", "--yes", capsys=capsys)[0] == 0
+    assert not (root / "v0").exists() and len(_exes(root)) == 2

@@ -48,6 +48,10 @@ def test_second_process_compiles_nothing_and_matches(tmp_path: Path) -> None:
     assert second["times_ns"][1:] == first["times_ns"][1:]  # identical after warm-up
     assert second["times_ns"][0] <= first["times_ns"][0]  # no compile on the way
     assert cli.main(["--dir", str(cache_dir), "verify"]) == 0
+    from torchneuron.cache.counters import read_totals
+
+    totals = read_totals(cache_dir / "v1" / "stats")  # persisted by both processes
+    assert (totals["hits"], totals["writes"], totals["link_hits"]) == (2, 4, 2)
 
 
 def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

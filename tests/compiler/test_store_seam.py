@@ -78,7 +78,7 @@ def test_key_is_name_independent_and_skips_neuronc(monkeypatch: pytest.MonkeyPat
     a = compile_graph(f, xs, name="forward_0", store=store, in_process=True)
     (key,) = store.data
     assert b"forward_0" not in store.data[key]
-    assert key == executable_key(a.stablehlo, a.target, {})[0] == a.cache_key
+    assert key == executable_key(a.stablehlo, a.target, {}, a.signature)[0] == a.cache_key
     calls: list[str] = []
     real = pipeline.run_neuronc
 
@@ -90,6 +90,27 @@ def test_key_is_name_independent_and_skips_neuronc(monkeypatch: pytest.MonkeyPat
     b = compile_graph(f, xs, name="forward_7", store=store, graph_key="other", in_process=True)
     assert b.from_cache and calls == [] and b.name == "forward_7"
     assert store.links == {index_key("other", a.target, {}): key}
+
+
+def test_same_program_with_other_write_backs_is_another_executable() -> None:
+    """``x.add_(1)`` (returning nothing) and ``x + 1`` lower to the same StableHLO; only
+    the first writes back. Keyed on StableHLO alone, the second got the first's executable:
+    it returned None and mutated its input."""
+    store = DictStore()
+
+    def inplace(x: torch.Tensor) -> None:
+        x.add_(1)
+
+    def fresh(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    a = compile_graph(inplace, [torch.zeros(3)], store=store, in_process=True)
+    b = compile_graph(fresh, [torch.zeros(3)], store=store, in_process=True)
+    assert a.stablehlo == b.stablehlo
+    assert not b.from_cache and a.cache_key != b.cache_key
+    x = torch.zeros(3)
+    torch.testing.assert_close(b.run([x])[0], torch.ones(3))
+    torch.testing.assert_close(x, torch.zeros(3))  # not written back
 
 
 def test_options_and_target_change_the_key() -> None:
@@ -115,7 +136,13 @@ def test_bytes_that_do_not_load_are_a_counted_miss_and_rebuilt(bad: bytes) -> No
 
 
 def test_fx_graph_key_sees_shapes_and_constants() -> None:
-    gm = torch.fx.symbolic_trace(torch.nn.Linear(3, 2))
+    root = torch.nn.Module()
+    root.register_buffer("weight", torch.randn(2, 3))
+    g = torch.fx.Graph()
+    inp, w = g.placeholder("x"), g.get_attr("weight")
+    g.output(g.call_function(torch.ops.aten.mm.default,
+                             (inp, g.call_function(torch.ops.aten.t.default, (w,)))))
+    gm = torch.fx.GraphModule(root, g)
     x = torch.randn(4, 3)
     k = fx_graph_key(gm, [x])
     assert k is not None and k == fx_graph_key(gm, [torch.randn(4, 3)])
@@ -123,3 +150,33 @@ def test_fx_graph_key_sees_shapes_and_constants() -> None:
     with torch.no_grad():
         gm.weight.add_(1)
     assert k != fx_graph_key(gm, [x])
+
+
+def test_fx_graph_key_sees_inline_tensor_values() -> None:
+    """repr() of a large tensor elides its middle; the key must not."""
+    def graph_with(const: torch.Tensor) -> torch.fx.GraphModule:
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        g.output(g.call_function(torch.ops.aten.add.Tensor, (x, const)))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    a, b = torch.zeros(5000), torch.zeros(5000)
+    b[2500] = 1
+    assert repr(a) == repr(b)
+    x = torch.zeros(5000)
+    assert fx_graph_key(graph_with(a), [x]) != fx_graph_key(graph_with(b), [x])
+
+
+def test_fx_graph_key_refuses_what_it_cannot_see() -> None:
+    """A Python function or a submodule in the graph may hold state the text does not show."""
+    scale = 3.0
+
+    def closure(x: torch.Tensor) -> torch.Tensor:
+        return x * scale
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(closure, (x,)))
+    assert fx_graph_key(torch.fx.GraphModule(torch.nn.Module(), g), [torch.zeros(2)]) is None
+    traced = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    assert fx_graph_key(traced, [torch.zeros(1, 2)]) is None  # call_module

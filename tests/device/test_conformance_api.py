@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 NEURON = torch.device("neuron", 0)
 
@@ -122,3 +123,139 @@ def test_lazy_module_materializes_on_neuron_with_the_device_generator() -> None:
     assert isinstance(dev.weight, torch.nn.Parameter) and dev.weight.device == NEURON
     torch.testing.assert_close(y_dev.cpu(), y_cpu)
     torch.testing.assert_close(dev.weight.cpu(), cpu.weight)
+
+
+# --- item 6: pinned memory and DataLoader(pin_memory=True) ------------------------------
+
+
+def test_pin_memory_gives_a_pinned_copy() -> None:
+    t = torch.randn(3, 4)
+    p = t.pin_memory()
+    assert p.is_pinned() and p[1].is_pinned() and not t.is_pinned()
+    assert torch.equal(p, t) and p.data_ptr() != t.data_ptr()
+    x = p.to("neuron", non_blocking=True)
+    assert x.device == NEURON and torch.equal(x.cpu(), t)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_dataloader_pin_memory(workers: int) -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(10.0).view(5, 2), torch.arange(5))
+    loader = torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True, num_workers=workers)
+    threads = torch.get_num_threads()
+    try:
+        batches = list(loader)
+    finally:
+        # PyTorch's pin-memory thread calls torch.set_num_threads(1), which threads
+        # created later (the device's autograd thread) inherit: keep later tests' CPU
+        # kernels on the usual thread count, or bit-exact comparisons would drift.
+        torch.set_num_threads(threads)
+    assert all(x.is_pinned() and y.is_pinned() for x, y in batches)
+    assert torch.equal(torch.cat([x for x, _ in batches]), data.tensors[0])
+
+
+# --- item 7: generators, torch.accelerator, torch.neuron's cuda-like API -----------------
+
+
+def test_neuron_generator_draws_what_a_cpu_generator_seeded_alike_draws() -> None:
+    g = torch.Generator(device="neuron").manual_seed(5)
+    c = torch.Generator().manual_seed(5)
+    assert g.device == NEURON and isinstance(g, torch.Generator)
+    assert isinstance(torch.default_generator, torch.Generator)
+    assert torch.equal(torch.randn(4, device="neuron", generator=g).cpu(), torch.randn(4, generator=c))
+    a = torch.empty(6, device="neuron").uniform_(generator=g)
+    assert torch.equal(a.cpu(), torch.empty(6).uniform_(generator=c))
+    assert torch.equal(g.get_state(), c.get_state())
+
+
+def test_cpu_generator_for_a_neuron_op_raises_like_cuda() -> None:
+    with pytest.raises(RuntimeError, match="Expected a 'neuron' device type for generator"):
+        torch.randn(3, device="neuron", generator=torch.Generator())
+    with pytest.raises(RuntimeError, match="Expected a 'neuron' device type for generator"):
+        torch.empty(3, device="neuron").normal_(generator=torch.Generator())
+
+
+def test_torch_accelerator_synchronize_and_memory() -> None:
+    before = torch.accelerator.memory_allocated()
+    x = torch.ones(256, device="neuron")
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize("neuron:0")
+    assert torch.accelerator.memory_allocated() == before + x.numel() * 4
+    assert torch.accelerator.memory_allocated() == torch.neuron.memory_allocated()
+    assert torch.accelerator.max_memory_allocated() >= torch.accelerator.memory_allocated()
+    assert torch.accelerator.memory_reserved() == torch.neuron.memory_reserved()
+    torch.accelerator.empty_cache()
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()
+    free, total = torch.accelerator.get_memory_info()
+    assert total == torch.neuron.get_device_properties().total_memory and free <= total
+
+
+def test_torch_neuron_mirrors_torch_cuda_api() -> None:
+    n = torch.neuron
+    assert n.memory_reserved() == n.memory_allocated()
+    assert n.max_memory_reserved() == n.max_memory_allocated()
+    n.empty_cache()
+    props = n.get_device_properties(0)
+    assert n.get_device_name() == props.name and "NeuronCore" in props.name
+    assert props.total_memory > 0 and props.multi_processor_count > 0
+
+
+def test_streams_are_one_in_order_queue() -> None:
+    n = torch.neuron
+    side = n.Stream()
+    assert n.current_stream() == n.default_stream() != side
+    with n.stream(side):
+        assert n.current_stream() == side
+        y = torch.ones(64, 64, device="neuron") @ torch.ones(64, 64, device="neuron")
+        done = side.record_event()
+    assert n.current_stream() == n.default_stream()
+    n.current_stream().wait_stream(side)
+    n.current_stream().wait_event(done)
+    side.synchronize()
+    assert side.query() and done.query()
+    assert torch.equal(y.cpu(), torch.full((64, 64), 64.0))
+
+
+# --- item 8: messages and reprs ------------------------------------------------------------
+
+
+def test_numpy_says_to_copy_to_the_host_first_like_cuda() -> None:
+    x = torch.arange(3.0).to("neuron")
+    with pytest.raises(TypeError, match=r"can't convert neuron:0 device type tensor to numpy\. "
+                       r"Use Tensor\.cpu\(\) to copy the tensor to host memory first"):
+        x.numpy()
+    assert x.numpy(force=True).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_repr_of_leaf_nonleaf_and_parameter_matches_cpu_with_device() -> None:
+    def cpu_and_neuron(make: object) -> tuple[str, str]:
+        return repr(make("cpu")), repr(make("neuron"))  # type: ignore[operator]
+
+    def insert_device(text: str) -> str:
+        head, _, tail = text.rpartition("]")
+        return f"{head}], device='neuron:0'{tail}"
+
+    cases = [
+        lambda d: torch.ones(2, device=d, requires_grad=True),
+        lambda d: torch.ones(2, device=d, requires_grad=True) * 2,
+        lambda d: nn.Parameter(torch.ones(2, 3, device=d)),
+    ]
+    for make in cases:
+        cpu, dev = cpu_and_neuron(make)
+        assert dev == insert_device(cpu)
+    assert "ToCopyBackward" not in repr(torch.ones(2, device="neuron", requires_grad=True))
+    assert repr(nn.Parameter(torch.ones(1, device="neuron"))).startswith("Parameter containing:\n")
+
+
+def test_first_op_does_not_import_torch_distributed_tensor() -> None:
+    """The C++ DTensor probe used to import torch.distributed.tensor (and sympy) on the
+    first op of every process: seconds for programs that never use DTensor."""
+    code = (
+        "import sys, torch, torchneuron\n"
+        "x = torch.ones(2, device='neuron')\n"
+        "assert (x + 1).sum().item() == 4.0\n"
+        "print('torch.distributed.tensor' in sys.modules, 'sympy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]

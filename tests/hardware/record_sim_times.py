@@ -62,7 +62,8 @@ def measure(name: str, mode: str, latency: bool, steps: int = STEPS) -> dict[str
     """
     torch._dynamo.reset()  # compiled graphs of an earlier case would be reused
     hw_core.reset()
-    with settings.override(compile_latency=latency):
+    # The compile cache off: a graph compiled by an earlier case must cost its compile here.
+    with settings.override(compile_latency=latency, cache=False):
         torch.manual_seed(0)
         loop = loops.make_loop(name, mode)
         core = hw_core.get_core(0)

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from torchneuron.adaptive_eager import background
+from torchneuron.adaptive_eager import background, hostdata
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.runtime import AdaptiveEagerMode, Runtime
@@ -42,6 +42,7 @@ def enable() -> None:
         return
     _mode = AdaptiveEagerMode(_runtime)
     _mode.__enter__()
+    hostdata.install()
     _core.add_sync_listener(_on_sync)
     log.info("adaptive eager enabled")
 
@@ -53,6 +54,7 @@ def disable() -> None:
         return
     _runtime.flush()
     _core.remove_sync_listener(_on_sync)
+    hostdata.uninstall()
     mode, _mode = _mode, None
     mode.__exit__(None, None, None)
     log.info("adaptive eager disabled")

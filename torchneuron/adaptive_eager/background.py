@@ -15,16 +15,32 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler import compile_graph
+from torchneuron.cache import default_store
+from torchneuron.compiler.keys import fx_graph_key
+from torchneuron.compiler.pipeline import compile_graph, load_cached
 
-__all__ = ["submit", "wait", "shutdown"]
+__all__ = ["lookup", "submit", "wait", "shutdown"]
 
 _executor: ThreadPoolExecutor | None = None
 
 
+def _graph_key(gm: torch.fx.GraphModule, examples: list[torch.Tensor]) -> str | None:
+    # The captured graph itself (ops, constants, input metadata), not the region's
+    # signature: two regions can only share an executable if their graphs are the same.
+    return fx_graph_key(gm, examples)
+
+
+def lookup(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> Any:
+    """The region's executable from the compile cache (this or an earlier process), or None.
+
+    A hit compiles nothing, so the region is ready at once and costs no compile latency.
+    """
+    return load_cached(default_store(), _graph_key(gm, examples), name=f"region_{key}")
+
+
 def _compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> Any:
-    # The lead wires the executable store here: graph_key=key, store=...
-    return compile_graph(gm, examples, name=f"region_{key}", source="adaptive_eager")
+    return compile_graph(gm, examples, name=f"region_{key}", source="adaptive_eager",
+                         store=default_store(), graph_key=_graph_key(gm, examples))
 
 
 def submit(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> Future:

@@ -84,6 +84,21 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
     return struct, tuple(outs), leaves
 
 
+class _Alive:
+    """Lives exactly as long as the tensor whose ``__dict__`` holds it."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _alive_token(t: torch.Tensor) -> _Alive:
+    """A weakly referenceable stand-in for ``t``'s lifetime. Why not a weakref to ``t``:
+    ``torch.utils.swap_tensors`` (``Module.to``) refuses tensors that have weakrefs."""
+    token = t.__dict__.get("_ae_alive")
+    if token is None:
+        token = t.__dict__["_ae_alive"] = _Alive()
+    return token
+
+
 @dataclass
 class Entry:
     """One recorded op."""
@@ -116,7 +131,7 @@ class Segment:
         for k, (out, r) in enumerate(zip(outs, leaves, strict=True)):
             if out is not None and out[0] != "same":
                 self.src[vid_of(r)] = (seq, k)
-                refs.append(weakref.ref(r))
+                refs.append(weakref.ref(_alive_token(r)))
             else:
                 refs.append(None)
         self.entries.append(Entry(func, static, tuple(vid_of(t) for t in tensors), outs, seq))

@@ -34,7 +34,7 @@ class State(enum.Enum):
 
 _ALLOWED: dict[State, set[State]] = {
     State.RECORDING: {State.HOT},
-    State.HOT: {State.COMPILING, State.ABORTED},
+    State.HOT: {State.COMPILING, State.READY, State.ABORTED},  # READY: served by the cache
     State.COMPILING: {State.READY, State.ABORTED},
     State.READY: {State.REPLAYING, State.BLACKLISTED},
     State.REPLAYING: {State.READY, State.BLACKLISTED},

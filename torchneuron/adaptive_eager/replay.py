@@ -17,6 +17,7 @@ arguments, exactly as eager would have run them, and pending tensors get those r
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -39,17 +40,42 @@ __all__ = ["Replay", "MISMATCH"]
 MISMATCH = object()
 
 
-class _Value:
-    """The producer of one pending value of a replay (``tensor.Pending``)."""
+def _no_modes() -> contextlib.AbstractContextManager:
+    """Run below dispatch modes (already so inside the mode's own ``__torch_dispatch__``)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        return contextlib.nullcontext()
+    return _disable_current_modes()
 
-    __slots__ = ("replay", "ik")
+
+class _Value:
+    """The producer of one pending value of a replay (``tensor.Pending``).
+
+    Referenced only by its tensor's ``_pending``, so it lives exactly as long as the
+    tensor: a weak reference to it tells whether the value is still held, without a weak
+    reference to the tensor (``torch.utils.swap_tensors``, used by ``Module.to``, refuses
+    weakly referenced tensors). When the region ends the value's buffer is stored here
+    (and accounted against HBM from then on); the tensor takes it on its next read.
+    """
+
+    __slots__ = ("replay", "ik", "result", "_memory_token", "__weakref__")
 
     def __init__(self, replay: Replay, ik: tuple[int, int]) -> None:
         self.replay = replay
         self.ik = ik
+        self.result: torch.Tensor | None = None
 
     def materialize(self) -> torch.Tensor:
-        return self.replay.materialize(self.ik)
+        if self.result is None:
+            self.replay.materialize(self.ik)
+        if self.result is None:
+            raise RuntimeError(
+                "adaptive eager: this tensor's value was never computed, because an earlier "
+                "deferred op raised an error (see that error); recompute it eagerly")
+        return self.result
+
+    def give(self, buffer: torch.Tensor, index: int) -> None:
+        self.result = buffer
+        buffers.track(self, buffer, index)
 
 
 class _Write:
@@ -82,7 +108,6 @@ class Replay:
         self.marked: list[torch.Tensor] = []
         self.bytes = 0
         self.done = False
-        self.bound: dict[tuple[int, int], torch.Tensor] = {}
         self.metas: dict[tuple[int, int], torch.Tensor] = region.meta_tensors
 
     @property
@@ -105,10 +130,12 @@ class Replay:
         arg_refs: list[Any] = []
         for t in tensors:
             p = t._pending
-            if type(p) is _Value and p.replay is self:
-                refs.append(("v",) + p.ik)
-                arg_refs.append(refs[-1])
-                continue
+            if type(p) is _Value:
+                if p.replay is self:
+                    refs.append(("v",) + p.ik)
+                    arg_refs.append(refs[-1])
+                    continue
+                _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
             if t._buffer is None:
                 return MISMATCH
             vid = vid_of(t)
@@ -138,8 +165,9 @@ class Replay:
                 results.append(tensors[out[1]])
             else:
                 ik = (i, k)
-                w = NeuronTensor(None, self.index, meta=self.metas[ik], pending=_Value(self, ik))
-                self.pending[ik] = weakref.ref(w)
+                value = _Value(self, ik)
+                w = NeuronTensor(None, self.index, meta=self.metas[ik], pending=value)
+                self.pending[ik] = weakref.ref(value)
                 if out[0] == "new":
                     self.bytes += out[2]
                 results.append(w)
@@ -153,7 +181,7 @@ class Replay:
         return None
 
     # --- the end --------------------------------------------------------------------------
-    def materialize(self, ik: tuple[int, int] | None) -> torch.Tensor | None:
+    def materialize(self, ik: tuple[int, int] | None) -> None:
         """A read of a pending value (or of a tensor with a deferred write): the region
         ends here if complete, otherwise it side-exits."""
         if not self.done:
@@ -161,14 +189,6 @@ class Replay:
                 self.finish()
             else:
                 self.side_exit(Reason.EARLY_READ)
-        if ik is None:
-            return None
-        value = self.bound.get(ik)
-        if value is None:
-            raise RuntimeError(
-                "adaptive eager: this tensor's value was never computed, because an earlier "
-                "deferred op raised an error (see that error); recompute it eagerly")
-        return value
 
     def _release_marks(self) -> None:
         for t in self.marked:
@@ -176,12 +196,12 @@ class Replay:
                 t._pending = None
         self.marked.clear()
 
-    def _live(self) -> list[tuple[tuple[int, int], NeuronTensor]]:
+    def _live(self) -> list[tuple[tuple[int, int], _Value]]:
         out = []
         for ik, ref in self.pending.items():
-            w = ref()
-            if w is not None and w._buffer is None:
-                out.append((ik, w))
+            v = ref()
+            if v is not None and v.result is None:
+                out.append((ik, v))
         return out
 
     def finish(self) -> None:
@@ -196,17 +216,17 @@ class Replay:
             if root[0] == "v" and (root[1], root[2]) not in plan.out_index:
                 self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
                 return
-        inputs = [t._buffer for t in self.ext]
+        inputs = [t.buffer for t in self.ext]
         ptrs = [b.untyped_storage().data_ptr() for b in inputs]  # type: ignore[union-attr]
         if len(set(ptrs)) != len(ptrs):
             self._eager(Reason.ALIASED_INPUTS)
             return
-        with _disable_current_modes():
+        with _no_modes():
             outs = launch(self.region.executable, inputs, self.core, self.index, 0)  # type: ignore[arg-type]
         roots: dict[tuple[int, int], torch.Tensor] = {}
         for n, v in enumerate(plan.outputs):
             roots[v] = layout_root(outs[n], plan.metas[v], plan.root_nbytes[v])
-        for ik, w in live:
+        for ik, v in live:
             root = plan.roots[ik]
             base = inputs[root[1]] if root[0] == "x" else roots[(root[1], root[2])]
             if root[0] == "v" and (root[1], root[2]) == ik:
@@ -214,9 +234,8 @@ class Replay:
             else:
                 shape, stride, offset, _ = plan.metas[ik]
                 buf = base.as_strided(shape, stride, offset)  # type: ignore[union-attr]
-            self.bound[ik] = buf
-            w._pending = None
-            buffers.attach(w, buf, self.index)
+            v.give(buf, self.index)  # type: ignore[arg-type]
+        self.pending.clear()  # drop the weakrefs: swap_tensors refuses weakly held tensors
         self.runtime.replay_finished(self)
 
     def side_exit(self, reason: Reason) -> None:
@@ -230,7 +249,7 @@ class Replay:
         self.runtime.replay_exited(self, reason)
         results: dict[tuple[int, int], torch.Tensor] = {}
         sigs = self.region.sigs
-        with _disable_current_modes():
+        with _no_modes():
             for i, (func, template, arg_refs) in enumerate(self.deferred):
                 tensors = [results[(r[1], r[2])] if type(r) is tuple else r for r in arg_refs]
                 args, kwargs = rebuild(template, tensors)
@@ -248,8 +267,7 @@ class Replay:
                         continue
                     results[(i, k)] = o
                     ref = self.pending.get((i, k))
-                    w = ref() if ref is not None else None
-                    if w is not None and w._buffer is None:
-                        self.bound[(i, k)] = o._buffer
-                        w._pending = None
-                        buffers.attach(w, o._buffer, self.index)
+                    v = ref() if ref is not None else None
+                    if v is not None and v.result is None:
+                        v.give(o._buffer, self.index)
+        self.pending.clear()

@@ -74,8 +74,21 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
         name = getattr(op, "__name__", str(op)).split(".")[0]
         if is_random_op(op) and name not in _RANDOM_COMPOSITES_KEPT:
             del table[op]  # keep primitive random ops intact for random_ops
+    from torchneuron.compiler import corrections  # noqa: F401  (registers its entries)
+
     table.update(OWN_DECOMPOSITIONS)
+    for extra in _extra_tables():
+        table.update(extra)
     return table
+
+
+def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
+    """Decompositions kept in their own modules (one family of ops each)."""
+    from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
+
+    return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS]
 
 
 # --------------------------------------------------------------------------- random

@@ -1,7 +1,8 @@
 """Cache keys: what determines an executable, hashed the same way in every process.
 
 - ``executable_key``: sha256 over the StableHLO text, the compiler version, the
-  executable-format version, the hardware target and the compiler options. Nothing
+  executable-format version, the hardware target and the compiler options, plus the
+  signature prepare gave the graph (write-backs, aliasing outputs). Nothing
   process-dependent goes in: the graph's name (``forward_3`` counts graphs in this
   process) is not part of the StableHLO text nor of the program, and the cached bytes
   are stored under a neutral name.
@@ -11,7 +12,9 @@
 - ``fx_graph_key``: a caller's graph key for an FX graph: each node's op, target,
   arguments and metadata, the placeholders' shapes/strides/dtypes, and the bytes of any
   tensor constant. It refuses (returns None: compile without the index) when the
-  graph's text would hold an object address, which differs between processes.
+  graph calls a module or a Python function other than torch ops and operators (state
+  it could close over is not in the text), or when the text would hold an object
+  address, which differs between processes.
 """
 
 from __future__ import annotations
@@ -50,10 +53,18 @@ def toolchain() -> dict[str, str]:
     return {"torch": torch.__version__, "torch_mlir": mlir}
 
 
-def executable_key(stablehlo: str, target: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(key, components): the executable's cache key and every ingredient of it."""
+def executable_key(stablehlo: str, target: str, options: dict[str, Any],
+                   signature: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """(key, components): the executable's cache key and every ingredient of it.
+
+    ``signature`` is what prepare decided beside the program (write-backs into inputs,
+    outputs that alias inputs, random inputs): two graphs can lower to the same
+    StableHLO and differ there, so it is part of the key.
+    """
+    sig = {k: v for k, v in (signature or {}).items() if k != "num_stablehlo_ops"}
     components = {
         "stablehlo_sha256": hashlib.sha256(stablehlo.encode("utf-8")).hexdigest(),
+        "signature_sha256": _digest(sig),
         "compiler_version": executable.COMPILER_VERSION,
         "format_version": executable.FORMAT_VERSION,
         "target": target,
@@ -96,32 +107,52 @@ def _arg(a: Any) -> str:
         return "[" + ", ".join(_arg(x) for x in a) + "]"
     if isinstance(a, dict):
         return "{" + ", ".join(f"{k!r}: {_arg(v)}" for k, v in a.items()) + "}"
+    if isinstance(a, torch.Tensor):  # repr elides the middle of large tensors
+        return f"tensor({_spec(a)}, {_tensor_digest(a)})"
     return repr(a)
 
 
-def _constant_digest(gm: fx.GraphModule, target: str) -> str:
+def _tensor_digest(t: torch.Tensor) -> str:
+    # Backends are called under AOTAutograd's active fake mode; a constant is real data.
+    with unset_fake_temporarily():
+        flat = t.detach().cpu().contiguous().reshape(-1)
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return f"{flat.dtype}:{hashlib.sha256(raw).hexdigest()}"
+
+
+def _constant_digest(gm: fx.GraphModule, target: str) -> str | None:
     obj: Any = gm
     for part in target.split("."):
         obj = getattr(obj, part, None)
-    if isinstance(obj, torch.Tensor):
-        # Backends are called under AOTAutograd's active fake mode; a constant is real data.
-        with unset_fake_temporarily():
-            t = obj.detach().cpu().contiguous().reshape(-1)
-            raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        return f"{t.dtype}:{hashlib.sha256(raw).hexdigest()}"
-    return _target_name(type(obj))
+    return _tensor_digest(obj) if isinstance(obj, torch.Tensor) else None
+
+
+_PURE_MODULES = ("_operator", "operator", "builtins", "math")
+
+
+def _keyable_target(target: Any) -> bool:
+    """Ops whose meaning is their name: torch ops and Python's operators. A Python
+    function in the graph could close over state the key would not see."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    return getattr(target, "__module__", None) in _PURE_MODULES
 
 
 def fx_graph_key(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
     """A graph key for ``gm`` called with ``example_inputs``; None if it cannot be stable."""
     lines = ["inputs " + json.dumps([_spec(v) for v in example_inputs])]
     for n in gm.graph.nodes:
+        if n.op == "call_module" or (n.op == "call_function" and not _keyable_target(n.target)):
+            return None
         val = n.meta.get("val")
         line = f"{n.op} %{n.name} {_target_name(n.target)}({_arg(n.args)}, {_arg(n.kwargs)})"
         if isinstance(val, torch.Tensor):
             line += f" : {val.dtype}{list(val.shape)}"
         if n.op == "get_attr":
-            line += " = " + _constant_digest(gm, str(n.target))
+            digest = _constant_digest(gm, str(n.target))
+            if digest is None:  # a submodule or subgraph: its contents are not in the text
+                return None
+            line += " = " + digest
         lines.append(line)
     text = "\n".join(lines)
     if _ADDRESS.search(text):

@@ -31,7 +31,7 @@ from torchneuron.compiler.prepare import PreparedGraph, prepare
 from torchneuron.compiler.store import ExecutableStore
 from torchneuron.hardware import current_profile, get_profile
 
-__all__ = ["compile_graph", "lower_and_compile", "lower_graph", "run_neuronc"]
+__all__ = ["compile_graph", "load_cached", "lower_and_compile", "lower_graph", "run_neuronc"]
 
 
 @contextlib.contextmanager
@@ -107,7 +107,7 @@ def _placeholder_values(prepared: PreparedGraph) -> list[Any]:
     return [n.meta["val"] for n in prepared.gm.graph.nodes if n.op == "placeholder"]
 
 
-def _signature(prepared: PreparedGraph, num_ops: int) -> dict[str, Any]:
+def _signature(prepared: PreparedGraph, num_ops: int | None) -> dict[str, Any]:
     def spec(s: Any) -> dict[str, Any]:
         return {"shape": list(s.shape), "stride": list(s.stride), "dtype": str(s.dtype)}
 
@@ -151,6 +151,20 @@ def _load_cached(store: ExecutableStore, key: str | None, name: str) -> Executab
     return exe
 
 
+def load_cached(store: ExecutableStore | None, graph_key: str | None, *, name: str = "graph",
+                target: str | None = None, options: dict[str, Any] | None = None
+                ) -> Executable | None:
+    """The executable ``store`` holds for ``graph_key``, or None: a look-up that compiles
+    nothing, so a caller can tell a warm cache (ready now) from a compile (later)."""
+    if store is None or not graph_key:
+        return None
+    ikey = index_key(graph_key, target or current_profile().name, dict(options or {}))
+    exe = _load_cached(store, store.resolve(ikey), name)
+    if exe is not None:
+        stats.record_cache("hits")
+    return exe
+
+
 def compile_graph(
     fn_or_gm: Any,
     example_inputs: Sequence[Any],
@@ -181,11 +195,10 @@ def compile_graph(
     target = target or current_profile().name
     ikey = index_key(graph_key, target, options) if store is not None and graph_key else None
     linked = store.resolve(ikey) if ikey is not None else None  # type: ignore[union-attr]
-    if linked is not None:
-        exe = _load_cached(store, linked, name)  # type: ignore[arg-type]
-        if exe is not None:
-            stats.record_cache("hits")
-            return exe
+    exe = _load_cached(store, linked, name) if linked is not None else None  # type: ignore[arg-type]
+    if exe is not None:
+        stats.record_cache("hits")
+        return exe
     seconds: dict[str, float] = {}
     try:
         with _stage("prepare", "prepare", seconds):
@@ -193,7 +206,8 @@ def compile_graph(
         specs = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in _placeholder_values(prepared)]
         lowered = run_in_worker("torchneuron.compiler.pipeline.lower_graph", prepared.gm, specs,
                                 in_process=in_process)
-        key, components = executable_key(lowered["stablehlo"], target, options)
+        key, components = executable_key(lowered["stablehlo"], target, options,
+                                         _signature(prepared, None))
         cached = (_load_cached(store, key, name)
                   if store is not None and key != linked else None)
         if cached is None:

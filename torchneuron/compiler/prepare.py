@@ -146,6 +146,8 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     n_in = len(trace_inputs)
     wb_sources = _extract_write_backs(gm)
     gm, specs = legalize_random_ops(gm)
+    # an in-place draw into an input (`x.uniform_()`) writes back the drawn value
+    wb_sources = {i: n.meta.get("replaced_by", n) for i, n in wb_sources.items()}
     user_outputs, outputs = _clean_outputs(gm, wb_sources)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in gm.graph.nodes if n.op == "output")

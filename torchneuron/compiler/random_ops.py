@@ -219,6 +219,7 @@ def legalize_random_ops(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[Random
         if "tensor_meta" in node.meta:
             ph.meta["tensor_meta"] = node.meta["tensor_meta"]
         node.replace_all_uses_with(ph)
+        node.meta["replaced_by"] = ph  # for holders of the node itself (write-back sources)
         graph.erase_node(node)
         last = ph
         specs.append(spec)

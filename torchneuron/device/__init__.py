@@ -10,7 +10,9 @@ by ``torchneuron.dispatch`` (``set_op_handler``).
 import torch
 
 from torchneuron.device import module
+from torchneuron.device import random as _random
 from torchneuron.device._registration import register
+from torchneuron.device.accelerator import install_accelerator_bridge
 from torchneuron.device.conversion import install_module_conversion
 from torchneuron.device.serialization import register_serialization
 from torchneuron.device.tensor import NeuronTensor, neuron_device, set_op_handler
@@ -33,9 +35,23 @@ def _tolist(self: NeuronTensor) -> object:
     return self.detach().cpu().tolist()
 
 
+def _numpy(self: NeuronTensor, *, force: bool = False) -> object:
+    """As on CUDA: the values are in device memory, so ``.numpy()`` refuses (say what to
+    do) unless ``force=True``, which copies them to the host first."""
+    if not force:
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+    return self.detach().cpu().numpy()
+
+
 register_serialization()
 install_module_conversion()
+_random.install_generator()
+install_accelerator_bridge()
 NeuronTensor.tolist = _tolist  # type: ignore[method-assign]
+NeuronTensor.numpy = _numpy  # type: ignore[method-assign, assignment]
 torch.serialization.add_safe_globals([_rebuild_neuron_tensor])
 
 __all__ = ["NeuronTensor", "neuron_device", "set_op_handler", "register", "module"]

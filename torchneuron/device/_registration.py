@@ -16,7 +16,9 @@ from torch.utils.backend_registration import _setup_privateuseone_for_python_bac
 
 from torchneuron.device import module as neuron_module
 from torchneuron.device import tensor as _tensor
+from torchneuron.device._grad_checks import install as install_grad_checks
 from torchneuron.device._python_errors import install_engine_wrapper, take_pending_error
+from torchneuron.device.pinned import register_pinned_memory
 
 _registered = False
 _lib: torch.library.Library | None = None
@@ -64,6 +66,43 @@ def _kernel(name: str) -> Callable[..., Any]:
     return kernel
 
 
+def _dispatch_rule(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    handler = _tensor._op_handler
+    assert handler is not None, "import torchneuron to register the neuron device"
+    return handler(func, types, args, kwargs or {})
+
+
+def _route_dispatch_past_the_dtensor_probe() -> None:
+    """Serve ``NeuronTensor`` ops as a ``torch.library`` dispatch rule, not via the class.
+
+    Why: for a tensor subclass with ``__torch_dispatch__``, PyTorch's C++ first asks
+    whether the argument is a DTensor, which imports ``torch.distributed.tensor``
+    (and sympy with it): one to three seconds on the first op of every process,
+    for a program that never uses DTensor. A registered dispatch rule for the
+    subclass is consulted *before* that probe, so every op on a neuron tensor is
+    given to the same handler ``__torch_dispatch__`` would call, without the
+    import. PyTorch looks rules up by (op, exact type) through
+    ``simple_registry.find_torch_dispatch_rule``, which its C++ caches on first
+    use; we answer for ``NeuronTensor`` and defer everything else. If a subclass
+    op ran before torchneuron was imported, the C++ already holds the original
+    and nothing changes but the import time.
+    """
+    from torch._library import simple_registry
+
+    original = simple_registry.find_torch_dispatch_rule
+    if getattr(original, "_torchneuron", False):
+        return
+
+    def find_torch_dispatch_rule(op: Any, torch_dispatch_class: type) -> Any:
+        if torch_dispatch_class is _tensor.NeuronTensor:
+            rule = original(op, torch_dispatch_class)
+            return _dispatch_rule if rule is None else rule
+        return original(op, torch_dispatch_class)
+
+    find_torch_dispatch_rule._torchneuron = True  # type: ignore[attr-defined]
+    simple_registry.find_torch_dispatch_rule = find_torch_dispatch_rule
+
+
 def register() -> None:
     """Make ``torch.device("neuron")`` and ``torch.neuron`` exist (idempotent)."""
     global _registered, _lib
@@ -73,7 +112,10 @@ def register() -> None:
         rename="neuron", backend_module=neuron_module, hook=_Hooks(), device_guard=_Guard()
     )
     install_engine_wrapper()
+    install_grad_checks()
     _lib = torch.library.Library("aten", "IMPL")
     for name in _PYTHON_KEY_EXCLUDED_OPS:
         _lib.impl(name, _kernel(name), "PrivateUse1")
+    register_pinned_memory(_lib)
+    _route_dispatch_past_the_dtensor_probe()
     _registered = True

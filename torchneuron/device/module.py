@@ -7,11 +7,20 @@ milliseconds on every run and every machine.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from torchneuron.device import random as _random
+from torchneuron.device.streams import (
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 from torchneuron.hardware import device_count as _hw_device_count
 from torchneuron.hardware import get_core
 
@@ -28,6 +37,19 @@ __all__ = [
     "max_memory_allocated",
     "reset_peak_memory_stats",
     "memory_stats",
+    "memory_reserved",
+    "max_memory_reserved",
+    "empty_cache",
+    "get_device_name",
+    "get_device_properties",
+    "get_device_capability",
+    "NeuronDeviceProperties",
+    "Stream",
+    "StreamContext",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "stream",
     "manual_seed",
     "manual_seed_all",
     "seed",
@@ -157,12 +179,63 @@ def reset_peak_memory_stats(dev: Any = None) -> None:
 
 
 def memory_stats(dev: Any = None) -> dict[str, int]:
+    """The ``torch.cuda.memory_stats`` keys the device can fill (reserved == allocated)."""
     mem = get_core(_index(dev)).memory
     return {
         "allocated_bytes.all.current": mem.allocated,
         "allocated_bytes.all.peak": mem.peak,
+        "reserved_bytes.all.current": mem.allocated,
+        "reserved_bytes.all.peak": mem.peak,
         "capacity_bytes": mem.capacity,
     }
+
+
+def memory_reserved(dev: Any = None) -> int:
+    """Bytes held for tensors. There is no caching allocator: the same as allocated."""
+    return memory_allocated(dev)
+
+
+def max_memory_reserved(dev: Any = None) -> int:
+    return max_memory_allocated(dev)
+
+
+def empty_cache() -> None:
+    """Release cached blocks. The simulated HBM frees a buffer with its last tensor, so
+    nothing is ever cached: a no-op, kept so CUDA code runs unchanged."""
+
+
+@dataclass(frozen=True)
+class NeuronDeviceProperties:
+    """What ``torch.cuda.get_device_properties`` reports, for a simulated NeuronCore."""
+
+    name: str
+    total_memory: int  # bytes of HBM this core may allocate
+    core_version: str
+    hardware: str  # the profile, e.g. "trn2"
+    multi_processor_count: int  # NeuronCores per chip
+    major: int = 0
+    minor: int = 0
+
+
+def get_device_properties(dev: Any = None) -> NeuronDeviceProperties:
+    core = get_core(_index(dev))
+    p = core.profile
+    return NeuronDeviceProperties(
+        name=f"{p.core_version} (simulated {p.name})",
+        total_memory=core.memory.capacity,
+        core_version=p.core_version,
+        hardware=p.name,
+        multi_processor_count=p.cores_per_chip,
+    )
+
+
+def get_device_name(dev: Any = None) -> str:
+    return get_device_properties(dev).name
+
+
+def get_device_capability(dev: Any = None) -> tuple[int, int]:
+    props = get_device_properties(dev)
+    return props.major, props.minor
 
 
 def manual_seed(seed: int) -> None:

@@ -19,13 +19,22 @@ from typing import Any, Protocol
 
 import torch
 
+from torchneuron.device import buffers
+
 __all__ = ["NeuronTensor", "set_op_handler", "neuron_device"]
 
 _DEVICE_TYPE = "neuron"
 
 
+_devices: dict[int, torch.device] = {}
+
+
 def neuron_device(index: int = 0) -> torch.device:
-    return torch.device(_DEVICE_TYPE, index)
+    """``torch.device("neuron", index)``, built once per index (every new tensor asks)."""
+    d = _devices.get(index)
+    if d is None:
+        d = _devices[index] = torch.device(_DEVICE_TYPE, index)
+    return d
 
 
 class Pending(Protocol):
@@ -111,15 +120,34 @@ class NeuronTensor(torch.Tensor):
         """No buffer yet, or a deferred write into it not yet performed."""
         return self._buffer is None or self._pending is not None
 
+    @property  # type: ignore[override]
+    def data(self) -> torch.Tensor:
+        return torch._C.TensorBase.data.__get__(self)  # type: ignore[attr-defined]
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        """``t.data = new``: PyTorch copies ``new``'s metadata into ``t``'s TensorImpl,
+        which for a wrapper holds no values, so the buffer must follow too (or ``t``
+        would keep its old values under the new shape: ``vector_to_parameters`` and
+        ``.data`` weight tying would silently do nothing)."""
+        if not isinstance(new, NeuronTensor):
+            raise RuntimeError(
+                f"Attempted to set the .data of a tensor on {self.device} to a tensor on "
+                f"{new.device}: a neuron tensor's .data must be a neuron tensor; move it "
+                f"first with .to('{self.device}') (or copy values in with .copy_())"
+            )
+        buffer = new.buffer
+        torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
+        self._buffer, self._pending, self._device_index = buffer, None, new._device_index
+        buffers.track(self, buffer, new._device_index)
+
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         if self._buffer is not None and type(self._buffer) is not torch.Tensor:
             # traced (fake or functional buffer under torch.compile): no values to show
             return f"NeuronTensor({self._buffer!r}, device='{self.device}')"
-        text = repr(self.cpu())
-        suffix = f", device='{self.device}'"
-        if text.endswith(")"):
-            return text[:-1] + suffix + ")"
-        return text
+        from torchneuron.device._repr import neuron_repr
+
+        return neuron_repr(self)
 
     def __tensor_flatten__(self) -> tuple[list[str], dict]:
         return ["buffer"], {"device_index": self._device_index}

@@ -7,7 +7,7 @@ fallback for ops the device cannot run, and op tracking. Imports
 """
 
 from torchneuron.device.tensor import set_op_handler
-from torchneuron.dispatch import factory, host_args
+from torchneuron.dispatch import autocast, factory, host_args
 from torchneuron.dispatch.eager import run_op, wrap
 from torchneuron.dispatch.tracking import (
     executed_ops,
@@ -36,3 +36,4 @@ def install() -> None:
     set_op_handler(_handle)
     factory.install()
     host_args.install()
+    autocast.install()

@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torchneuron.device import buffers, random
 from torchneuron.device.tensor import NeuronTensor
-from torchneuron.dispatch import host_args, tracking
+from torchneuron.dispatch import fastpath, host_args, tracking
 from torchneuron.dispatch.opfacts import eager_signature, op_facts
 from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 from torchneuron.dispatch.support import fallback_reason
@@ -151,8 +151,14 @@ def _tracing(tensors: list[torch.Tensor]) -> bool:
 
 
 def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> Any:
-    """Run aten op ``func`` eagerly on the simulated device and return wrapped results."""
-    flat, spec = tree_flatten((args, kwargs))
+    """Run aten op ``func`` eagerly on the simulated device and return wrapped results.
+
+    What depends only on the overload and the tensors' metadata (fallback decision,
+    kernel work and cost, compile signature) is looked up per signature in
+    ``fastpath``'s bounded cache; flat argument lists skip pytree.
+    """
+    fast = fastpath.flatten(args, kwargs)
+    flat, spec = fast if fast is not None else tree_flatten((args, kwargs))
     found = _scan(func, flat, host_args.host_tensor_ids(func, args, kwargs))
     if found is not None:
         index = found
@@ -184,7 +190,10 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
             uflat.append(torch.device("cpu"))
         else:
             uflat.append(a)
-    uargs, ukwargs = tree_unflatten(uflat, spec)
+    if fast is not None:
+        uargs, ukwargs = fastpath.unflatten(uflat, spec)
+    else:
+        uargs, ukwargs = tree_unflatten(uflat, spec)
     if "device" in ukwargs:
         ukwargs["device"] = unwrap_device(ukwargs["device"])
 
@@ -201,17 +210,30 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     written = [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(func, args, kwargs)]
     facts = op_facts(func)
     name = facts.name
-    reason = fallback_reason(name, tensors)
-    if reason is not None:
-        out = _run_on_host(core, func, name, reason, uargs, ukwargs, tensors, index)
+    key = fastpath.signature_key(func, uflat, spec) if fast is not None else None
+    sig = fastpath.facts_for(key) if key is not None else None
+    if sig is None:
+        sig = fastpath.SignatureFacts(fallback_reason(name, tensors))
+        if key is not None:
+            fastpath.remember(key, sig)
+    if sig.fallback is not None:
+        out = _run_on_host(core, func, name, sig.fallback, uargs, ukwargs, tensors, index)
     else:
         out = _call(func, uargs, ukwargs, index)
         tracking.count_executed(name)
         if to_host or facts.returns_host_values:
             _read_back(core, name, tensors)
         else:
-            work = aten_kernel_work(func, uargs, ukwargs, out)
-            core.run_eager_kernel(name, eager_signature(name, tensors), work)
+            okey = fastpath.out_key(out) if key is not None else None
+            hit = sig.results.get(okey) if okey is not None else None
+            if hit is not None and hit[2] is core.profile:
+                core.run_eager_kernel(name, hit[3], hit[0], hit[1])
+            else:  # first time for this signature (or the profile changed)
+                work = aten_kernel_work(func, uargs, ukwargs, out)
+                signature = eager_signature(name, tensors)
+                cost = core.run_eager_kernel(name, signature, work)
+                if okey is not None:
+                    sig.results[okey] = (work, cost, core.profile, signature)
 
     if to_host:
         return out
@@ -225,6 +247,7 @@ def _call(func: Any, uargs: Any, ukwargs: Any, index: int) -> Any:
     if func in FUSED_CELL_KERNELS:
         return FUSED_CELL_KERNELS[func](*uargs, **ukwargs)
     if op_facts(func).random:
+        random.check_generator(ukwargs.get("generator"), index)
         with random.rng_state_swapped(index):
             return func(*uargs, **ukwargs)
     return func(*uargs, **ukwargs)
@@ -235,27 +258,37 @@ def _wrap_outputs(
     host: frozenset[int] = frozenset(),
 ) -> Any:  # fmt: skip
     """Wrap the op's results; those at positions ``host`` stay CPU tensors."""
+    tp = type(out)
+    if not host:  # the common cases without pytree: one tensor, a flat tuple
+        if tp is torch.Tensor:
+            return _wrap_one(out, same, index, track)
+        if (tp is tuple or tp is list) and not any(type(o) in (list, tuple, dict) for o in out):
+            return tp(
+                _wrap_one(o, same, index, track) if isinstance(o, torch.Tensor) else o
+                for o in out
+            )
     flat, spec = tree_flatten(out)
-    wrapped = []
-    for i, o in enumerate(flat):
-        if i in host:
-            wrapped.append(o)
-        elif isinstance(o, torch.Tensor):
-            original = same.get(id(o))
-            if original is None:
-                if o._is_zerotensor():
-                    # Autograd's known-zero gradients have no memory; the device
-                    # gives them real zeros (same metadata) so they can be held.
-                    o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).zero_()
-                if track:
-                    original = wrap(o, index)
-                else:
-                    original = NeuronTensor(o, index)
-                    buffers.mirror_bits(original, o)
-            wrapped.append(original)
-        else:
-            wrapped.append(o)
+    wrapped = [
+        o if i in host or not isinstance(o, torch.Tensor) else _wrap_one(o, same, index, track)
+        for i, o in enumerate(flat)
+    ]
     return tree_unflatten(wrapped, spec)
+
+
+def _wrap_one(o: torch.Tensor, same: dict[int, Any], index: int, track: bool) -> Any:
+    """The neuron tensor for result ``o``: the input it is, or a new wrapper."""
+    original = same.get(id(o))
+    if original is None:
+        if o._is_zerotensor():
+            # Autograd's known-zero gradients have no memory; the device
+            # gives them real zeros (same metadata) so they can be held.
+            o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).zero_()
+        if track:
+            original = wrap(o, index)
+        else:
+            original = NeuronTensor(o, index)
+            buffers.mirror_bits(original, o)
+    return original
 
 
 def _bytes(ts: list[torch.Tensor]) -> int:

@@ -37,8 +37,40 @@ _HOST_RESULTS: dict[Any, frozenset[int]] = {
 }
 
 
+# Indexing: a device tensor may be indexed with CPU indices, but a CPU tensor may not
+# be indexed with device indices (the result would silently land on the device).
+_INDEX_OPS = frozenset({
+    aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+    aten._index_put_impl_.default,
+})  # fmt: skip
+
+
+def _check_index_devices(func: Any, args: tuple) -> None:
+    self, indices = args[0], args[1]
+    if self.device.type == "neuron":
+        return
+    for index in indices:
+        if isinstance(index, torch.Tensor) and index.device.type == "neuron":
+            raise IndexError(
+                "indices should be either on cpu or on the same device as the indexed "
+                f"tensor ({self.device})"
+            )
+    values = args[2] if len(args) > 2 else None
+    if isinstance(values, torch.Tensor) and values.device.type == "neuron" and values.dim():
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{values.device} and {self.device}! (when running {func}; move the values "
+            f"with .to('{self.device}') first)"
+        )
+
+
 def host_tensor_ids(func: Any, args: tuple, kwargs: dict) -> set[int]:
-    """``id()`` of the CPU tensors ``func`` may take in these arguments."""
+    """``id()`` of the CPU tensors ``func`` may take in these arguments.
+
+    Raises ``IndexError`` for a CPU tensor indexed with neuron indices, as CUDA does.
+    """
+    if func in _INDEX_OPS:
+        _check_index_devices(func, args)
     names = _HOST_ARGUMENTS.get(func)
     if not names:
         return set()

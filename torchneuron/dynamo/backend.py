@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
@@ -72,7 +73,9 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
         try:
             # Trace with static shapes of our own, not under the fake mode of the
             # TracingContext AOTAutograd leaves installed (its ShapeEnv is symbolic).
-            with torch._guards.tracing(None):
+            # Nor under its fake mode: the neuron compiler folds constants with real
+            # tensors, and the graph key hashes them.
+            with torch._guards.tracing(None), unset_fake_temporarily():
                 exe = compile_graph(graph, example_inputs, name=name, source="torch.compile",
                                     store=default_store(),
                                     graph_key=fx_graph_key(graph, example_inputs))

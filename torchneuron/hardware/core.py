@@ -53,10 +53,16 @@ class NeuronCore:
 
     # --- work ------------------------------------------------------------------------------
     def run_eager_kernel(
-        self, name: str, signature: tuple[Any, ...], work: KernelWork | None
+        self,
+        name: str,
+        signature: tuple[Any, ...],
+        work: KernelWork | None,
+        cost: KernelCost | None = None,
     ) -> KernelCost | None:
         """Charge one eager op. ``work is None`` means metadata only: dispatch cost, no kernel.
 
+        ``cost``: ``kernel_cost(work, self.profile)`` if the caller already has it (eager
+        dispatch caches it per signature); computed here otherwise.
         Returns the kernel's cost (None for metadata-only ops).
         """
         p = self.profile
@@ -72,7 +78,8 @@ class NeuronCore:
             compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
             if compile_ns:
                 tl.host(compile_ns, "compile")
-        cost = kernel_cost(work, p)
+        if cost is None:
+            cost = kernel_cost(work, p)
         tl.host(p.kernel_launch_ns, "launch")
         tl.enqueue(cost.total_ns, name, detail=cost)
         self.kernels += 1

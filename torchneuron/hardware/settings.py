@@ -113,7 +113,7 @@ TABLE: tuple[Setting, ...] = (
             "region starts skipped after a back-off, doubled each time; blacklisted after 3"),
     Setting("ae_max_deferred_bytes", "TORCHNEURON_AE_MAX_DEFERRED_BYTES", 1 << 30, int,
             "bytes of values a replaying region may hold deferred before it ends early"),
-    Setting("ae_min_gain_ns", "TORCHNEURON_AE_MIN_GAIN_NS", 0, int,
+    Setting("ae_min_gain_ns", "TORCHNEURON_AE_MIN_GAIN_NS", 50_000, int,
             "a region whose predicted host saving per replay is at most this is not compiled"),
     # The compile cache (torchneuron/cache): read by torchneuron.cache.default_store().
     Setting("cache", "TORCHNEURON_CACHE", True, _parse_bool, "compile cache on; '0' turns it off"),

@@ -5,6 +5,14 @@ family in the ``_ops_*`` modules). Because numbers come from executing the Stabl
 program itself, a wrong lowering gives wrong numbers and parity tests catch it.
 Each result is checked against its declared type, so an op implementation that
 drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing numerics.
+
+Why ``prepare`` then ``run``: an executable runs the same program every training step.
+``prepare`` resolves, once, each op to its implementation, its operand and result
+names and the dtype and shape its results must have; constants, and every op computed
+from constants only (a broadcast scalar, a reshaped mask), are computed on first use
+and kept, so such runs of ops cost no call at all afterwards. Running is then a
+straight loop over prepared steps with no table lookups or attribute parsing. ``interpret(module, inputs)`` is
+``prepare(module).run(inputs)``; ``Executable`` keeps its prepared program.
 """
 
 from __future__ import annotations
@@ -26,19 +34,146 @@ from . import (  # noqa: F401  (importing registers the op families)
     _ops_sort,
 )
 from ._dtypes import TORCH_DTYPES
-from ._registry import OPS, StableHLOExecutionError, UnsupportedStableHLOOp
+from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
 from .ir import Function, Module, Operation, TensorType
 
-__all__ = ["interpret", "OPS", "UnsupportedStableHLOOp", "StableHLOExecutionError"]
+__all__ = ["interpret", "prepare", "Prepared", "OPS", "UnsupportedStableHLOOp",
+           "StableHLOExecutionError"]  # fmt: skip
 
 _RETURNS = ("func.return", "stablehlo.return")
+# Ops whose result depends only on their attributes: computed once, then reused, as is
+# every op whose operands are all such values (a run of ops folded into no call at all).
+_CONSTANT_OPS = ("stablehlo.constant", "arith.constant", "stablehlo.iota")
+_NEVER_HOISTED = ("func.call", "stablehlo.call", "stablehlo.custom_call",
+                  "stablehlo.optimization_barrier")  # fmt: skip
 
 
-class _Interpreter:
-    """Holds the module so ops can run their regions and call other functions."""
+def _unsupported(op: Operation) -> OpFn:
+    def fail(op: Operation, args: list[Any], run: Any) -> list[Any]:
+        raise UnsupportedStableHLOOp(
+            f"no CPU implementation for {op.name} (result %{', %'.join(op.results)}); "
+            "add one to torchneuron/compiler/stablehlo with @register",
+            op=op.name,
+        )
+
+    return fail
+
+
+class _Step:
+    """One op, resolved: its implementation and what to check about its results."""
+
+    __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes")
+
+    def __init__(self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool) -> None:
+        self.op = op
+        self.fn = _constant(fn, owner) if hoist else fn
+        self.operands = tuple(op.operands)
+        self.results = tuple(op.results)
+        # (dtype it must have or None, static torch.Size or None when any dim is dynamic)
+        self.dtypes = tuple(TORCH_DTYPES.get(tt.dtype) for tt in op.result_types)
+        self.shapes = tuple(
+            torch.Size(tt.shape) if all(s >= 0 for s in tt.shape) else None
+            for tt in op.result_types
+        )
+
+
+def _constant(fn: OpFn, owner: Prepared) -> OpFn:
+    cache: list[list[Any]] = []
+
+    def cached(op: Operation, args: list[Any], run: Any) -> list[Any]:
+        if not cache:
+            values = fn(op, args, run)
+            owner.constant_storages.update(
+                v.untyped_storage().data_ptr() for v in values
+                if isinstance(v, torch.Tensor) and v.numel()
+            )  # fmt: skip
+            cache.append(values)
+        return list(cache[0])
+
+    return cached
+
+
+class _Block:
+    """A block's prepared steps and the names its return op hands back."""
+
+    __slots__ = ("steps", "returns")
+
+    def __init__(self, ops: list[Operation], owner: Prepared) -> None:
+        self.steps: list[_Step] = []
+        self.returns: tuple[str, ...] | None = None
+        constant: set[str] = set()  # values the same on every run
+        for op in ops:
+            if op.name in _RETURNS:
+                self.returns = tuple(op.operands)
+                break
+            fn = OPS.get(op.name)
+            hoist = fn is not None and not op.regions and (
+                (op.name in _CONSTANT_OPS and not op.operands)
+                or (bool(op.operands) and op.name not in _NEVER_HOISTED
+                    and all(o in constant for o in op.operands))
+            )  # fmt: skip
+            if hoist:
+                constant.update(op.results)
+            self.steps.append(
+                _Step(op, fn if fn is not None else _unsupported(op), owner, hoist)
+            )
+
+
+class Prepared:
+    """A module made ready to run many times (see the module docstring)."""
 
     def __init__(self, module: Module) -> None:
         self.module = module
+        self.constant_storages: set[int] = set()  # storages of cached constants
+        self._blocks: dict[int, tuple[list[Operation], _Block]] = {}
+        fn = module.functions[module.entry]
+        self.entry = fn
+        self._inputs = [
+            (name, tt, TORCH_DTYPES.get(tt.dtype)) for name, tt in fn.args
+        ]  # fmt: skip
+
+    def block(self, ops: list[Operation]) -> _Block:
+        """The prepared form of ``ops`` (a function body or an op's region), built once."""
+        hit = self._blocks.get(id(ops))
+        if hit is None or hit[0] is not ops:
+            hit = self._blocks[id(ops)] = (ops, _Block(ops, self))  # keeps ``ops`` alive
+        return hit[1]
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Run the entry function on CPU tensors; returns fresh contiguous outputs."""
+        args = list(inputs)
+        for i, ((name, tt, want), x) in enumerate(zip(self._inputs, args, strict=False)):
+            if want is not None and x.dtype != want:
+                raise StableHLOExecutionError(
+                    f"input {i} (%{name}) has dtype {x.dtype}, the program expects {tt}"
+                )
+            if len(tt.shape) != x.dim() or any(
+                s >= 0 and s != v for s, v in zip(tt.shape, x.shape, strict=False)
+            ):
+                raise StableHLOExecutionError(
+                    f"input {i} (%{name}) has shape {list(x.shape)}, the program expects {tt}"
+                )
+        with torch.no_grad():  # the simulator executes a program; it never records autograd
+            outs = _Interpreter(self).run_function(self.entry, args)
+        seen = {x.untyped_storage().data_ptr() for x in args if x.numel()}
+        seen |= self.constant_storages  # a cached constant must never reach the caller
+        result = []
+        for o in outs:  # never hand back storage shared with an input or another output
+            o = o.contiguous()
+            if o.numel() and o.untyped_storage().data_ptr() in seen:
+                o = o.clone()
+            if o.numel():
+                seen.add(o.untyped_storage().data_ptr())
+            result.append(o)
+        return result
+
+
+class _Interpreter:
+    """One run of a prepared module; ops use it to run their regions and call functions."""
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.prepared = prepared
+        self.module = prepared.module
         self.scope: MutableMapping[str, Any] = {}
 
     def call(self, name: str, args: list[Any]) -> list[Any]:
@@ -75,40 +210,39 @@ class _Interpreter:
         outer = self.scope
         self.scope = env
         try:
-            return self._run_ops(ops, env, check_shapes)
+            return self._run_steps(self.prepared.block(ops), env, check_shapes)
         finally:
             self.scope = outer
 
-    def _run_ops(
-        self, ops: list[Operation], env: MutableMapping[str, Any], check_shapes: bool
+    def _run_steps(
+        self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
-        for op in ops:
-            if op.name in _RETURNS:
-                return [env[o] for o in op.operands]
-            fn = OPS.get(op.name)
-            if fn is None:
-                raise UnsupportedStableHLOOp(
-                    f"no CPU implementation for {op.name} (result %{', %'.join(op.results)}); "
-                    "add one to torchneuron/compiler/stablehlo with @register",
-                    op=op.name,
-                )
+        for step in block.steps:
+            op = step.op
             try:
-                args = [env[o] for o in op.operands]
-                results = fn(op, args, self)
+                results = step.fn(op, [env[o] for o in step.operands], self)
             except (UnsupportedStableHLOOp, StableHLOExecutionError):
                 raise
             except Exception as e:
                 raise StableHLOExecutionError(
                     f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
                 ) from e
-            if len(results) != len(op.results):
+            if len(results) != len(step.results):
                 raise StableHLOExecutionError(
                     f"{_describe(op)} produced {len(results)} results, expected {len(op.results)}"
                 )
-            for name, value, tt in zip(op.results, results, op.result_types, strict=False):
-                _check(op, value, tt, check_shapes)
+            for name, value, dtype, shape, tt in zip(
+                step.results, results, step.dtypes, step.shapes, op.result_types, strict=False
+            ):
+                if isinstance(value, torch.Tensor) and (
+                    (dtype is not None and value.dtype != dtype)
+                    or (check_shapes and (shape is None or value.shape != shape))
+                ):
+                    _check(op, value, tt, check_shapes)  # the slow path: explain or accept
                 env[name] = value
-        raise StableHLOExecutionError("block ended without a return op")
+        if block.returns is None:
+            raise StableHLOExecutionError("block ended without a return op")
+        return [env[o] for o in block.returns]
 
 
 def _describe(op: Operation) -> str:
@@ -135,31 +269,11 @@ def _check(op: Operation, value: Any, tt: TensorType, check_shapes: bool) -> Non
         )
 
 
+def prepare(module: Module) -> Prepared:
+    """``module`` made ready to run many times (the module must not change afterwards)."""
+    return Prepared(module)
+
+
 def interpret(module: Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run ``module.entry`` on CPU tensors; returns fresh contiguous output tensors."""
-    fn = module.functions[module.entry]
-    args = list(inputs)
-    for i, ((name, tt), x) in enumerate(zip(fn.args, args, strict=False)):
-        want = TORCH_DTYPES.get(tt.dtype)
-        if want is not None and x.dtype != want:
-            raise StableHLOExecutionError(
-                f"input {i} (%{name}) has dtype {x.dtype}, the program expects {tt}"
-            )
-        if len(tt.shape) != x.dim() or any(
-            s >= 0 and s != v for s, v in zip(tt.shape, x.shape, strict=False)
-        ):
-            raise StableHLOExecutionError(
-                f"input {i} (%{name}) has shape {list(x.shape)}, the program expects {tt}"
-            )
-    with torch.no_grad():  # the simulator executes a program; it never records autograd
-        outs = _Interpreter(module).run_function(fn, args)
-    seen = {x.untyped_storage().data_ptr() for x in args if x.numel()}
-    result = []
-    for o in outs:  # never hand back storage shared with an input or another output
-        o = o.contiguous()
-        if o.numel() and o.untyped_storage().data_ptr() in seen:
-            o = o.clone()
-        if o.numel():
-            seen.add(o.untyped_storage().data_ptr())
-        result.append(o)
-    return result
+    return prepare(module).run(inputs)

@@ -1,0 +1,73 @@
+"""Run one loop three ways (plain CPU, eager on the device, adaptive eager on the device)
+with the same seeds, and compare everything it produced."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import torchneuron.adaptive_eager as ae
+from torchneuron.hardware import get_core
+from torchneuron.hardware import reset as reset_cores
+
+
+def to(x: Any, device: str) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to(v, device) for v in x)
+    return x
+
+
+def run(loop: Callable[[str], dict[str, Any]], device: str, adaptive: bool = False,
+        seed: int = 0) -> dict[str, Any]:
+    """``loop(device)`` returns named results; tensors come back on the CPU."""
+    reset_cores()
+    torch.manual_seed(seed)
+    if adaptive:
+        ae.enable()
+    try:
+        out = loop(device)
+    finally:
+        if adaptive:
+            ae.disable()
+    out = {k: to(v, "cpu") for k, v in out.items()}
+    out["_ns"] = get_core(0).now if device == "neuron" else None
+    return out
+
+
+def assert_same(a: dict[str, Any], b: dict[str, Any], *, rtol: float = 1e-5,
+                atol: float = 1e-6, exact: tuple[str, ...] = ()) -> None:
+    for k, va in a.items():
+        if k.startswith("_"):
+            continue
+        vb = b[k]
+        if k in exact:
+            torch.testing.assert_close(vb, va, rtol=0, atol=0, msg=f"{k} differs")
+        else:
+            torch.testing.assert_close(vb, va, rtol=rtol, atol=atol, msg=f"{k} differs")
+
+
+def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
+
+
+def clone_to(model: torch.nn.Module, device: str) -> torch.nn.Module:
+    return copy.deepcopy(model).to(device)
+
+
+class ReplayLog:
+    """Which steps replayed (the replay counter moved during the step)."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self._last = 0
+
+    def mark(self, step: int) -> None:
+        n = ae.stats()["replays"] if ae.is_enabled() else self._last
+        if n > self._last:
+            self.steps.append(step)
+        self._last = n

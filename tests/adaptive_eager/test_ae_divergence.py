@@ -1,0 +1,67 @@
+"""Divergence suite: whatever the stream does differently, eager's results and errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchneuron.adaptive_eager as ae
+from tests.adaptive_eager.harness import assert_same, run
+
+STEPS = 8
+K = 5  # the step that diverges (regions replay from step 3)
+
+
+def _program(case: str):
+    def loop(device: str) -> dict:
+        g = torch.Generator().manual_seed(7)
+        w = torch.randn(8, 8, generator=g).to(device)
+        b = torch.randn(8, generator=g).to(device)
+        outs, errors = [], []
+        for step in range(STEPS):
+            x = torch.randn(4, 8, generator=g).to(device)
+            if case == "input-mutated" and step == K:
+                w.mul_(0.5)  # an input of the region changes in place between steps
+            try:
+                h = torch.tanh(x @ w + b)
+                if case == "different-op" and step == K:
+                    h = torch.sigmoid(h)
+                if case == "shape-change" and step == K:
+                    h = h[:2]
+                if case == "intermediate-read" and step == K:
+                    outs.append(torch.tensor([h.sum().item()]))
+                if case == "host-data" and step == K:
+                    h = h + torch.tensor([1.0] * 8, device=device)
+                if case == "exception" and step == K:
+                    h = h @ torch.ones(3, 3, device=device)  # wrong shape: eager raises
+                h = h * 2 - 1
+                y = (h @ w.t()).relu()
+                if case == "branch":
+                    # direction flips at step K: a sync (is_nonzero) decides the next ops
+                    up = bool(y.sum() > 0) != (step >= K)
+                    y = y * 3
+                    y = (y.tanh() if up else y.sigmoid()) * 2
+                y = y.sum(1)
+                outs.append(y)
+                outs.append(torch.tensor([y.mean().item()]))
+            except RuntimeError as e:
+                errors.append(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+        return {"outs": torch.cat([o.cpu().flatten() for o in outs]), "w": w,
+                "_errors": errors}
+    return loop
+
+
+@pytest.mark.parametrize("case", ["branch", "different-op", "shape-change", "intermediate-read",
+                                  "input-mutated", "exception", "host-data"])
+def test_divergence_gives_eager_results_and_errors(case: str) -> None:
+    eager = run(_program(case), "neuron")
+    adaptive = run(_program(case), "neuron", adaptive=True)
+    assert_same(eager, adaptive)
+    assert adaptive["_errors"] == eager["_errors"]
+    if case == "exception":
+        assert len(eager["_errors"]) == 1
+    s = ae.stats()
+    assert s["replays"] >= 1, ae.explain()
+    if case in ("different-op", "intermediate-read", "exception", "host-data", "branch"):
+        assert s["side_exits"] >= 1, ae.explain()
+        assert sum(s["fallback_reasons"].values()) >= s["side_exits"]

@@ -1,0 +1,143 @@
+"""Decompositions that replace lowerings which compiled but gave numbers unlike eager's.
+
+Each entry here fixes a case found by ``tools/lowering_coverage.py`` where Torch-MLIR
+lowered an aten op to StableHLO with different semantics from ATen's CPU kernel:
+
+- ``remainder``: lowered to ``stablehlo.remainder``, which is C ``fmod`` (sign of the
+  dividend); Python/ATen ``remainder`` takes the sign of the divisor.
+- ``index.Tensor`` (``x[idx]``, ``take``): lowered to ``stablehlo.gather``, which clamps
+  out-of-range starts instead of wrapping negative indices as ATen does.
+- ``avg_pool3d`` with ``divisor_override``: the lowering ignores the override.
+- ``_scaled_dot_product_flash_attention_for_cpu`` (what SDPA picks on CPU) is tagged
+  random, so it was refused; with ``dropout_p == 0`` it draws nothing and PyTorch's own
+  decomposition (math attention) is exact.
+
+Imported for its side effect by ``decompositions.decomposition_table``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from torchneuron.compiler.decompositions import _register
+
+__all__: list[str] = []
+
+aten = torch.ops.aten
+
+
+# --------------------------------------------------------------------------- remainder
+
+
+def _python_remainder(r: torch.Tensor, divisor: Any) -> torch.Tensor:
+    """fmod result ``r`` -> remainder: add the divisor where the signs disagree."""
+    fix = (r != 0) & ((r < 0) != (divisor < 0))
+    return torch.where(fix, r + divisor, r)
+
+
+@_register(aten.remainder.Tensor)
+def remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return _python_remainder(torch.fmod(a, b), b)
+
+
+@_register(aten.remainder.Scalar)
+def remainder_scalar(a: torch.Tensor, b: Any) -> torch.Tensor:
+    return _python_remainder(torch.fmod(a, b), b)
+
+
+@_register(aten.remainder.Scalar_Tensor)
+def remainder_scalar_tensor(a: Any, b: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(a, b)
+    lhs = torch.full_like(b, a, dtype=dtype)
+    return _python_remainder(torch.fmod(lhs, b), b)
+
+
+# --------------------------------------------------------------------------- indexing
+
+_guard = threading.local()
+
+
+@_register(aten.index.Tensor)
+def index(x: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> Any:
+    """Wrap negative integer indices (``i + size``) before the lowering's gather.
+
+    Calls ``aten.index.Tensor`` again with the wrapped indices; the thread-local guard
+    makes that inner call return NotImplemented here, so tracing records the op itself.
+    """
+    if getattr(_guard, "active", False):
+        return NotImplemented
+    if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        return NotImplemented  # a mask spans several dims; masks are data-dependent anyway
+    wrapped = [None if idx is None else torch.where(idx < 0, idx + x.shape[dim], idx)
+               for dim, idx in enumerate(indices)]
+    _guard.active = True
+    try:
+        return aten.index.Tensor(x, wrapped)
+    finally:
+        _guard.active = False
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def _triple(v: Any, default: Any = None) -> tuple[int, int, int]:
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        v = default
+    if isinstance(v, int):
+        return (v, v, v)
+    v = list(v)
+    return (v[0], v[0], v[0]) if len(v) == 1 else (v[0], v[1], v[2])
+
+
+def _pool_out(size: int, k: int, s: int, p: int, ceil: bool) -> int:
+    out = (size + 2 * p - k + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= size + p:
+        out -= 1  # the last window must start inside the input or the left padding
+    return out
+
+
+@_register(aten.avg_pool3d.default)
+def avg_pool3d(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Any:
+    """With ``divisor_override``: window sums (a ones-kernel convolution over the padded
+    input, ceil-mode overhang padded with zeros) divided by the override. Without it the
+    lowering is right, so the op is kept."""
+    if not divisor_override:
+        return NotImplemented
+    k = _triple(kernel_size)
+    s = _triple(stride, k)
+    p = _triple(padding, 0)
+    spatial = x.shape[-3:]
+    outs = [_pool_out(n, kk, ss, pp, ceil_mode) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
+    extra = [max(0, (o - 1) * ss + kk - n - 2 * pp)
+             for o, ss, kk, n, pp in zip(outs, s, k, spatial, p, strict=True)]
+    flat = x.reshape(-1, 1, *spatial)
+    pad = [p[2], p[2] + extra[2], p[1], p[1] + extra[1], p[0], p[0] + extra[0]]
+    padded = aten.constant_pad_nd(flat, pad, 0.0)
+    ones = torch.ones((1, 1, *k), dtype=x.dtype, device=x.device)
+    sums = torch.nn.functional.conv3d(padded, ones, stride=s)
+    sums = sums[..., : outs[0], : outs[1], : outs[2]]
+    return (sums / divisor_override).reshape(*x.shape[:-3], *outs)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+@_register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            dropout_p: float = 0.0, is_causal: bool = False, *,
+                            attn_mask: torch.Tensor | None = None,
+                            scale: float | None = None) -> Any:
+    """Math attention when nothing is drawn; with dropout the kernel's own draws cannot be
+    reproduced, so the op stays (and random_ops refuses it)."""
+    if dropout_p != 0.0:
+        return NotImplemented
+    from torch._decomp import decomposition_table as torch_table
+
+    fn = torch_table[aten._scaled_dot_product_flash_attention_for_cpu.default]
+    return fn(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)

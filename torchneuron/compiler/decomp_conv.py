@@ -1,0 +1,89 @@
+"""``convolution_backward`` as forward convolutions, which Torch-MLIR lowers.
+
+This torch-mlir lowers ``aten.convolution`` in 1d/2d/3d, plain and transposed, but
+``convolution_backward`` only for 2d non-transposed convolutions, so every Conv1d,
+Conv3d and ConvTranspose training graph fell back to eager. The three gradients are
+convolutions themselves:
+
+- input gradient of a convolution = the transposed convolution of the output gradient
+  with the same weight (``output_padding`` restores the rows the forward's floor
+  dropped), and of a transposed convolution = the plain convolution (cut to the
+  input: an ``output_padding`` of at least the stride adds rows);
+- weight gradient = a convolution of the input (channels as batch, batch as
+  channels) with the output gradient as the kernel, stride and dilation swapped,
+  cut to the kernel size; groups stay groups;
+- bias gradient = the output gradient summed over batch and space.
+
+The sums run in a different order than ATen's kernels, so results agree to fp32
+rounding, not bitwise (checked against eager in tests/compiler/test_decomp_conv.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["CONV_DECOMPOSITIONS"]
+
+aten = torch.ops.aten
+
+
+def _expand(v: Sequence[int] | int, n: int) -> list[int]:
+    v = [v] if isinstance(v, int) else list(v)
+    return v * n if len(v) == 1 else v
+
+
+def _weight_grad(inp: torch.Tensor, gout: torch.Tensor, ksize: Sequence[int],
+                 stride: list[int], padding: list[int], dilation: list[int],
+                 groups: int) -> torch.Tensor:
+    """d conv(inp, W) / d W for W of shape (O, C/groups, *ksize), given d out = gout."""
+    n, c = inp.shape[:2]
+    o = gout.shape[1]
+    cg, og = c // groups, o // groups
+    space_in, space_out = list(inp.shape[2:]), list(gout.shape[2:])
+    nd = len(space_in)
+    # (N, g, Cg, *L) -> (Cg, g, N, *L) -> (Cg, g*N, *L): channels of group j are its N samples.
+    x = inp.reshape(n, groups, cg, *space_in).movedim(2, 0).movedim(1, 2)
+    x = x.reshape(cg, groups * n, *space_in)
+    # (N, g, Og, *T) -> (g, Og, N, *T) -> (g*Og, N, *T): one kernel per output channel.
+    k = gout.reshape(n, groups, og, *space_out).movedim(0, 2).reshape(groups * og, n, *space_out)
+    r = aten.convolution.default(x, k, None, dilation, padding, stride, False, [0] * nd, groups)
+    for i, size in enumerate(ksize):
+        r = r.narrow(2 + i, 0, size)
+    return r.transpose(0, 1)
+
+
+def convolution_backward(grad: torch.Tensor, inp: torch.Tensor, weight: torch.Tensor,
+                         bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
+                         transposed: bool, output_padding: Any, groups: int,
+                         output_mask: Sequence[bool]) -> tuple[Any, Any, Any]:
+    nd = inp.dim() - 2
+    stride, padding, dilation = (_expand(v, nd) for v in (stride, padding, dilation))
+    ksize = list(weight.shape[2:])
+    g_in = g_w = g_b = None
+    if output_mask[0]:
+        if transposed:
+            g_in = aten.convolution.default(grad, weight, None, stride, padding, dilation,
+                                            False, [0] * nd, groups)
+            for i in range(nd):  # output_padding >= stride (with dilation) adds rows
+                g_in = g_in.narrow(2 + i, 0, inp.shape[2 + i])
+        else:
+            extra = [inp.shape[2 + i] - ((grad.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
+                                         + dilation[i] * (ksize[i] - 1) + 1) for i in range(nd)]
+            g_in = aten.convolution.default(grad, weight, None, stride, padding, dilation,
+                                            True, extra, groups)
+    if output_mask[1]:
+        if transposed:  # the forward was the input gradient of a conv from grad's space
+            g_w = _weight_grad(grad, inp, ksize, stride, padding, dilation, groups)
+        else:
+            g_w = _weight_grad(inp, grad, ksize, stride, padding, dilation, groups)
+    if output_mask[2]:
+        g_b = grad.sum([0, *range(2, grad.dim())])
+    return g_in, g_w, g_b
+
+
+CONV_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
+    aten.convolution_backward.default: convolution_backward,
+}

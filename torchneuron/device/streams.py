@@ -1,0 +1,113 @@
+"""``torch.neuron`` streams, mirroring ``torch.cuda.Stream`` / ``current_stream`` / ``stream``.
+
+Why streams at all: code written for CUDA creates side streams, makes one wait for
+another and runs work under ``with torch.cuda.stream(s):``; ported to ``neuron`` it
+must run unchanged. The simulated NeuronCore has **one in-order queue** per core
+(what a single NeuronCore executes in order), so every stream of a device is a
+handle on that queue: ``wait_stream`` / ``wait_event`` have nothing to wait for
+(earlier work already precedes later work), ``synchronize`` waits for the whole
+queue, and ``query`` says whether the host has caught up with it. Work is
+therefore never reordered, which is always a valid schedule of the CUDA program.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+from torchneuron.hardware import get_core
+
+__all__ = ["Stream", "StreamContext", "current_stream", "default_stream", "set_stream", "stream"]
+
+_ids = itertools.count(1)  # stream 0 is each device's default stream
+_current: dict[int, Stream] = {}
+
+
+def _device_index(device: Any) -> int:
+    from torchneuron.device.module import _index
+
+    return _index(device)
+
+
+class Stream:
+    """A handle on device ``neuron:N``'s in-order work queue (see the module docstring)."""
+
+    def __init__(self, device: Any = None, priority: int = 0, *, _stream_id: int | None = None):
+        self.device_index = _device_index(device)
+        self.priority = priority
+        self.stream_id = next(_ids) if _stream_id is None else _stream_id
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("neuron", self.device_index)
+
+    def query(self) -> bool:
+        """True when all work enqueued on this device has completed (simulated clock)."""
+        timeline = get_core(self.device_index).timeline
+        return timeline.host_ns >= timeline.device_free_ns
+
+    def synchronize(self) -> None:
+        get_core(self.device_index).synchronize()
+
+    def wait_event(self, event: Any) -> None:
+        """Later work waits for ``event``: always true of a single in-order queue."""
+
+    def wait_stream(self, stream: Stream) -> None:
+        """Later work waits for ``stream``'s: always true of a single in-order queue."""
+
+    def record_event(self, event: Any = None) -> Any:
+        from torchneuron.device.module import Event
+
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Stream)
+            and (self.device_index, self.stream_id) == (other.device_index, other.stream_id)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.device_index, self.stream_id))
+
+    def __repr__(self) -> str:
+        return f"<torch.neuron.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
+
+
+def default_stream(device: Any = None) -> Stream:
+    return Stream(device, _stream_id=0)
+
+
+def current_stream(device: Any = None) -> Stream:
+    index = _device_index(device)
+    return _current.get(index) or default_stream(index)
+
+
+def set_stream(s: Stream | None) -> None:
+    if s is not None:
+        _current[s.device_index] = s
+
+
+class StreamContext:
+    """``with torch.neuron.stream(s):`` makes ``s`` current for its device, then restores."""
+
+    def __init__(self, s: Stream | None) -> None:
+        self.stream = s
+        self.prev: Stream | None = None
+
+    def __enter__(self) -> Stream | None:
+        if self.stream is not None:
+            self.prev = current_stream(self.stream.device_index)
+            set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stream is not None:
+            set_stream(self.prev)
+
+
+def stream(s: Stream | None) -> StreamContext:
+    return StreamContext(s)
