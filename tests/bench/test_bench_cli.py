@@ -19,7 +19,8 @@ import pytest
 
 from torchneuron.bench import MODES, SIMULATED, schema
 from torchneuron.bench._pool import _fork_one
-from torchneuron.bench.suite import QUICK_STEPS
+from torchneuron.bench.cli import main, resolve_steps
+from torchneuron.bench.suite import DEFAULT_STEPS, QUICK_STEPS
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTIVE = importlib.util.find_spec("torchneuron.adaptive_eager") is not None
@@ -101,6 +102,7 @@ def test_markdown_chart_and_traces(full_run: Path) -> None:
     assert recs["cpu"]["trace"] is None
 
 
+@pytest.mark.slow
 def test_quick_simulated_figures_repeat_exactly(full_run: Path, tmp_path: Path) -> None:
     """The same command again (a representative subset of ``--quick``: the MLP in every
     mode) gives the same simulated figures, to the nanosecond, whatever the wall clock did."""
@@ -113,20 +115,20 @@ def test_quick_simulated_figures_repeat_exactly(full_run: Path, tmp_path: Path) 
     assert sum(1 for r in first if r["step_ms"]) >= 2
 
 
-def test_quick_flag_sets_the_ci_steps(tmp_path: Path) -> None:
-    proc = _bench("--quick", "--models", "encoder", "--modes", "eager,cpu", "--jobs", "1",
-                  "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    recs = json.loads((tmp_path / "report.json").read_text())
-    assert [r["steps"] for r in recs] == [QUICK_STEPS, QUICK_STEPS]
-    assert len(recs[0]["step_ms"]) == QUICK_STEPS and recs[1]["step_ms"] is None
+def test_quick_flag_sets_the_ci_steps() -> None:
+    assert resolve_steps(None, quick=True) == QUICK_STEPS
+    assert resolve_steps(None, quick=False) == DEFAULT_STEPS > QUICK_STEPS
+    assert resolve_steps(3, quick=True) == 3
 
 
-def test_bad_arguments_and_list() -> None:
-    proc = _bench("--models", "resnet")
-    assert proc.returncode == 2 and "unknown model resnet; valid: mlp" in proc.stderr
-    listed = _bench("--list")
-    assert listed.returncode == 0 and "hf_gpt2" in listed.stdout and "adaptive_warm" in listed.stdout
+def test_bad_arguments_and_list(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--models", "resnet"])
+    assert exc.value.code == 2
+    assert "unknown model resnet; valid: mlp" in capsys.readouterr().err
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "hf_gpt2" in listed and "adaptive_warm" in listed
 
 
 def test_a_run_that_dies_is_reported_crashed(tmp_path: Path) -> None:

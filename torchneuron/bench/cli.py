@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "resolve_steps"]
 
 
 def _csv(value: str, valid: list[str], what: str) -> list[str]:
@@ -89,6 +89,13 @@ def _meta(args: argparse.Namespace, hardware: str, steps: int, wall_s: float,
     }
 
 
+def resolve_steps(steps: int | None, quick: bool) -> int:
+    """``--steps`` when given, else the quick (CI-sized) or the full default."""
+    from torchneuron.bench.suite import DEFAULT_STEPS, QUICK_STEPS
+
+    return steps if steps is not None else (QUICK_STEPS if quick else DEFAULT_STEPS)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -102,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     from torchneuron.bench import chart, report, zoo
-    from torchneuron.bench.suite import DEFAULT_STEPS, QUICK_STEPS, run_suite
+    from torchneuron.bench.suite import run_suite
     from torchneuron.hardware import current_profile
 
     if args.list:
@@ -110,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:<10} {w.kind:<10} {w.description}")
         print("modes:", ", ".join(_parser().get_default("modes")))
         return 0
-    steps = args.steps or (QUICK_STEPS if args.quick else DEFAULT_STEPS)
+    steps = resolve_steps(args.steps, args.quick)
     if steps < 1:
         print("torchneuron-bench: --steps must be >= 1", file=sys.stderr)
         return 2

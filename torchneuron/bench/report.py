@@ -8,6 +8,7 @@ assumptions (``current_profile().describe_assumptions()``).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,22 @@ __all__ = ["render_markdown", "table_rows", "write_json", "write_markdown"]
 Record = dict[str, Any]
 
 
+def _finite(x: Any) -> Any:
+    """Strict JSON has no Infinity/NaN: such a float becomes the string "inf"/"nan" (a
+    difference of ``inf`` means the outputs' shapes or structure differ from eager's)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
 def write_json(records: list[Record], path: Path) -> Path:
     """The records, one object per (model, mode), keys in ``schema.FIELDS`` order."""
-    ordered = [{k: r.get(k) for k in FIELDS} for r in records]
-    path.write_text(json.dumps(ordered, indent=1, default=str) + "\n")
+    ordered = [{k: _finite(r.get(k)) for k in FIELDS} for r in records]
+    path.write_text(json.dumps(ordered, indent=1, default=str, allow_nan=False) + "\n")
     return path
 
 
