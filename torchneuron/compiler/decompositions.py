@@ -88,7 +88,11 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
 
-    return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS]
+    # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
+    # the device's own implementation (plain torch ops) is their decomposition.
+    from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
+
+    return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS]
 
 
 # --------------------------------------------------------------------------- random
