@@ -51,6 +51,26 @@ def _program(case: str):
     return loop
 
 
+def test_out_of_range_index_raises_eagers_error() -> None:
+    def loop(device: str) -> dict:
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4).to(device)
+        outs, errors = [], []
+        for step in range(STEPS):
+            idx = torch.tensor([1, 2, 12 if step == K else 3]).to(device)
+            try:
+                outs.append(torch.tensor([(emb(idx) * 2).relu().sum().item()]))
+            except (IndexError, RuntimeError) as e:
+                errors.append(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+        return {"outs": torch.cat(outs), "_errors": errors}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert eager["_errors"] and adaptive["_errors"] == eager["_errors"]
+    assert_same(eager, adaptive)
+    assert ae.stats()["fallback_reasons"].get("index-out-of-range") == 1, ae.explain()
+
+
 @pytest.mark.parametrize("case", ["branch", "different-op", "shape-change", "intermediate-read",
                                   "input-mutated", "exception", "host-data"])
 def test_divergence_gives_eager_results_and_errors(case: str) -> None:

@@ -56,6 +56,38 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
     return False
 
 
+aten = torch.ops.aten
+# op -> (index argument, data argument, dim of the data the index addresses or None for the
+# op's dim argument at position 1): a compiled gather clamps where eager raises, so the
+# index values of these ops are checked before deferring (when they already exist).
+_INDEX_CHECKS = {
+    aten.embedding.default: (1, 0, 0),
+    aten.index_select.default: (2, 0, None),
+    aten.gather.default: (2, 0, None),
+    aten.nll_loss_forward.default: (1, 0, -1),
+}
+
+
+def _indices_in_range(func: Any, args: tuple) -> bool:
+    pos, data_pos, dim = _INDEX_CHECKS[func]
+    index, data = args[pos], args[data_pos]
+    if not isinstance(index, NeuronTensor) or index._buffer is None or index._pending is not None:
+        return True  # a value of this region: produced in range by construction or unknown
+    if dim is None:
+        dim = args[1]
+    buf = index._buffer
+    if buf.numel() == 0:
+        return True
+    n = data.shape[dim] if data.dim() else 1
+    if func is aten.nll_loss_forward.default:
+        n = data.shape[-1] if data.dim() > 1 else data.shape[0]
+        ignore = args[4]
+        buf = buf[buf != ignore]
+        if buf.numel() == 0:
+            return True
+    return bool(buf.min() >= 0) and bool(buf.max() < n)
+
+
 def _no_modes() -> contextlib.AbstractContextManager:
     """Run below dispatch modes (already so inside the mode's own ``__torch_dispatch__``)."""
     if torch._C._len_torch_dispatch_stack() == 0:
@@ -124,6 +156,7 @@ class Replay:
         self.marked: list[torch.Tensor] = []
         self.bytes = 0
         self.done = False
+        self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
         self.metas: dict[tuple[int, int], torch.Tensor] = region.meta_tensors
 
     @property
@@ -162,6 +195,9 @@ class Replay:
             refs.append(("x", slot))
             arg_refs.append(t)
         if tuple(refs) != refs_r:
+            return MISMATCH
+        if func in _INDEX_CHECKS and not _indices_in_range(func, args):
+            self.exit_reason = Reason.INDEX_OUT_OF_RANGE
             return MISMATCH
         i = self.pos
         self.pos += 1

@@ -114,8 +114,9 @@ class Runtime:
                     out = rp.try_defer(func, args, kwargs)
                     if out is not MISMATCH:
                         return out
-                    rp.side_exit(Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
-                                 else Reason.GUARD_MISMATCH)
+                    rp.side_exit(rp.exit_reason or (
+                        Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
+                        else Reason.GUARD_MISMATCH))
             if _is_read(func, args, kwargs):
                 self.end_segment()
                 return func(*args, **kwargs)
@@ -291,8 +292,8 @@ class Runtime:
         best.to(State.REPLAYING)
         self.replay = Replay(self, best, self.index)
         out = self.replay.try_defer(func, args, kwargs)
-        if out is MISMATCH:  # cannot happen: the start key matched
-            self.replay.side_exit(Reason.GUARD_MISMATCH)
+        if out is MISMATCH:  # the start key matched: only an index check can fail here
+            self.replay.side_exit(self.replay.exit_reason or Reason.GUARD_MISMATCH)
         return out
 
     def publish(self, region: Region) -> None:
