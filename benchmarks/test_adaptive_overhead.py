@@ -32,8 +32,9 @@ ROUNDS = 20
 
 
 def _chain(x: torch.Tensor) -> float:
-    for _ in range(OPS // 2):
-        x = (x * 1.0001).add_(0.5)
+    # distinct scalars: no shorter period, so the region is the whole chain (one that pays)
+    for i in range(OPS // 2):
+        x = (x * (1.0 + 1e-4 * i)).add_(0.5 + i)
     return x[0, 0].item()  # read back: the region ends here
 
 

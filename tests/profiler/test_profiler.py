@@ -143,3 +143,29 @@ def test_compiled_program_on_the_engines_and_its_roofline() -> None:
     assert {threads[e["tid"]] for e in inside} >= {"TensorE", "DMA"}
     assert all(start <= e["ts"] and e["ts"] + e["dur"] <= stop + 1e-9 for e in inside)
     reset_cores()
+
+
+def test_adaptive_replays_on_their_own_track() -> None:
+    ae = pytest.importorskip("torchneuron.adaptive_eager")
+    from torchneuron.bench import zoo
+
+    reset_cores()
+    torch.manual_seed(0)
+    task = zoo.get("mlp").build("neuron")
+    ae.reset()
+    with ae.enabled():
+        for i in range(6):
+            task.step(i).item()
+        with profile() as prof:
+            task.step(6).item()
+        replays = ae.stats()["replays"]
+    ae.reset()
+    assert replays > 0
+    trace = prof.to_chrome_trace()
+    _check_trace_events(trace)
+    threads = _threads(trace)
+    replayed = [e for e in trace["traceEvents"]
+                if e["ph"] != "M" and threads[e["tid"]] == "adaptive"]
+    assert replayed and all(e["name"].startswith(("replay ", "side exit ")) for e in replayed)
+    assert [e for e in trace["traceEvents"] if e.get("cat") == "executable"]
+    reset_cores()

@@ -2,8 +2,8 @@
 
 - ``eager``: the model on ``neuron``, op by op.
 - ``adaptive_cold``: adaptive eager on for the loop (enabled once the model and data are
-  on the device: enabling it before ``Module.to("neuron")`` fails today, see the report),
-  with an empty compile cache.
+  on the device, so set-up copies are not part of its op stream), with an empty compile
+  cache.
 - ``adaptive_warm``: adaptive eager on, in a new process, with the cache the cold run filled.
 - ``compile``: ``torch.compile(model, backend="neuron")`` (the optimizer stays eager, as a
   user's one-line change leaves it).
