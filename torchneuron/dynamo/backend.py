@@ -25,6 +25,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table
 from torchneuron.compiler.stats import record_fallback_run
+from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, random
 from torchneuron.device.module import current_device
 from torchneuron.hardware import compile_latency_enabled, get_core, program_compile_latency_ns
@@ -78,12 +79,28 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             program_compile_latency_ns(core.profile, n_ops, compile_latency_enabled()), "compile"
         )
 
+        check = [verify_enabled()]  # TORCHNEURON_VERIFY: the first run is checked
+        refused: list[Callable] = []
+
         def run(args: list[Any]) -> list[torch.Tensor]:
+            if refused:  # the first run differed from eager: eager from now on
+                return refused[0](args)
             # Python scalars (specialized sizes) were baked into the graph by prepare;
             # per-shape compilation keys on them, so only tensors are inputs.
             inputs = [a for a in args if isinstance(a, torch.Tensor)]
             args.clear()
             core.host(core.profile.graph_guard_ns, "guard")
+            if check and check.pop():
+                gen = random.generator(index)
+                outs, mismatch = run_verified(
+                    name, graph, inputs,
+                    lambda a: exe.run(a, core, lambda: random.rng_state_swapped(index)),
+                    get_rng_state=gen.get_state, set_rng_state=gen.set_state,
+                    source="torch.compile")
+                if mismatch is not None:
+                    _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
+                    refused.append(make_boxed_func(_eager_on_device(gm, index, name)))
+                return outs
             return exe.run(inputs, core, lambda: random.rng_state_swapped(index))
 
         run._boxed_call = True  # type: ignore[attr-defined]

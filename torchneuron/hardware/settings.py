@@ -10,6 +10,8 @@ TORCHNEURON_HARDWARE           trn2              hardware profile simulated (see
 TORCHNEURON_COMPILE_LATENCY    1                 "0" zeroes all modeled compile latency
                                                  (eager NEFF compiles and program compiles)
 TORCHNEURON_TIMELINE_TRACE     0                 keep the last N device entries per timeline
+TORCHNEURON_VERIFY             0                 "1" checks each new compiled graph's first
+                                                 run against eager (compiler/verify.py)
 =============================  ================  ==============================================
 
 ``set_hardware`` swaps the profile of every existing core (see ``core.py``): memory capacity
@@ -62,6 +64,13 @@ TABLE: tuple[Setting, ...] = (
         True,
         _parse_bool,
         "model compile latency (eager NEFF and program compiles); '0' zeroes it",
+    ),
+    Setting(
+        "verify",
+        "TORCHNEURON_VERIFY",
+        False,
+        _parse_bool,
+        "run each newly compiled graph once eagerly too and refuse it if outputs differ",
     ),
     Setting(
         "timeline_trace",
