@@ -156,16 +156,19 @@ def run_verified(name: str, gm: fx.GraphModule, args: list[Any],
                  run: Callable[[list[Any]], list[Any]], *,
                  get_rng_state: Callable[[], torch.Tensor] | None = None,
                  set_rng_state: Callable[[torch.Tensor], None] | None = None,
-                 source: str = "api") -> tuple[list[Any], Mismatch | None]:
+                 source: str = "api", graph_args: Sequence[Any] | None = None
+                 ) -> tuple[list[Any], Mismatch | None]:
     """Run the executable (``run``) and ``gm`` eagerly from the same inputs and RNG state.
 
     Agreeing: returns the executable's outputs and None. Differing: the mismatch is
     reported (:func:`report_mismatch`), the inputs get eager's mutations, the generator
     eager's end state, and eager's outputs are returned with the mismatch, so even this
-    first call gives eager's numbers.
+    first call gives eager's numbers. ``graph_args``: ``gm``'s full argument list when it
+    also takes non-tensor arguments (its tensors, in order, are ``args``).
     """
     state = get_rng_state() if get_rng_state is not None else None
-    clones = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    full = list(args if graph_args is None else graph_args)
+    clones = [a.clone() if isinstance(a, torch.Tensor) else a for a in full]
     expected, ref_end = run_reference(gm, clones, state)
     got = run(args)
     mismatch = compare_outputs(name, expected, got, graph=gm.graph)
@@ -176,7 +179,7 @@ def run_verified(name: str, gm: fx.GraphModule, args: list[Any],
     if mismatch is None:
         return got, None
     report_mismatch(mismatch, source)
-    for a, c in zip(args, clones, strict=True):
+    for a, c in zip(args, [c for c in clones if isinstance(c, torch.Tensor)], strict=True):
         if isinstance(a, torch.Tensor):
             a.copy_(c)
     if set_rng_state is not None and ref_end is not None:

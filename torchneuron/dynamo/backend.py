@@ -88,6 +88,7 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             # Python scalars (specialized sizes) were baked into the graph by prepare;
             # per-shape compilation keys on them, so only tensors are inputs.
             inputs = [a for a in args if isinstance(a, torch.Tensor)]
+            graph_args = list(args) if check and check[0] else None
             args.clear()
             core.host(core.profile.graph_guard_ns, "guard")
             if check and check.pop():
@@ -96,7 +97,7 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
                     name, graph, inputs,
                     lambda a: exe.run(a, core, lambda: random.rng_state_swapped(index)),
                     get_rng_state=gen.get_state, set_rng_state=gen.set_state,
-                    source="torch.compile")
+                    source="torch.compile", graph_args=graph_args)
                 if mismatch is not None:
                     _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
                     refused.append(make_boxed_func(_eager_on_device(gm, index, name)))
