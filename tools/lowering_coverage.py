@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = report(results, seconds)
     else:
         warnings.filterwarnings("ignore")
-        os.environ.setdefault("TORCHNEURON_COMPILE_TIMEOUT", "120")
+        os.environ.setdefault("TORCHNEURON_COMPILE_TIMEOUT", "600")
         import torch.testing._internal.common_methods_invocations as cmi
 
         # OpInfo wraps random ops in wrapper_set_seed (reseeds inside the op, which a
@@ -246,8 +246,11 @@ def main(argv: list[str] | None = None) -> int:
             key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
             results[key] = run_op(op, args.samples)
             if args.verbose:
-                print(f"{key}: {results[key]['status']} {results[key].get('samples', '')}",
-                      flush=True)
+                print(f"{key}: {results[key]['status']} {results[key].get('samples', '')} "
+                      f"{results[key].get('first', '')}", flush=True)
+            if args.json:  # partial results survive an interrupted sweep
+                with open(args.json, "w") as f:
+                    json.dump({"seconds": time.time() - t0, "ops": results}, f)
         summary = report(results, time.time() - t0)
     if args.json:
         with open(args.json, "w") as f:

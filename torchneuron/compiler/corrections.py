@@ -46,9 +46,9 @@ def remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @_register(aten.remainder.Scalar)
 def remainder_scalar(a: torch.Tensor, b: Any) -> torch.Tensor:
-    # The divisor as a 0-d tensor: Torch-MLIR cannot lower aten.fmod.Scalar with an int.
-    divisor = torch.scalar_tensor(b, dtype=torch.result_type(a, b))
-    return _python_remainder(torch.fmod(a, divisor), divisor)
+    # fmod.Scalar does not lower; a 0-d divisor does
+    rhs = torch.scalar_tensor(b, dtype=torch.result_type(a, b), device=a.device)
+    return _python_remainder(torch.fmod(a, rhs), b)
 
 
 @_register(aten.remainder.Scalar_Tensor)

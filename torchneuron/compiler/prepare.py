@@ -138,7 +138,10 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         args = list(example)
         for pos, t in zip(tensor_pos, tensors, strict=True):
             args[pos] = t
-        leaves, box["tree"] = pytree.tree_flatten(fn_or_gm(*args))
+        out = fn_or_gm(*args)
+        if isinstance(out, tuple) and hasattr(type(out), "n_fields"):
+            out = tuple(out)  # torch.return_types (max, median...): its spec is not storable
+        leaves, box["tree"] = pytree.tree_flatten(out)
         return leaves
 
     gm = _trace(flat_fn, trace_inputs)

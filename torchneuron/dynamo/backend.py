@@ -28,7 +28,8 @@ from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_fallback_run
-from torchneuron.device import NeuronTensor
+from torchneuron.compiler.verify import run_verified, verify_enabled
+from torchneuron.device import NeuronTensor, random
 from torchneuron.device.module import current_device
 from torchneuron.hardware import get_core
 
@@ -86,11 +87,30 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
         core = get_core(index)
         launch.charge_compile(core, exe)
 
+        check = [verify_enabled()]  # TORCHNEURON_VERIFY: the first run is checked
+        refused: list[Callable] = []
+
         def run(args: list[Any]) -> list[torch.Tensor]:
+            if refused:  # the first run differed from eager: eager from now on
+                return refused[0](args)
             # Python scalars (specialized sizes) were baked into the graph by prepare;
             # per-shape compilation keys on them, so only tensors are inputs.
             inputs = [a for a in args if isinstance(a, torch.Tensor)]
+            graph_args = list(args) if check and check[0] else None
             args.clear()
+            if check and check.pop():
+                core.host(core.profile.graph_guard_ns, "guard")
+                gen = random.generator(index)
+                outs, mismatch = run_verified(
+                    name, graph, inputs,
+                    lambda a: launch.launch(exe, a, core, index, guard_ns=0),
+                    get_rng_state=gen.get_state, set_rng_state=gen.set_state,
+                    source="torch.compile", graph_args=graph_args)
+                if mismatch is not None:
+                    _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
+                    _constants_to_device(gm, index)
+                    refused.append(make_boxed_func(_eager_on_device(gm, index, name)))
+                return outs
             return launch.launch(exe, inputs, core, index, core.profile.graph_guard_ns)
 
         run._boxed_call = True  # type: ignore[attr-defined]

@@ -18,6 +18,8 @@ TORCHNEURON_CACHE_DIR          (user cache dir)  on-disk cache; default $XDG_CAC
                                                  or ~/.cache/torchneuron (never /tmp)
 TORCHNEURON_CACHE_MAX_SIZE     10GB              on-disk size bound (LRU eviction), e.g. 500MB
 TORCHNEURON_CACHE_MEMORY_SIZE  256MB             in-process LRU tier bound
+TORCHNEURON_VERIFY             0                 "1" checks each new compiled graph's first
+                                                 run against eager (compiler/verify.py)
 =============================  ================  ==============================================
 
 ``set_hardware`` swaps the profile of every existing core (see ``core.py``): memory capacity
@@ -90,6 +92,13 @@ TABLE: tuple[Setting, ...] = (
         True,
         _parse_bool,
         "model compile latency (eager NEFF and program compiles); '0' zeroes it",
+    ),
+    Setting(
+        "verify",
+        "TORCHNEURON_VERIFY",
+        False,
+        _parse_bool,
+        "run each newly compiled graph once eagerly too and refuse it if outputs differ",
     ),
     Setting(
         "timeline_trace",
