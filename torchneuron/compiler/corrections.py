@@ -8,6 +8,8 @@ lowered an aten op to StableHLO with different semantics from ATen's CPU kernel:
 - ``index.Tensor`` (``x[idx]``, ``take``): lowered to ``stablehlo.gather``, which clamps
   out-of-range starts instead of wrapping negative indices as ATen does.
 - ``avg_pool3d`` with ``divisor_override``: the lowering ignores the override.
+- ``var_mean`` / ``std_mean`` with no more elements than the correction (eager: NaN):
+  the lowering gives -0.0; such graphs are refused (``degenerate-variance``).
 - ``_scaled_dot_product_flash_attention_for_cpu`` (what SDPA picks on CPU) is tagged
   random, so it was refused; with ``dropout_p == 0`` it draws nothing and PyTorch's own
   decomposition (math attention) is exact.
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decompositions import _register
+from torchneuron.compiler.errors import PrepareError
 
 __all__: list[str] = []
 
@@ -143,3 +146,46 @@ def flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torch
 
     fn = torch_table[aten._scaled_dot_product_flash_attention_for_cpu.default]
     return fn(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+
+
+# --------------------------------------------------------------------------- var_mean
+
+
+def _var_mean(op: str, x: torch.Tensor, dim: Any, correction: Any,
+              keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two-pass variance and mean over ``dim``, refusing what the lowering gets wrong.
+
+    With no more elements than the correction, eager divides by ``N - correction <= 0``
+    and gives NaN or inf, and the lowering gives -0.0: the sizes are static, so that is
+    known while tracing, and the graph is refused (it runs eagerly), never guessed.
+    """
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        dims = list(range(x.dim()))
+    else:
+        dims = [dim] if isinstance(dim, int) else list(dim)
+    dims = [d % max(x.dim(), 1) for d in dims]
+    n = 1
+    for d in dims:
+        n *= x.shape[d] if x.dim() else 1
+    corr = 1 if correction is None else correction
+    if n - corr <= 0 or x.is_complex():
+        raise PrepareError(
+            f"{op} over {n} element(s) with correction {corr} (dtype {x.dtype}): the "
+            "lowering does not give eager's result, so this graph runs eagerly",
+            op=op, reason="degenerate-variance")
+    mean = x.mean(dim=dims, keepdim=True)
+    var = (x - mean).square().sum(dim=dims, keepdim=keepdim) / (n - corr)
+    return var, (mean if keepdim else mean.squeeze(dims))
+
+
+@_register(aten.var_mean.correction)
+def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
+             keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return _var_mean("aten.var_mean", x, dim, correction, keepdim)
+
+
+@_register(aten.std_mean.correction)
+def std_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
+             keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    var, mean = _var_mean("aten.std_mean", x, dim, correction, keepdim)
+    return var.sqrt(), mean

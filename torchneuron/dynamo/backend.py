@@ -102,7 +102,7 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
                 core.host(core.profile.graph_guard_ns, "guard")
                 gen = random.generator(index)
                 outs, mismatch = run_verified(
-                    name, graph, inputs,
+                    name, _on_host(graph), inputs,
                     lambda a: launch.launch(exe, a, core, index, guard_ns=0),
                     get_rng_state=gen.get_state, set_rng_state=gen.set_state,
                     source="torch.compile", graph_args=graph_args)
@@ -123,6 +123,17 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
 def wrap_buffer(buffer: torch.Tensor, index: int) -> NeuronTensor:
     """Inside a traced graph: make a neuron tensor over a CPU buffer (no copy, no op)."""
     return NeuronTensor(buffer, index)
+
+
+def _on_host(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``graph`` whose device moves (``prims.device_put`` to neuron) stay on the
+    host: the verification reference runs over the CPU buffers, as the executable does."""
+    ref = torch.fx.GraphModule(graph, copy.deepcopy(graph.graph))
+    for node in ref.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.prims.device_put.default:
+            node.args = (node.args[0], torch.device("cpu"), *node.args[2:])
+    ref.recompile()
+    return ref
 
 
 def _constants_to_device(gm: torch.fx.GraphModule, index: int) -> None:
