@@ -151,41 +151,40 @@ def flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torch
 # --------------------------------------------------------------------------- var_mean
 
 
-def _var_mean(op: str, x: torch.Tensor, dim: Any, correction: Any,
-              keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two-pass variance and mean over ``dim``, refusing what the lowering gets wrong.
+def _refuse_degenerate(op: str, x: torch.Tensor, dim: Any, correction: Any) -> None:
+    """Refuse a variance over no more elements than the correction.
 
-    With no more elements than the correction, eager divides by ``N - correction <= 0``
-    and gives NaN or inf, and the lowering gives -0.0: the sizes are static, so that is
-    known while tracing, and the graph is refused (it runs eagerly), never guessed.
+    Eager divides by ``N - correction <= 0`` and gives NaN or inf; the lowering gives
+    -0.0. The sizes are static, so this is known while tracing: the graph is refused
+    (it runs eagerly), never guessed.
     """
     if dim is None or (isinstance(dim, (list, tuple)) and not dim):
         dims = list(range(x.dim()))
     else:
         dims = [dim] if isinstance(dim, int) else list(dim)
-    dims = [d % max(x.dim(), 1) for d in dims]
     n = 1
     for d in dims:
         n *= x.shape[d] if x.dim() else 1
     corr = 1 if correction is None else correction
-    if n - corr <= 0 or x.is_complex():
+    if n - corr <= 0:
         raise PrepareError(
-            f"{op} over {n} element(s) with correction {corr} (dtype {x.dtype}): the "
-            "lowering does not give eager's result, so this graph runs eagerly",
+            f"{op} over {n} element(s) with correction {corr} divides by {n - corr}: the "
+            "lowering does not give eager's NaN, so this graph runs eagerly",
             op=op, reason="degenerate-variance")
-    mean = x.mean(dim=dims, keepdim=True)
-    var = (x - mean).square().sum(dim=dims, keepdim=keepdim) / (n - corr)
-    return var, (mean if keepdim else mean.squeeze(dims))
 
 
 @_register(aten.var_mean.correction)
 def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
-             keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    return _var_mean("aten.var_mean", x, dim, correction, keepdim)
+             keepdim: bool = False) -> Any:
+    """Checked, then ``NotImplemented``: tracing keeps ``var_mean``, which lowers as is."""
+    _refuse_degenerate("aten.var_mean", x, dim, correction)
+    return NotImplemented
 
 
 @_register(aten.std_mean.correction)
 def std_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
              keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    var, mean = _var_mean("aten.std_mean", x, dim, correction, keepdim)
+    """``sqrt`` of the checked ``var_mean`` (PyTorch's own decomposition of std_mean)."""
+    _refuse_degenerate("aten.std_mean", x, dim, correction)
+    var, mean = aten.var_mean.correction(x, dim, correction=correction, keepdim=keepdim)
     return var.sqrt(), mean
