@@ -8,11 +8,12 @@ runs came before it (so they reproduce), turns a crash of one run into a reporte
 "crashed" instead of the end of the report, and makes "warm cache" mean what users see:
 a second process finding the first one's executables on disk.
 
-Why fork: starting Python and importing torch costs seconds per process, and the compile
-worker (torch-mlir) seconds more. The parent imports everything once; each of ``jobs``
-lanes (forked from it) warms one compile worker; for each run a lane forks a child that
-inherits both, runs, writes its record to a file and exits. Lanes run in parallel; the
-children of one lane run one after another, so a lane's worker serves one child at a time.
+Why fork: starting Python and importing torch costs seconds per process. The parent
+imports everything once; for each run one of ``jobs`` lanes (forked from it) forks a
+child that inherits the imports, starts its own compile worker when it compiles, runs,
+writes its record to a file and exits. Lanes run in parallel; the children of one lane
+run one after another. (Children once shared their lane's warm worker: a reply left in
+its pipe by one child's cut-off background compile was read by the next child.)
 Where ``os.fork`` does not exist, each run is a new ``python -m torchneuron.bench.runner``.
 """
 
@@ -35,26 +36,18 @@ __all__ = ["run_all"]
 Record = dict[str, Any]
 
 
-def _share_worker_after_fork() -> None:
-    """In a forked child, keep the lane's warm compile worker: the pipes are inherited,
-    but the child is not the worker's parent, so ``Popen.poll`` would report it dead
-    (``waitpid`` fails) and a new worker would start. Give the child's copy a poll that
-    asks the kernel whether the pid lives. If the worker module changed, nothing happens
-    and the child starts its own worker (slower, same results)."""
+def _forget_parent_worker() -> None:
+    """In a forked child, never talk to the lane's compile worker: start a new one.
+
+    The child inherits the worker's pipes, but a request an earlier child left unanswered
+    (an adaptive-eager background compile cut off by that child's exit) leaves its reply
+    in the pipe, and the next child would read it as the answer to its own request: a
+    failed compile at best, another graph's executable at worst. A worker of its own
+    costs the child a start-up, never a wrong number.
+    """
     from torchneuron.compiler import worker
 
-    proc = getattr(worker, "_proc", None)
-    if proc is None or not hasattr(proc, "pid"):
-        return
-
-    def poll() -> int | None:
-        try:
-            os.kill(proc.pid, 0)
-        except OSError:
-            return 1
-        return None
-
-    proc.poll = poll  # type: ignore[method-assign]
+    worker._proc = None  # the parent's worker stays the parent's; a new one starts on use
 
 
 def _fork_one(spec: dict[str, Any], timeout: float) -> Record | None:
@@ -66,7 +59,7 @@ def _fork_one(spec: dict[str, Any], timeout: float) -> Record | None:
     if pid == 0:  # child
         code = 0
         try:
-            _share_worker_after_fork()
+            _forget_parent_worker()
             record_path.write_text(json.dumps(run_one(spec), default=str))
         except BaseException:  # noqa: BLE001 - a child must never return into the lane
             code = 1
@@ -102,24 +95,16 @@ def _failed(spec: dict[str, Any], status: str, reason: str) -> Record:
 
 
 def _lane(conn: Connection, timeout: float, warm: bool) -> None:
-    """A lane: warm a compile worker (when runs will compile), then fork one child per
-    spec received."""
-    from torchneuron.compiler import worker
+    """A lane: fork one child per spec received, one after another.
 
-    if warm:
-        worker.warm_up()
+    ``warm`` is kept for the callers; lanes no longer share a warm compile worker with
+    their children (see ``_forget_parent_worker``), so each child starts its own.
+    """
     while True:
         spec = conn.recv()
         if spec is None:
             break
-        rec = _fork_one(spec, timeout)
-        if rec is None or rec["status"] in ("crashed", "timeout"):
-            worker.shutdown()  # it may be mid-request: start clean
-        proc = getattr(worker, "_proc", None)
-        if warm and (proc is None or proc.poll() is not None):
-            worker.warm_up()
-        conn.send(rec)
-    worker.shutdown()
+        conn.send(_fork_one(spec, timeout))
 
 
 def _spawn_one(spec: dict[str, Any], timeout: float) -> Record:

@@ -97,8 +97,11 @@ def _serve() -> None:
                 data = pickle.dumps((False, e))
             except Exception:
                 data = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")))
-        out.write(_HEADER.pack(len(data)) + data)
-        out.flush()
+        try:
+            out.write(_HEADER.pack(len(data)) + data)
+            out.flush()
+        except BrokenPipeError:
+            return  # the parent is gone (it exited mid-request): nobody to answer
 
 
 # ----------------------------------------------------------------------------- parent side
