@@ -240,45 +240,41 @@ def unwrap(args: tuple, kwargs: dict) -> Unwrapped | None:
     u = Unwrapped()
     aspec = []
     for a in args:
-        tp = type(a)
-        if tp is list or tp is tuple:
-            items = []
-            for x in a:
-                v = _one(x, u)
-                if v is _GENERAL:
-                    return None
-                items.append(v)
-            u.uargs.append(tp(items))
-            aspec.append((tp, len(items)))
-        else:
-            v = _one(a, u)
-            if v is _GENERAL:
-                return None
-            u.uargs.append(v)
-            aspec.append(None)
+        got = _argument(a, u)
+        if got is None:
+            return None
+        u.uargs.append(got[0])
+        aspec.append(got[1])
     kspec = []
     for k, a in kwargs.items():
-        tp = type(a)
-        if tp is list or tp is tuple:
-            items = []
-            for x in a:
-                v = _one(x, u)
-                if v is _GENERAL:
-                    return None
-                items.append(v)
-            u.ukwargs[k] = tp(items)
-            kspec.append((k, (tp, len(items))))
-        else:
-            v = _one(a, u)
-            if v is _GENERAL:
-                return None
-            u.ukwargs[k] = v
-            kspec.append((k, None))
+        got = _argument(a, u)
+        if got is None:
+            return None
+        u.ukwargs[k] = got[0]
+        kspec.append((k, got[1]))
     u.spec = (tuple(aspec), tuple(kspec))
     return u
 
 
 _GENERAL = _Marker("general path")
+
+
+def _argument(a: Any, u: Unwrapped) -> tuple[Any, Any] | None:
+    """One positional or keyword argument unwrapped, with its spec (``(type, length)``
+    for a flat list or tuple, else None); None when it needs the general path."""
+    tp = type(a)
+    if tp is list or tp is tuple:
+        items = []
+        for x in a:
+            v = _one(x, u)
+            if v is _GENERAL:
+                return None
+            items.append(v)
+        return tp(items), (tp, len(items))
+    v = _one(a, u)
+    if v is _GENERAL:
+        return None
+    return v, None
 
 
 def _one(a: Any, u: Unwrapped) -> Any:
