@@ -94,12 +94,9 @@ def _failed(spec: dict[str, Any], status: str, reason: str) -> Record:
     return rec
 
 
-def _lane(conn: Connection, timeout: float, warm: bool) -> None:
-    """A lane: fork one child per spec received, one after another.
-
-    ``warm`` is kept for the callers; lanes no longer share a warm compile worker with
-    their children (see ``_forget_parent_worker``), so each child starts its own.
-    """
+def _lane(conn: Connection, timeout: float) -> None:
+    """A lane: fork one child per spec received, one after another (each child starts its
+    own compile worker, see ``_forget_parent_worker``)."""
     while True:
         spec = conn.recv()
         if spec is None:
@@ -130,10 +127,9 @@ def _ready(pending: list[dict[str, Any]], done: set[tuple[str, str]]) -> Iterato
 
 
 def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
-            on_done: Callable[[Record], None], warm: bool = True) -> list[Record]:
+            on_done: Callable[[Record], None]) -> list[Record]:
     """Run every spec (a spec with ``after`` = mode waits for that mode of its model);
-    call ``on_done`` as each finishes; return the records in the order of ``specs``.
-    ``warm``: start each lane's compile worker up front (runs will compile)."""
+    call ``on_done`` as each finishes; return the records in the order of ``specs``."""
     results: dict[int, Record] = {}
     pending = [dict(s, _index=i) for i, s in enumerate(specs)]
     done: set[tuple[str, str]] = set()
@@ -148,7 +144,7 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
     lanes: list[tuple[Any, Connection]] = []
     for _ in range(max(1, min(jobs, len(specs)))):
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_lane, args=(child, timeout, warm), daemon=True)
+        proc = ctx.Process(target=_lane, args=(child, timeout), daemon=True)
         proc.start()
         lanes.append((proc, parent))
     busy: dict[Connection, dict[str, Any]] = {}

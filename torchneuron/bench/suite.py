@@ -48,9 +48,8 @@ def specs_for(models: list[str], mode_names: list[str], steps: int, hardware: st
     return sorted(specs, key=lambda s: _COST_ORDER.get(s["mode"], 9))
 
 
-def _preload(models: list[str], mode_names: list[str]) -> bool:
-    """Import in the parent what every run needs, so forked runs do not pay for it.
-    Return whether any run will compile (torch.compile, or adaptive eager is present)."""
+def _preload(models: list[str], mode_names: list[str]) -> None:
+    """Import in the parent what every run needs, so forked runs do not pay for it."""
     import torch  # noqa: F401
 
     import torchneuron  # noqa: F401
@@ -67,16 +66,13 @@ def _preload(models: list[str], mode_names: list[str]) -> bool:
                 importlib.import_module(module)
             except ImportError:
                 pass  # the run reports it
-    adaptive = False
     if any(m.startswith("adaptive") for m in mode_names):
         from torchneuron.bench._runtime import adaptive_module
 
         try:
             adaptive_module()
-            adaptive = True
         except ImportError:
             pass  # the runs report it
-    return adaptive or "compile" in mode_names
 
 
 def compare_with_eager(records: list[dict[str, Any]], outputs: dict[tuple[str, str], Path]
@@ -108,8 +104,8 @@ def run_suite(models: list[str], mode_names: list[str], steps: int, hardware: st
             (tmp / sub).mkdir()
         specs = specs_for(models, mode_names, steps, hardware, tmp, out, trace,
                           zero_compile_latency)
-        compiles = _preload(models, mode_names)
-        records = run_all(specs, jobs, timeout, on_done or (lambda r: None), warm=compiles)
+        _preload(models, mode_names)
+        records = run_all(specs, jobs, timeout, on_done or (lambda r: None))
         order = {(m, md): i for i, (m, md) in enumerate(
             (m, md) for m in models for md in mode_names)}
         records.sort(key=lambda r: order[(r["model"], r["mode"])])
