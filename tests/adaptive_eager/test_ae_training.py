@@ -129,6 +129,13 @@ def test_transformer_lm_dropout_adamw_random_numbers_exact() -> None:
 
     eager = run(loop, "neuron")
     adaptive = run(loop, "neuron", adaptive=True)
+    # The key projection's bias has a gradient that is zero in exact arithmetic (softmax
+    # is invariant to it): both runs hold rounding noise there, which AdamW normalizes
+    # into ~1e-3 steps that depend on summation order (eager's own varies with the thread
+    # count). Its query and value slices, and every other tensor, are compared.
+    for r in (eager, adaptive):
+        b = r.pop("layer.self_attn.in_proj_bias")
+        r["in_proj_bias_q_v"] = torch.cat([b[:16], b[32:]])
     # dropout masks identical draw for draw: the generator ends in the same state
     assert_same(eager, adaptive, rtol=1e-4, atol=1e-4, exact=("next_draw",))
     assert ae.stats()["replays"] >= 1, ae.explain()
