@@ -111,6 +111,17 @@ def test_max_with_first_index_is_max_pool_with_indices() -> None:
     assert torch.equal(i, pos)
 
 
+def test_max_with_first_index_follows_an_index_input_changed_in_place() -> None:
+    """The "indices increase along each window" shortcut is re-checked when the same
+    index tensor is written to between runs."""
+    prepared = prepare(parse_module(_MAX_WITH_INDEX.replace("INIT", "0xFF800000")))
+    x = torch.zeros(4, 5, 3)  # all tied: the smallest index wins
+    ix = torch.arange(15).reshape(3, 5).t().expand(4, 5, 3).contiguous()
+    assert prepared.run([x, ix])[1].tolist() == [0, 0, 0, 0]
+    ix.mul_(-1)  # now decreasing along the window walk: the last element's index wins
+    assert prepared.run([x, ix])[1].tolist() == [-14, -14, -14, -14]
+
+
 @pytest.mark.parametrize("in_range", [True, False])
 def test_scatter_add_matches_generic(in_range: bool, monkeypatch) -> None:  # noqa: ANN001
     g = torch.Generator().manual_seed(1)

@@ -201,6 +201,10 @@ def _max_with_index(dims: list[int]) -> OpFn:
     """
     from ._ops_reduce import reduce_tensors
 
+    # the index operand is usually the same constant iota every run: whether it
+    # increases along each window is worked out once per tensor
+    increasing: list[Any] = [None, -1, False]  # [index tensor, its version, increases]
+
     def max_with_index(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         x, ix, init, init_i = args
         keep = [d for d in range(x.dim()) if d not in dims]
@@ -220,10 +224,17 @@ def _max_with_index(dims: list[int]) -> OpFn:
             return reduce_tensors(op, [x, ix], [init, init_i], dims, run)
         v = cols.gather(1, pos).reshape(k)  # that element's own bits (-0.0 vs 0.0)
         icols = ix.permute(order).reshape(k, width)
-        big = torch.iinfo(icols.dtype).max
-        # smallest index among the elements equal to the maximum (int amin is slow: min)
-        i = torch.where(cols == m, icols, big).min(1).values
+        if increasing[0] is not ix or increasing[1] != ix._version:
+            increasing[:] = [ix, ix._version,
+                             width < 2 or bool((icols[:, 1:] > icols[:, :-1]).all())]
+        if increasing[2]:  # the first maximum holds the smallest index of the ties
+            i = icols.gather(1, pos).reshape(k)
+        else:  # smallest index among the elements equal to the maximum (int amin is slow)
+            big = torch.iinfo(icols.dtype).max
+            i = torch.where(cols == m, icols, big).min(1).values
         # the body once more, with the init values on the left
+        if bool((v > init).all()):  # init loses everywhere (max-pooling's -inf)
+            return [v.reshape(out_shape), i.reshape(out_shape)]
         a, ai = init.reshape(1).expand(k), init_i.reshape(1).expand(k)
         ge, same = a >= v, a == v
         rv = torch.where(ge, a, v)

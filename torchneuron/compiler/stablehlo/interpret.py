@@ -35,6 +35,7 @@ from . import (  # noqa: F401  (importing registers the op families)
 )
 from ._dtypes import TORCH_DTYPES
 from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
+from ._simplify import simplify
 from ._specialize import specialize
 from .ir import Function, Module, Operation, TensorType
 
@@ -65,11 +66,13 @@ class _Step:
 
     __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks")
 
-    def __init__(self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool) -> None:
+    def __init__(
+        self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool, operands: tuple[str, ...]
+    ) -> None:
         self.op = op
         # resolved once: constants cached, other ops specialized to their attributes
         self.fn = _constant(fn, owner) if hoist else specialize(op, fn)
-        self.operands = tuple(op.operands)
+        self.operands = operands  # after ``simplify``'s aliasing
         self.results = tuple(op.results)
         # (dtype it must have or None, static torch.Size or None when any dim is dynamic)
         self.dtypes = tuple(TORCH_DTYPES.get(tt.dtype) for tt in op.result_types)
@@ -107,20 +110,22 @@ class _Block:
         self.steps: list[_Step] = []
         self.returns: tuple[str, ...] | None = None
         constant: set[str] = set()  # values the same on every run
-        for op in ops:
-            if op.name in _RETURNS:
-                self.returns = tuple(op.operands)
-                break
+        end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
+        body, returns = simplify(
+            ops if end is None else ops[:end], None if end is None else ops[end].operands
+        )
+        self.returns = returns
+        for op, operands in body:
             fn = OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
-                (op.name in _CONSTANT_OPS and not op.operands)
-                or (bool(op.operands) and op.name not in _NEVER_HOISTED
-                    and all(o in constant for o in op.operands))
+                (op.name in _CONSTANT_OPS and not operands)
+                or (bool(operands) and op.name not in _NEVER_HOISTED
+                    and all(o in constant for o in operands))
             )  # fmt: skip
             if hoist:
                 constant.update(op.results)
             self.steps.append(
-                _Step(op, fn if fn is not None else _unsupported(op), owner, hoist)
+                _Step(op, fn if fn is not None else _unsupported(op), owner, hoist, operands)
             )
 
 
