@@ -60,7 +60,8 @@ class Bare(torch.Tensor):
 
         def wrap(o: Any) -> Any:
             if type(o) is torch.Tensor:
-                return same.get(id(o)) or Bare(o)
+                hit = same.get(id(o))
+                return Bare(o) if hit is None else hit
             if type(o) in (list, tuple):
                 return type(o)(wrap(x) for x in o)
             return o
