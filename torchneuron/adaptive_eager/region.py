@@ -57,7 +57,8 @@ class Region:
         self.times_seen = 0
         self.hot_count = 0  # sightings that count towards hotness (one per step)
         self.epoch = -1  # the runtime's epoch at the last sighting
-        self.copies = 1  # most back-to-back copies in one segment (a repeated block)
+        self.copies = 1  # most back-to-back copies in one step (a repeated block)
+        self.in_step = 0  # copies in the current step
         self.cut = False  # ends a piece of a split segment: segments are cut after it
         self.state = State.RECORDING
         self.reason: Reason | None = None  # why it is not (or no longer) swapped in
@@ -114,7 +115,7 @@ class Region:
         lines = [
             f"region {self.key}: {len(self)} ops, seen {self.times_seen}x, state {self.state.value}"
             + (" (periodic)" if self.periodic else "")
-            + (f"; a block repeated up to {self.copies}x back to back" if self.copies > 1 else ""),
+            + (f"; a block repeated {self.copies}x back to back" if self.copies > 1 else ""),
             f"  executable: {exe.name + f' ({exe.num_kernels} kernels, {exe.device_ns} ns)' if exe else 'none'}"
             f"; replays {self.replays}; modeled compile {self.compile_latency_ns} ns"
             + (f", ready at {self.ready_at_ns} ns" if self.ready_at_ns is not None else ""),

@@ -96,7 +96,8 @@ class Runtime:
         # region length -> keys of the last op of regions that end a piece of a split
         # segment (a repeated block, or the piece before one): the segment is cut there
         self.cuts: dict[int, set[int]] = {}
-        self.epoch = 0  # segments ended at a boundary (a sync, a read, host data)
+        self.epoch = 0  # segments ended at a boundary (a sync, a read, host data): steps
+        self.at_boundary = False  # closing a segment that ended at a boundary
         self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
@@ -165,7 +166,11 @@ class Runtime:
     def end_segment(self, boundary: bool = True) -> None:
         seg = self.segment
         if seg.entries:
-            self.close_split(0, len(seg))
+            self.at_boundary = boundary
+            try:
+                self.close_split(0, len(seg))
+            finally:
+                self.at_boundary = False
             if boundary:
                 self.epoch += 1
         seg.clear()
@@ -179,7 +184,8 @@ class Runtime:
         pieces = repeats.split(self.segment.keys(), s, e, _MIN_BLOCK, self._accept_block)
         for piece in pieces:
             if piece.copies > 1:
-                self.close_window(piece.start, piece.start + piece.period, block=piece, cut=True)
+                self.close_window(piece.start, piece.start + piece.period, seen=piece.copies,
+                                  block=piece, cut=True)
             else:
                 self.close_window(piece.start, piece.end, cut=piece.end < e or cut_end)
 
@@ -224,16 +230,14 @@ class Runtime:
 
     def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1,
                      block: repeats.Repeat | None = None, cut: bool = False) -> Region | None:
-        """Count window [s, e) as an instance of its region; ``block``: the window is the
-        first of that many back-to-back copies (one instance; liveness from all)."""
+        """Count window [s, e) as ``seen`` instances of its region; ``block``: the window
+        is the first of that many back-to-back copies (liveness from all of them)."""
         sigs, slot_vids = self.segment.relative(s, e)
         windows = [(s, e)] if block is None else [
             (block.start + j * block.period, block.start + (j + 1) * block.period)
             for j in range(block.copies)]
-        region = self.note(sigs, s, e, periodic, seen, windows=windows)
+        region = self.note(sigs, s, e, periodic, seen, windows=windows, block=block is not None)
         if region is not None:
-            if block is not None:
-                region.copies = max(region.copies, block.copies)
             if cut and not region.cut:
                 region.cut = True
                 self.cuts.setdefault(e - s, set()).add(self.segment.keys(e - 1)[0])
@@ -249,7 +253,8 @@ class Runtime:
         return region
 
     def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
-             prefix: bool = False, windows: list[tuple[int, int]] | None = None) -> Region | None:
+             prefix: bool = False, windows: list[tuple[int, int]] | None = None,
+             block: bool = False) -> Region | None:
         key = region_key(sigs)
         region = self.regions.get(key)
         if region is None:
@@ -267,13 +272,19 @@ class Runtime:
             # once, so that a full segment that does repeat is compiled before it.
             pass
         region.times_seen += seen
-        # Hotness counts one sighting per segment ended at a boundary (a step): copies of
+        # Hotness counts one sighting per step (segments ended at a boundary): copies of
         # a block inside one step (the layers) are identical even where the steps differ
-        # (AdamW's bias corrections). A stream that never synced has no steps: there each
-        # sighting counts (its periods are its steps).
-        if self.epoch == 0 or region.epoch != self.epoch:
-            region.hot_count += seen if self.epoch == 0 else 1
-            region.epoch = self.epoch
+        # (AdamW's bias corrections). A stream that never synced has no steps: there
+        # each sighting counts (its periods are its steps).
+        same_step = region.epoch == self.epoch
+        if self.epoch == 0 and not self.at_boundary:
+            region.hot_count += seen
+        elif not same_step:
+            region.hot_count += 1
+        if block:  # back-to-back copies in one step (in a sync-free stream: at once)
+            region.in_step = region.in_step + seen if same_step and self.epoch else seen
+            region.copies = max(region.copies, region.in_step)
+        region.epoch = self.epoch
         if region.state is State.RECORDING and region.hot_count >= _setting("ae_hot_threshold"):
             self.make_hot(region, s, e, windows or [(s, e)])
         return region
@@ -349,7 +360,7 @@ class Runtime:
                 b = f - k * p
                 if b > 0:
                     self.close_split(0, b, cut_end=True)
-                self.close_window(b, b + p, periodic=True, seen=2 if k >= 2 else 1,
+                self.close_window(b, b + p, periodic=True, seen=k,
                                   block=repeats.Repeat(b, p, k), cut=True)
                 seg.drop(f)
                 return
