@@ -221,7 +221,10 @@ class Runtime:
 
     def _changes_by_step(self, sigs: tuple) -> bool:
         """Whether a block from the same start as ``sigs``, seen in an earlier step, was
-        different (and this one is new): the block changes from step to step."""
+        different (and this one is new): the block changes from step to step. Blocks are
+        told apart by their region key; where changing float scalars are lifted into graph
+        inputs, a block differing only in liftable scalars does not change (compare the
+        signatures with those scalars masked)."""
         known = self.block_keys.get(_start_key(sigs[0]), {})
         return region_key(sigs) not in known and any(ep < self.epoch for ep in known.values())
 
