@@ -7,8 +7,11 @@ that cannot be deferred ends the segment, which is then counted as an instance o
 region with its signature. A segment that differs from the previous one from the same
 start only after a common prefix counts that prefix as a region too (AdamW's changing
 bias corrections, for one, leave forward and backward as a repeating prefix); a
-sync-free stream is searched for its period. A region seen ``ae_hot_threshold`` times is
-captured and compiled in the background; at a start point (the segment is empty), the
+sync-free stream is searched for its period. Back-to-back copies of a block (identical
+layers, see ``repeats``) are split out of a segment as one region, the pieces around them
+as regions of their own, each ending in a *cut* where later segments are closed, so that
+replays chain piece after piece. A region seen ``ae_hot_threshold`` times (in different
+steps) is captured and compiled in the background; at a start point (the segment is empty), the
 longest ready region whose first op matches and whose modeled compile has finished on the
 simulated clock replays.
 """
@@ -390,7 +393,7 @@ class Runtime:
                 while f - (k + 1) * p >= start and seg.relative(f - (k + 1) * p, f - k * p)[0] == last:
                     k += 1
                 if self._changes_by_step(last):
-                    return
+                    break  # left to the split at the segment's end
                 self._known_block(last)
                 b = f - k * p
                 if b > 0:
