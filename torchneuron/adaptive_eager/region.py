@@ -58,7 +58,8 @@ class Region:
         self.hot_count = 0  # sightings that count towards hotness (one per step)
         self.epoch = -1  # the runtime's epoch at the last sighting
         self.copies = 1  # most back-to-back copies in one step (a repeated block)
-        self.in_step = 0  # copies in the current step
+        self.in_step = 0  # copies in step ``step_epoch`` (recorded or replayed)
+        self.step_epoch = -1
         self.cut = False  # ends a piece of a split segment: segments are cut after it
         self.state = State.RECORDING
         self.reason: Reason | None = None  # why it is not (or no longer) swapped in

@@ -7,8 +7,11 @@ that cannot be deferred ends the segment, which is then counted as an instance o
 region with its signature. A segment that differs from the previous one from the same
 start only after a common prefix counts that prefix as a region too (AdamW's changing
 bias corrections, for one, leave forward and backward as a repeating prefix); a
-sync-free stream is searched for its period. A region seen ``ae_hot_threshold`` times is
-captured and compiled in the background; at a start point (the segment is empty), the
+sync-free stream is searched for its period. Back-to-back copies of a block (identical
+layers, see ``repeats``) are split out of a segment as one region, the pieces around them
+as regions of their own, each ending in a *cut* where later segments are closed, so that
+replays chain piece after piece. A region seen ``ae_hot_threshold`` times (in different
+steps) is captured and compiled in the background; at a start point (the segment is empty), the
 longest ready region whose first op matches and whose modeled compile has finished on the
 simulated clock replays.
 """
@@ -50,6 +53,7 @@ _PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
 _MIN_PERIOD = 4  # ops
 _REPEATS = 3  # a period must repeat this many times back to back
 _MIN_BLOCK = 8  # ops: the shortest block split out of a segment as a repeated region
+_LOOP_COPIES = 16  # back-to-back copies that make a block a loop's body, not layers
 
 
 def _setting(name: str) -> int:
@@ -96,7 +100,9 @@ class Runtime:
         # region length -> keys of the last op of regions that end a piece of a split
         # segment (a repeated block, or the piece before one): the segment is cut there
         self.cuts: dict[int, set[int]] = {}
-        self.epoch = 0  # segments ended at a boundary (a sync, a read, host data): steps
+        self.epoch = 0  # boundaries seen (a sync, a read, host data): steps, roughly
+        self.epoch_pos = 0  # the stream position (ops) where the current epoch began
+        self.longest_epoch = 0  # ops of the longest epoch that ended
         self.at_boundary = False  # closing a segment that ended at a boundary
         self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
         self.replay: Replay | None = None
@@ -171,9 +177,29 @@ class Runtime:
                 self.close_split(0, len(seg))
             finally:
                 self.at_boundary = False
-            if boundary:
-                self.epoch += 1
+        if boundary:
+            pos = self._pos()
+            self.longest_epoch = max(self.longest_epoch, pos - self.epoch_pos)
+            self.epoch += 1
+            self.epoch_pos = pos
         seg.clear()
+
+    def _pos(self) -> int:
+        """Ops seen so far, recorded or replayed (side-exited ops aside)."""
+        return self.counts["ops_recorded"] + self.counts["ops_deferred"]
+
+    def _sync_free(self, copies: int) -> bool:
+        """Whether the stream runs without boundaries, so that each sighting counts: a
+        block repeated ``copies >= _LOOP_COPIES`` times back to back (a loop's body), or
+        a stream that has gone 4x longer than any step before and at least
+        ``ae_max_region_ops`` ops without a boundary. (Until then, the first step of a
+        loop that syncs once per step looks the same as a stream that never syncs.)"""
+        if self.at_boundary:
+            return False
+        if copies >= _LOOP_COPIES:
+            return True
+        run = self._pos() - self.epoch_pos
+        return run > 4 * self.longest_epoch and run >= _setting("ae_max_region_ops")
 
     def close_split(self, s: int, e: int, cut_end: bool = False) -> None:
         """Close window [s, e) of the segment: each run of back-to-back copies of a block
@@ -239,7 +265,12 @@ class Runtime:
         windows = [(s, e)] if block is None else [
             (block.start + j * block.period, block.start + (j + 1) * block.period)
             for j in range(block.copies)]
-        region = self.note(sigs, s, e, periodic, seen, windows=windows, block=block is not None)
+        # Values alive at the window's end are the graph's outputs: known exactly only when
+        # the window ends the segment now (a value freed since then, unread by any op,
+        # is still held at a replay's end: autograd's seed gradient, for one)
+        exact = windows[-1][1] == len(self.segment)
+        region = self.note(sigs, s, e, periodic, seen, windows=windows, block=block is not None,
+                           exact=exact)
         if region is not None:
             if cut and not region.cut:
                 region.cut = True
@@ -257,7 +288,9 @@ class Runtime:
 
     def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
              prefix: bool = False, windows: list[tuple[int, int]] | None = None,
-             block: bool = False) -> Region | None:
+             block: bool = False, exact: bool = True) -> Region | None:
+        """Count a sighting of the region of ``sigs`` (window [s, e) of the segment); make
+        it hot once seen often enough, at a sighting whose live values are ``exact``."""
         key = region_key(sigs)
         region = self.regions.get(key)
         if region is None:
@@ -275,20 +308,21 @@ class Runtime:
             # once, so that a full segment that does repeat is compiled before it.
             pass
         region.times_seen += seen
-        # Hotness counts one sighting per step (segments ended at a boundary): copies of
-        # a block inside one step (the layers) are identical even where the steps differ
-        # (AdamW's bias corrections). A stream that never synced has no steps: there
-        # each sighting counts (its periods are its steps).
+        # Hotness counts one sighting per step (the ops between two boundaries): copies
+        # of a block inside one step (the layers) are identical even where the steps
+        # differ (AdamW's bias corrections). In a stream without boundaries each sighting
+        # counts: its periods are its steps.
         same_step = region.epoch == self.epoch
-        if self.epoch == 0 and not self.at_boundary:
+        sync_free = self._sync_free(seen)
+        if sync_free:
             region.hot_count += seen
         elif not same_step:
             region.hot_count += 1
-        if block:  # back-to-back copies in one step (in a sync-free stream: at once)
-            region.in_step = region.in_step + seen if same_step and self.epoch else seen
-            region.copies = max(region.copies, region.in_step)
+        if block:
+            _count_copies(region, seen, self.epoch, sync_free)
         region.epoch = self.epoch
-        if region.state is State.RECORDING and region.hot_count >= _setting("ae_hot_threshold"):
+        if (exact and region.state is State.RECORDING
+                and region.hot_count >= _setting("ae_hot_threshold")):
             self.make_hot(region, s, e, windows or [(s, e)])
         return region
 
@@ -359,7 +393,7 @@ class Runtime:
                 while f - (k + 1) * p >= start and seg.relative(f - (k + 1) * p, f - k * p)[0] == last:
                     k += 1
                 if self._changes_by_step(last):
-                    return
+                    break  # left to the split at the segment's end
                 self._known_block(last)
                 b = f - k * p
                 if b > 0:
@@ -436,6 +470,8 @@ class Runtime:
         region = rp.region
         region.replays += 1
         self.counts["replays"] += 1
+        if region.copies > 1:
+            _count_copies(region, 1, self.epoch, self._sync_free(1))
         self.counts["ops_deferred"] += len(region)
         core = get_core(rp.index)
         if region.first_replay_ns is None:
@@ -492,6 +528,18 @@ def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
 def _start_key(sig: tuple) -> tuple:
     func, static, refs, _outs = sig
     return (func, static[:3], refs)
+
+
+def _count_copies(region: Region, n: int, epoch: int, sync_free: bool) -> None:
+    """Count ``n`` more copies of a repeated block in step ``epoch`` (recorded or
+    replayed): ``region.copies`` is the most in one step (a sync-free stream has no
+    steps: the most seen at once)."""
+    if region.step_epoch == epoch and not sync_free:
+        region.in_step += n
+    else:
+        region.in_step = n
+    region.step_epoch = epoch
+    region.copies = max(region.copies, region.in_step)
 
 
 def _gain(p: Any, n: int) -> int:
