@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from torchneuron.adaptive_eager import lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
@@ -158,6 +159,7 @@ class Replay:
         self.done = False
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
         self.metas: dict[tuple[int, int], torch.Tensor] = region.meta_tensors
+        self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
 
     @property
     def complete(self) -> bool:
@@ -173,7 +175,7 @@ class Replay:
             static, template, tensors = static_of(func, args, kwargs)
         except Unsupported:
             return MISMATCH
-        if static != static_r[:3]:
+        if static != static_r[:3] and not self._lifted_match(static, static_r):
             return MISMATCH
         refs = []
         arg_refs: list[Any] = []
@@ -232,6 +234,10 @@ class Replay:
             return results
         return None
 
+    def _lifted_match(self, static: tuple, static_r: tuple) -> bool:
+        found = self.plan.lift_at.get(self.pos)
+        return found is not None and lift.guard(static, static_r, found, self.scalars)
+
     # --- the end --------------------------------------------------------------------------
     def materialize(self, ik: tuple[int, int] | None) -> None:
         """A read of a pending value (or of a tensor with a deferred write): the region
@@ -273,7 +279,9 @@ class Replay:
             self._eager(Reason.ALIASED_INPUTS)
             return
         with _no_modes():
-            outs = launch(self.region.executable, inputs, self.core, self.index, 0)  # type: ignore[arg-type]
+            outs = launch(self.region.executable,  # type: ignore[arg-type]
+                          inputs + lift.scalar_inputs(plan.lifted, self.scalars),
+                          self.core, self.index, 0)
         roots: dict[tuple[int, int], torch.Tensor] = {}
         for n, v in enumerate(plan.outputs):
             roots[v] = layout_root(outs[n], plan.metas[v], plan.root_nbytes[v])

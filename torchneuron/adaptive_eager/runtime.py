@@ -2,11 +2,13 @@
 
 Every aten op on neuron tensors passes through ``AdaptiveEagerMode`` (after autograd, so
 backward and optimizer ops too, and factory ops with ``device="neuron"``). Not replaying,
-an op runs eagerly and is recorded into the *segment*; a sync, a read, host data or an op
-that cannot be deferred ends the segment, which is then counted as an instance of the
-region with its signature. A segment that differs from the previous one from the same
-start only after a common prefix counts that prefix as a region too (AdamW's changing
-bias corrections, for one, leave forward and backward as a repeating prefix); a
+an op runs eagerly and is recorded into the *segment*; a sync, a read or an op that
+cannot be deferred ends the segment, which is then counted as an instance of the region
+with its signature. Host-to-device copies run eagerly and stay inside (``hostdata``).
+Segments that differ only in float scalars (AdamW's bias corrections, a scheduled learning
+rate) count as one region with those scalars lifted to inputs (``lift``); a segment that
+differs from the previous one from the same start only after a common prefix counts that
+prefix as a region too; a
 sync-free stream is searched for its period. A region seen ``ae_hot_threshold`` times is
 captured and compiled in the background; at a start point (the segment is empty), the
 longest ready region whose first op matches and whose modeled compile has finished on the
@@ -23,13 +25,14 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchneuron.adaptive_eager import background
+from torchneuron.adaptive_eager import background, hostdata
 from torchneuron.adaptive_eager.capture import (
     CaptureRefused,
     build_graph,
     example_inputs,
     plan_region,
 )
+from torchneuron.adaptive_eager.lift import Lifter
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
 from torchneuron.adaptive_eager.region import Region, State
@@ -93,6 +96,7 @@ class Runtime:
         self.by_start: dict[tuple, list[Region]] = {}
         self.last_by_start: dict[tuple, tuple] = {}
         self.periodic_lengths: set[int] = set()
+        self.lifter = Lifter()
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
@@ -106,6 +110,8 @@ class Runtime:
             return func(*args, **kwargs)
         with self.lock:
             self.index = index
+            if hostdata.is_host_to_device(func, args, kwargs):
+                return self.host_copy(func, args, kwargs)
             rp = self.replay
             if rp is not None:
                 if rp.complete:
@@ -130,6 +136,24 @@ class Runtime:
                 if out is not MISMATCH:
                     return out
             return self.record(func, args, kwargs, static, tensors)
+
+    def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
+        its result is a value from outside the region. A copy into a tensor the replay or
+        segment already used ends that first."""
+        if func is aten.copy_.default:
+            rp = self.replay
+            if rp is not None and rp.done:
+                rp = None
+            if hostdata.destination_used(args[0], rp, self.segment):
+                if rp is not None:
+                    if rp.complete:
+                        rp.finish()
+                    else:
+                        rp.side_exit(Reason.HOST_COPY_INTO_INPUT)
+                else:
+                    self.end_segment()
+        return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                tensors: list[torch.Tensor]) -> Any:
@@ -164,11 +188,12 @@ class Runtime:
 
     def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1) -> Region | None:
         sigs, slot_vids = self.segment.relative(s, e)
-        region = self.note(sigs, s, e, periodic, seen)
+        lifted, also_seen = self.lifter.lift(sigs)  # changing float scalars as inputs
+        region = self.note(lifted or sigs, s, e, periodic, seen + also_seen)
         start = _start_key(sigs[0])
         prev = self.last_by_start.get(start)
         self.last_by_start[start] = sigs
-        if prev is not None and prev != sigs:
+        if lifted is None and prev is not None and prev != sigs:
             n = _common_prefix(prev, sigs)
             if 2 <= n < min(len(prev), len(sigs)):
                 self.note(sigs[:n], s, s + n, False, 1, prefix=True)
@@ -285,7 +310,7 @@ class Runtime:
                 r.skip_starts -= 1
                 self.reasons[Reason.BACKED_OFF.value] += 1
                 continue
-            if best is None or len(r) > len(best):
+            if best is None or (len(r), len(r.plan.lifted)) > (len(best), len(best.plan.lifted)):
                 best = r
         if best is None:
             return MISMATCH
