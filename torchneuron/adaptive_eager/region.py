@@ -60,6 +60,9 @@ class Region:
         self.detail = ""
         self.plan: Any = None
         self.executable: Any = None
+        self.graph: Any = None  # the captured FX graph (the verify reference)
+        self.verified = False  # its first replay was checked (or verify is off)
+        self.mismatch: Any = None  # a verify mismatch of that check
         self.future: Any = None
         self.hot_at_ns: int | None = None
         self.ready_at_ns: int | None = None  # simulated moment its compile finishes

@@ -250,6 +250,7 @@ class Runtime:
             self.reasons[Reason.CAPTURE_FAILED.value] += 1
             return
         region.plan = plan
+        region.graph = gm
         region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
         examples = example_inputs(plan)
         cached = background.lookup(gm, examples, region.key)
@@ -350,7 +351,10 @@ class Runtime:
         if core.timeline.observers:
             core.timeline.emit("adaptive", f"replay {region.key}",
                                rp.started_ns, core.now)
-        if region.state is State.REPLAYING:
+        if region.mismatch is not None:
+            region.to(State.BLACKLISTED, Reason.VERIFY_MISMATCH, str(region.mismatch))
+            self.reasons[Reason.VERIFY_MISMATCH.value] += 1
+        elif region.state is State.REPLAYING:
             region.to(State.READY)
 
     def replay_exited(self, rp: Replay, reason: Reason) -> None:
