@@ -110,6 +110,12 @@ def test_transformer_lm_dropout_adamw_random_numbers_exact() -> None:
             return self.head(self.layer(self.emb(x)))
 
     model = LM()
+    # The attention's in_proj_bias is frozen: its key slice has a gradient that is zero in
+    # exact arithmetic (softmax is invariant to it), so both runs hold rounding noise
+    # there that AdamW normalizes into ~1e-4 steps depending on summation order. With
+    # the optimizer step inside the replayed region, verification (on in these tests)
+    # flags that noise (measured 1.3e-4 vs 1.0e-4 at element 16) as a mismatch.
+    model.layer.self_attn.in_proj_bias.requires_grad_(False)
 
     def loop(device: str) -> dict:
         m = clone_to(model, device)
