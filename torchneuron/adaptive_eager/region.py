@@ -115,6 +115,8 @@ class Region:
             + (" (periodic)" if self.periodic else ""),
             f"  executable: {exe.name + f' ({exe.num_kernels} kernels, {exe.device_ns} ns)' if exe else 'none'}"
             f"; replays {self.replays}; modeled compile {self.compile_latency_ns} ns"
+            + (f"; lifted scalars {len(self.plan.lifted)}" if getattr(self.plan, "lifted", None)
+               else "")
             + (f", ready at {self.ready_at_ns} ns" if self.ready_at_ns is not None else ""),
             f"  side exits: {exits or 'none'}",
         ]
