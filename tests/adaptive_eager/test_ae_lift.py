@@ -108,3 +108,30 @@ def test_lifted_op_replays_and_matches_eager(name: str, dtype: torch.dtype) -> N
     assert lifted, ae.explain()
     assert all(d == dtype for r in lifted for d in r.plan.lifted)
     assert "%s0" in lifted[0].format()
+
+
+def test_scalar_out_of_float32_range_raises_eagers_error() -> None:
+    # ATen refuses to convert a Scalar that overflows float32; a lifted 0-d tensor would
+    # hold inf instead, so the guard sends that step to eager, which raises
+    def loop(device: str) -> dict:
+        g = torch.Generator().manual_seed(13)
+        w = torch.randn(16, 8, generator=g).to(device)
+        a = torch.randn(16, 8, generator=g).to(device)
+        sums, errors = [], []
+        for step in range(STEPS):
+            v = 1e39 if step == 5 else 0.1 * (step + 1)
+            try:
+                h = (a * 0.5).tanh()
+                w.addcdiv_(h, h.abs() + 1, value=v)
+                w.mul_(0.9).add_(h.sin())
+                sums.append(w.sum().item())
+            except RuntimeError as e:
+                errors.append(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+        return {"w": w, "sums": torch.tensor(sums), "_errors": errors}
+
+    with settings.override(ae_min_gain_ns=0):
+        eager = run(loop, "neuron")
+        adaptive = run(loop, "neuron", adaptive=True)
+    assert len(eager["_errors"]) == 1 and adaptive["_errors"] == eager["_errors"]
+    assert_same(eager, adaptive)
+    assert ae.stats()["side_exits"] >= 1 and ae.stats()["replays"] >= 1, ae.explain()

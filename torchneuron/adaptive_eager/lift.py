@@ -24,13 +24,14 @@ region stays unlifted and the runtime falls back to the common prefix):
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-__all__ = ["Lifter", "Lifted", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
-           "MARK"]
+__all__ = ["Lifter", "Lifted", "liftable", "sites", "lifted_dtypes", "guard", "scalar_inputs",
+           "emit", "MARK"]
 
 aten = torch.ops.aten
 MARK = "lifted"  # ("lifted", n) stands for lifted scalar n in a region's signature
@@ -90,6 +91,8 @@ def _name(func: Any, where: tuple) -> str:
 
 def liftable(func: Any, where: tuple, static: tuple) -> torch.dtype | None:
     """The dtype a float at ``where`` of this op is lifted as, or None (refused)."""
+    if func not in _SCALAR and func not in _OTHER:
+        return None
     name = _name(func, where)
     args, kws = _top(static[0])
     named: dict[str, Any] = {}
@@ -197,9 +200,12 @@ def lifted_dtypes(sigs: tuple) -> list[torch.dtype]:
     return sites(sigs)[1]
 
 
-def guard(static: tuple, static_r: tuple, found: tuple, values: dict[int, float]) -> bool:
+def guard(static: tuple, static_r: tuple, found: tuple, values: dict[int, float],
+          dtypes: list[torch.dtype]) -> bool:
     """Whether a live op's static description matches a recorded one with lifted scalars:
-    the same everywhere else, a float at each lifted position. Stores the values."""
+    the same everywhere else, a float at each lifted position, finite values within the
+    dtype's range (ATen raises converting a larger Scalar: eager must run to raise it).
+    Stores the values."""
     args, kws = _top(static[0])
     kwd = dict(kws)
     subs, got = {}, []
@@ -212,7 +218,10 @@ def guard(static: tuple, static_r: tuple, found: tuple, values: dict[int, float]
     if (_replace(static[0], subs), static[1], static[2]) != static_r[:3]:
         return False
     for n, r in got:
-        values[n] = float(r)
+        v = float(r)
+        if math.isfinite(v) and abs(v) > torch.finfo(dtypes[n]).max:
+            return False
+        values[n] = v
     return True
 
 

@@ -237,7 +237,8 @@ class Replay:
 
     def _lifted_match(self, static: tuple, static_r: tuple) -> bool:
         found = self.plan.lift_at.get(self.pos)
-        return found is not None and lift.guard(static, static_r, found, self.scalars)
+        return found is not None and lift.guard(static, static_r, found, self.scalars,
+                                                 self.plan.lifted)
 
     # --- the end --------------------------------------------------------------------------
     def materialize(self, ik: tuple[int, int] | None) -> None:
