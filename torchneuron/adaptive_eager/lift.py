@@ -49,6 +49,7 @@ _SCALAR = {
     aten.addcdiv.default: "value", aten.addcdiv_.default: "value",
     aten.lerp.Scalar: "weight", aten.lerp_.Scalar: "weight",
 }
+_OPS = _OTHER | set(_SCALAR)
 _INPLACE = {aten.add_.Tensor, aten.sub_.Tensor, aten.addcmul_.default, aten.addcdiv_.default,
             aten.lerp_.Scalar}
 
@@ -115,8 +116,8 @@ def liftable(func: Any, where: tuple, static: tuple) -> torch.dtype | None:
 
 
 class Lifter:
-    """Per skeleton (a region's signature with its top-level float values blanked): the
-    float values last seen and the positions seen changing."""
+    """Per skeleton (a region's signature with the top-level float values of the ops in
+    the table blanked): the float values last seen and the positions seen changing."""
 
     def __init__(self) -> None:
         self.state: dict[tuple, tuple[list[str], frozenset[int], bool]] = {}
@@ -154,7 +155,9 @@ class Lifter:
 def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     skel, floats, where = [], [], []
     for i, sig in enumerate(sigs):
-        fl = _floats(sig[1])
+        # floats of other ops stay in the skeleton: when they change, it is another
+        # region (as a refused lift would be)
+        fl = _floats(sig[1]) if sig[0] in _OPS else None
         if not fl:
             skel.append(sig)
             continue
