@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 
 __all__ = ["Lifter", "Lifted", "liftable", "sites", "lifted_dtypes", "guard", "scalar_inputs",
-           "emit", "MARK"]
+           "emit", "blind", "skeleton", "held_by_loop", "may_lift", "MARK"]
 
 aten = torch.ops.aten
 MARK = "lifted"  # ("lifted", n) stands for lifted scalar n in a region's signature
@@ -147,9 +147,61 @@ class Lifter:
             return None, 0
         return _apply(sigs, [where[k] for k in sorted(mask)]), int(grew)
 
+    def peek(self, sigs: tuple) -> tuple | None:
+        """``sigs`` lifted as the last ``lift`` of their skeleton was (state unchanged)."""
+        skel, floats, where = _skeleton(sigs)
+        st = self.state.get(skel)
+        if not floats or st is None or st[2] or not st[1]:
+            return None
+        return _apply(sigs, [where[k] for k in sorted(st[1])])
+
     def _bound(self) -> None:
         while len(self.state) > _KEEP_SKELETONS:
             self.state.pop(next(iter(self.state)))
+
+
+def blind(func: Any, static: tuple) -> tuple:
+    """``static`` (an entry's static description, any length) with the top-level float
+    arguments of the table's ops blanked: equal for instances that differ only in scalars
+    a region may lift (start points, cut points and blocks are found by it)."""
+    if func not in _OPS:
+        return static
+    args, kws = _top(static[0])
+    subs = {("a", p): ("float", None) for p, d in enumerate(args) if d[0] in ("float", MARK)}
+    subs.update({("k", k): ("float", None) for k, d in kws if d[0] in ("float", MARK)})
+    return (_replace(static[0], subs),) + tuple(static[1:]) if subs else static
+
+
+def skeleton(sigs: tuple) -> tuple:
+    """A region signature with ``blind`` statics."""
+    return tuple((f, blind(f, st), refs, outs) for f, st, refs, outs in sigs)
+
+
+_UPDATES = {aten.add_.Tensor, aten.sub_.Tensor, aten.mul_.Tensor, aten.div_.Tensor,
+            aten.addcmul_.default, aten.addcdiv_.default, aten.lerp_.Scalar}
+
+
+def may_lift(sigs: tuple) -> bool:
+    """Whether the region updates a tensor from outside it in place with a float argument
+    (a learning rate, a step size): the kind of float that changes from step to step,
+    though all copies within one step are alike (AdamW's update, layer by layer)."""
+    return any(f in _UPDATES and refs and refs[0][0] == "x" and _floats(st)
+               for f, st, refs, _o in sigs)
+
+
+def held_by_loop(sigs: tuple) -> set[tuple[int, int]]:
+    """Every value a region with lifted scalars creates (for one that may end inside a
+    Python loop: a repeated block, a piece of a split step).
+
+    Such a region (an optimizer's update, layer by layer) ends while the loop's locals
+    still hold the last values they created (AdamW's ``denom``); at capture, after the
+    loop, nothing shows which. It returns every value it creates, so a replay never finds
+    a held value it cannot give."""
+    if not any(d[0] == MARK for _f, st, _r, _o in sigs for d in _top(st[0])[0]) and not any(
+            d[0] == MARK for _f, st, _r, _o in sigs for _k, d in _top(st[0])[1]):
+        return set()
+    return {(i, k) for i, (_f, _st, _r, outs) in enumerate(sigs)
+            for k, out in enumerate(outs) if out is not None and out[0] == "new"}
 
 
 def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:

@@ -32,7 +32,7 @@ from torchneuron.adaptive_eager.capture import (
     example_inputs,
     plan_region,
 )
-from torchneuron.adaptive_eager.lift import Lifter
+from torchneuron.adaptive_eager.lift import Lifter, blind, held_by_loop, may_lift, skeleton
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
 from torchneuron.adaptive_eager.region import Region, State
@@ -180,7 +180,7 @@ class Runtime:
         seg.append(func, static + (struct,), tensors, outs, leaves)
         n = len(seg)
         cut = self.cuts.get(n)
-        if cut is not None and seg.keys(n - 1)[0] in cut and self.try_cut(n):
+        if cut is not None and _cut_key(seg, n - 1) in cut and self.try_cut(n):
             return out
         if n in _PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
             self.find_period()
@@ -249,19 +249,22 @@ class Runtime:
         told apart by their region key; where changing float scalars are lifted into graph
         inputs, a block differing only in liftable scalars does not change (compare the
         signatures with those scalars masked)."""
+        if self.epoch == 0 and may_lift(sigs):
+            return True  # before the first step ends, floats that change cannot be told
         known = self.block_keys.get(_start_key(sigs[0]), {})
-        return region_key(sigs) not in known and any(ep < self.epoch for ep in known.values())
+        return (region_key(skeleton(sigs)) not in known
+                and any(ep < self.epoch for ep in known.values()))
 
     def _known_block(self, sigs: tuple) -> None:
-        self.block_keys.setdefault(_start_key(sigs[0]), {}).setdefault(region_key(sigs), self.epoch)
+        self.block_keys.setdefault(_start_key(sigs[0]), {}).setdefault(
+            region_key(skeleton(sigs)), self.epoch)
 
     def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1,
                      block: repeats.Repeat | None = None, cut: bool = False) -> Region | None:
         """Count window [s, e) as ``seen`` instances of its region; ``block``: the window
         is the first of that many back-to-back copies (liveness from all of them)."""
         sigs, slot_vids = self.segment.relative(s, e)
-        # changing float scalars as graph inputs (copies of a block are alike in a step)
-        lifted, also_seen = (None, 0) if block is not None else self.lifter.lift(sigs)
+        lifted, also_seen = self.lifter.lift(sigs)  # changing float scalars as inputs
         windows = [(s, e)] if block is None else [
             (block.start + j * block.period, block.start + (j + 1) * block.period)
             for j in range(block.copies)]
@@ -270,7 +273,7 @@ class Runtime:
         if region is not None:
             if cut and not region.cut:
                 region.cut = True
-                self.cuts.setdefault(e - s, set()).add(self.segment.keys(e - 1)[0])
+                self.cuts.setdefault(e - s, set()).add(_cut_key(self.segment, e - 1))
         if block is not None:  # identical copies: no changing prefix to find
             return region
         start = _start_key(sigs[0])
@@ -345,6 +348,8 @@ class Runtime:
         metas = _input_metas(seg, s, e, len(slot_vids))
         try:
             live = set().union(*(seg.live_at(a, b) for a, b in windows))
+            if len(windows) > 1 or not (self.at_boundary and e == len(seg)):
+                live |= held_by_loop(region.sigs)  # it may end inside a Python loop
             plan = plan_region(region.sigs, len(metas), metas, live)
             gm = build_graph(region.sigs, plan)
         except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
@@ -404,6 +409,9 @@ class Runtime:
         and start a new segment."""
         sigs, _ = self.segment.relative(0, n)
         region = self.regions.get(region_key(sigs))
+        if region is None:
+            lifted = self.lifter.peek(sigs)
+            region = self.regions.get(region_key(lifted)) if lifted is not None else None
         if region is None or not region.cut:
             return False
         block = repeats.Repeat(0, n, 1) if region.copies > 1 else None
@@ -417,7 +425,7 @@ class Runtime:
         refs, seen = [], {}
         for t in tensors:
             refs.append(("x", seen.setdefault(id(t), len(seen))))
-        cands = self.by_start.get((func, static, tuple(refs)))
+        cands = self.by_start.get((func, blind(func, static), tuple(refs)))
         if not cands:
             return MISMATCH
         core = get_core(self.index)
@@ -519,7 +527,14 @@ def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
 
 def _start_key(sig: tuple) -> tuple:
     func, static, refs, _outs = sig
-    return (func, static[:3], refs)
+    return (func, blind(func, static[:3]), refs)
+
+
+def _cut_key(seg: Segment, i: int) -> int:
+    """The key of entry ``i`` that marks a cut point: its signature, blind to scalars a
+    region may lift (a block of AdamW's update ends with a new step size every step)."""
+    e = seg.entries[i]
+    return hash((e.func, blind(e.func, e.static), e.outs))
 
 
 def _gain(p: Any, n: int) -> int:
