@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["Lifter", "Lifted", "liftable", "sites", "lifted_dtypes", "guard", "scalar_inputs",
-           "emit", "blind", "skeleton", "held_by_loop", "may_lift", "MARK"]
+__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
+           "MARK"]
 
 aten = torch.ops.aten
 MARK = "lifted"  # ("lifted", n) stands for lifted scalar n in a region's signature
@@ -49,7 +49,6 @@ _SCALAR = {
     aten.addcdiv.default: "value", aten.addcdiv_.default: "value",
     aten.lerp.Scalar: "weight", aten.lerp_.Scalar: "weight",
 }
-_OPS = _OTHER | set(_SCALAR)
 _INPLACE = {aten.add_.Tensor, aten.sub_.Tensor, aten.addcmul_.default, aten.addcdiv_.default,
             aten.lerp_.Scalar}
 
@@ -115,9 +114,26 @@ def liftable(func: Any, where: tuple, static: tuple) -> torch.dtype | None:
     return None
 
 
+def block_identity(sigs: tuple) -> tuple:
+    """What tells a block apart from step to step: ``sigs`` with its float values blanked
+    when every float in it could be lifted (a block that changes only there is the same
+    block with new scalars), else ``sigs`` itself."""
+    skel, _floats_, where = _skeleton(sigs)
+    if all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where):
+        return skel
+    return sigs
+
+
+def may_lift(sigs: tuple) -> bool:
+    """Whether ``sigs`` holds float scalars that could all be lifted (such a region may
+    come back with new values next step: AdamW's update does, constant-lr SGD does not)."""
+    _skel, floats, where = _skeleton(sigs)
+    return bool(floats) and all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where)
+
+
 class Lifter:
-    """Per skeleton (a region's signature with the top-level float values of the ops in
-    the table blanked): the float values last seen and the positions seen changing."""
+    """Per skeleton (a region's signature with its top-level float values blanked): the
+    float values last seen and the positions seen changing."""
 
     def __init__(self) -> None:
         self.state: dict[tuple, tuple[list[str], frozenset[int], bool]] = {}
@@ -147,69 +163,15 @@ class Lifter:
             return None, 0
         return _apply(sigs, [where[k] for k in sorted(mask)]), int(grew)
 
-    def peek(self, sigs: tuple) -> tuple | None:
-        """``sigs`` lifted as the last ``lift`` of their skeleton was (state unchanged)."""
-        skel, floats, where = _skeleton(sigs)
-        st = self.state.get(skel)
-        if not floats or st is None or st[2] or not st[1]:
-            return None
-        return _apply(sigs, [where[k] for k in sorted(st[1])])
-
     def _bound(self) -> None:
         while len(self.state) > _KEEP_SKELETONS:
             self.state.pop(next(iter(self.state)))
 
 
-def blind(func: Any, static: tuple) -> tuple:
-    """``static`` (an entry's static description, any length) with the top-level float
-    arguments of the table's ops blanked: equal for instances that differ only in scalars
-    a region may lift (start points, cut points and blocks are found by it)."""
-    if func not in _OPS:
-        return static
-    args, kws = _top(static[0])
-    subs = {("a", p): ("float", None) for p, d in enumerate(args) if d[0] in ("float", MARK)}
-    subs.update({("k", k): ("float", None) for k, d in kws if d[0] in ("float", MARK)})
-    return (_replace(static[0], subs),) + tuple(static[1:]) if subs else static
-
-
-def skeleton(sigs: tuple) -> tuple:
-    """A region signature with ``blind`` statics."""
-    return tuple((f, blind(f, st), refs, outs) for f, st, refs, outs in sigs)
-
-
-_UPDATES = {aten.add_.Tensor, aten.sub_.Tensor, aten.mul_.Tensor, aten.div_.Tensor,
-            aten.addcmul_.default, aten.addcdiv_.default, aten.lerp_.Scalar}
-
-
-def may_lift(sigs: tuple) -> bool:
-    """Whether the region updates a tensor from outside it in place with a float argument
-    (a learning rate, a step size): the kind of float that changes from step to step,
-    though all copies within one step are alike (AdamW's update, layer by layer)."""
-    return any(f in _UPDATES and refs and refs[0][0] == "x" and _floats(st)
-               for f, st, refs, _o in sigs)
-
-
-def held_by_loop(sigs: tuple) -> set[tuple[int, int]]:
-    """Every value a region with lifted scalars creates (for one that may end inside a
-    Python loop: a repeated block, a piece of a split step).
-
-    Such a region (an optimizer's update, layer by layer) ends while the loop's locals
-    still hold the last values they created (AdamW's ``denom``); at capture, after the
-    loop, nothing shows which. It returns every value it creates, so a replay never finds
-    a held value it cannot give."""
-    if not any(d[0] == MARK for _f, st, _r, _o in sigs for d in _top(st[0])[0]) and not any(
-            d[0] == MARK for _f, st, _r, _o in sigs for _k, d in _top(st[0])[1]):
-        return set()
-    return {(i, k) for i, (_f, _st, _r, outs) in enumerate(sigs)
-            for k, out in enumerate(outs) if out is not None and out[0] == "new"}
-
-
 def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     skel, floats, where = [], [], []
     for i, sig in enumerate(sigs):
-        # floats of other ops stay in the skeleton: when they change, it is another
-        # region (as a refused lift would be)
-        fl = _floats(sig[1]) if sig[0] in _OPS else None
+        fl = _floats(sig[1])
         if not fl:
             skel.append(sig)
             continue

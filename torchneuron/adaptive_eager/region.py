@@ -36,7 +36,7 @@ _ALLOWED: dict[State, set[State]] = {
     State.RECORDING: {State.HOT},
     State.HOT: {State.COMPILING, State.READY, State.ABORTED},  # READY: served by the cache
     State.COMPILING: {State.READY, State.ABORTED},
-    State.READY: {State.REPLAYING, State.BLACKLISTED},
+    State.READY: {State.REPLAYING, State.BLACKLISTED, State.COMPILING},  # COMPILING: recaptured
     State.REPLAYING: {State.READY, State.BLACKLISTED},
     State.ABORTED: set(),
     State.BLACKLISTED: set(),
@@ -78,6 +78,7 @@ class Region:
         self.exits: Counter[Reason] = Counter()
         self.exit_positions: Counter[int] = Counter()
         self.exits_since_backoff = 0
+        self.recaptures = 0  # captured again with more outputs (``Runtime.recapture``)
         self.backoffs = 0
         self.skip_starts = 0
 

@@ -158,6 +158,7 @@ class Replay:
         self.marked: list[torch.Tensor] = []
         self.bytes = 0
         self.done = False
+        self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
         self.metas: dict[tuple[int, int], torch.Tensor] = region.meta_tensors
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
@@ -271,11 +272,11 @@ class Replay:
         self._release_marks()
         plan = self.plan
         live = self._live()
-        for ik, _ in live:
-            root = plan.roots[ik]
-            if root[0] == "v" and (root[1], root[2]) not in plan.out_index:
-                self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
-                return
+        self.missing = {(root[1], root[2]) for root in (plan.roots[ik] for ik, _ in live)
+                        if root[0] == "v" and (root[1], root[2]) not in plan.out_index}
+        if self.missing:
+            self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
+            return
         inputs = [t.buffer for t in self.ext]
         if plan.written_slots and _aliased(inputs, plan):
             self._eager(Reason.ALIASED_INPUTS)

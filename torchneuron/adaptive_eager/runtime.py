@@ -32,7 +32,7 @@ from torchneuron.adaptive_eager.capture import (
     example_inputs,
     plan_region,
 )
-from torchneuron.adaptive_eager.lift import Lifter, blind, held_by_loop, may_lift, skeleton
+from torchneuron.adaptive_eager.lift import Lifter, block_identity, may_lift
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
 from torchneuron.adaptive_eager.region import Region, State
@@ -52,6 +52,10 @@ aten = torch.ops.aten
 _PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
 _MIN_PERIOD = 4  # ops
 _REPEATS = 3  # a period must repeat this many times back to back
+# Sightings before the first sync that make a block with liftable floats hot (more than
+# a model's identical layers, so a training loop's first step does not compile it).
+_SYNC_FREE_LIFTABLE = 32
+_RECAPTURES = 2  # recaptures of a region for values held at its end that it lacks
 _MIN_BLOCK = 8  # ops: the shortest block split out of a segment as a repeated region
 
 
@@ -96,13 +100,13 @@ class Runtime:
         self.regions: dict[str, Region] = {}
         self.by_start: dict[tuple, list[Region]] = {}
         self.last_by_start: dict[tuple, tuple] = {}
-        self.lifter = Lifter()
         # region length -> keys of the last op of regions that end a piece of a split
         # segment (a repeated block, or the piece before one): the segment is cut there
         self.cuts: dict[int, set[int]] = {}
         self.epoch = 0  # segments ended at a boundary (a sync, a read, host data): steps
         self.at_boundary = False  # closing a segment that ended at a boundary
         self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
+        self.lifter = Lifter()
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
@@ -180,7 +184,7 @@ class Runtime:
         seg.append(func, static + (struct,), tensors, outs, leaves)
         n = len(seg)
         cut = self.cuts.get(n)
-        if cut is not None and _cut_key(seg, n - 1) in cut and self.try_cut(n):
+        if cut is not None and seg.keys(n - 1)[0] in cut and self.try_cut(n):
             return out
         if n in _PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
             self.find_period()
@@ -246,34 +250,32 @@ class Runtime:
     def _changes_by_step(self, sigs: tuple) -> bool:
         """Whether a block from the same start as ``sigs``, seen in an earlier step, was
         different (and this one is new): the block changes from step to step. Blocks are
-        told apart by their region key; where changing float scalars are lifted into graph
-        inputs, a block differing only in liftable scalars does not change (compare the
-        signatures with those scalars masked)."""
-        if self.epoch == 0 and may_lift(sigs):
-            return True  # before the first step ends, floats that change cannot be told
+        told apart by their signatures with liftable float scalars blanked
+        (``lift.block_identity``): AdamW's per-layer update, whose bias corrections change
+        every step, is one block replayed with lifted scalars."""
         known = self.block_keys.get(_start_key(sigs[0]), {})
-        return (region_key(skeleton(sigs)) not in known
-                and any(ep < self.epoch for ep in known.values()))
+        key = region_key(block_identity(sigs))
+        return key not in known and any(ep < self.epoch for ep in known.values())
 
     def _known_block(self, sigs: tuple) -> None:
         self.block_keys.setdefault(_start_key(sigs[0]), {}).setdefault(
-            region_key(skeleton(sigs)), self.epoch)
+            region_key(block_identity(sigs)), self.epoch)
 
     def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1,
                      block: repeats.Repeat | None = None, cut: bool = False) -> Region | None:
         """Count window [s, e) as ``seen`` instances of its region; ``block``: the window
         is the first of that many back-to-back copies (liveness from all of them)."""
         sigs, slot_vids = self.segment.relative(s, e)
-        lifted, also_seen = self.lifter.lift(sigs)  # changing float scalars as inputs
         windows = [(s, e)] if block is None else [
             (block.start + j * block.period, block.start + (j + 1) * block.period)
             for j in range(block.copies)]
+        lifted, also_seen = self.lifter.lift(sigs)  # changing float scalars as inputs
         region = self.note(lifted or sigs, s, e, periodic, seen, windows=windows,
-                           block=block is not None, earlier_steps=also_seen)
+                           block=block is not None, earlier=also_seen)
         if region is not None:
             if cut and not region.cut:
                 region.cut = True
-                self.cuts.setdefault(e - s, set()).add(_cut_key(self.segment, e - 1))
+                self.cuts.setdefault(e - s, set()).add(self.segment.keys(e - 1)[0])
         if block is not None:  # identical copies: no changing prefix to find
             return region
         start = _start_key(sigs[0])
@@ -287,7 +289,9 @@ class Runtime:
 
     def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
              prefix: bool = False, windows: list[tuple[int, int]] | None = None,
-             block: bool = False, earlier_steps: int = 0) -> Region | None:
+             block: bool = False, earlier: int = 0) -> Region | None:
+        """Count ``seen`` sightings of region ``sigs`` in window [s, e) (``earlier``: it
+        also stands for that many sightings in earlier steps, a newly lifted region)."""
         key = region_key(sigs)
         region = self.regions.get(key)
         if region is None:
@@ -304,13 +308,21 @@ class Runtime:
             # changing after it (a changing scalar, say). A prefix first found is counted
             # once, so that a full segment that does repeat is compiled before it.
             pass
-        region.times_seen += seen
+        region.times_seen += seen + earlier
+        region.hot_count += earlier
         # Hotness counts one sighting per step (segments ended at a boundary): copies of
         # a block inside one step (the layers) are identical even where the steps differ
         # (AdamW's bias corrections). A stream that never synced has no steps: there
         # each sighting counts (its periods are its steps).
         same_step = region.epoch == self.epoch
+        wanted = _setting("ae_hot_threshold")
         if self.epoch == 0 and not self.at_boundary:
+            # A block holding liftable floats wants more sightings: before a stream's
+            # first sync (a training loop's first step) AdamW's per-layer update looks
+            # constant, and the region worth compiling is the lifted one the next step
+            # shows. A stream that truly never syncs compiles it a few periods later.
+            if block and may_lift(sigs):
+                wanted = max(wanted, _SYNC_FREE_LIFTABLE)
             region.hot_count += seen
         elif not same_step:
             region.hot_count += 1
@@ -318,8 +330,7 @@ class Runtime:
             region.in_step = region.in_step + seen if same_step and self.epoch else seen
             region.copies = max(region.copies, region.in_step)
         region.epoch = self.epoch
-        region.hot_count += earlier_steps  # a new lifted region: the previous step's instance
-        if region.state is State.RECORDING and region.hot_count >= _setting("ae_hot_threshold"):
+        if region.state is State.RECORDING and region.hot_count >= wanted:
             self.make_hot(region, s, e, windows or [(s, e)])
         return region
 
@@ -348,16 +359,21 @@ class Runtime:
         metas = _input_metas(seg, s, e, len(slot_vids))
         try:
             live = set().union(*(seg.live_at(a, b) for a, b in windows))
-            if len(windows) > 1 or not (self.at_boundary and e == len(seg)):
-                live |= held_by_loop(region.sigs)  # it may end inside a Python loop
             plan = plan_region(region.sigs, len(metas), metas, live)
             gm = build_graph(region.sigs, plan)
         except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
             region.to(State.ABORTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
             self.reasons[Reason.CAPTURE_FAILED.value] += 1
             return
+        self.compile_region(region, plan, gm, core)
+
+    def compile_region(self, region: Region, plan: Any, gm: Any, core: Any) -> None:
+        """Take the region's executable from the cache, or compile it in the background
+        with its modeled latency on the simulated compiler queue."""
+        n = len(region)
         region.plan = plan
         region.graph = gm
+        region.verified = False
         region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
         examples = example_inputs(plan)
         cached = background.lookup(gm, examples, region.key)
@@ -370,7 +386,8 @@ class Runtime:
         region.compile_latency_ns = compile_latency_ns(core, n)
         region.ready_at_ns = core.timeline.schedule_compile(region.compile_latency_ns)
         region.future = background.submit(gm, examples, region.key)
-        region.to(State.COMPILING)
+        if region.state is not State.COMPILING:  # (a recaptured region already is)
+            region.to(State.COMPILING)
         self.counts["compilations"] += 1
         log.info("region %s (%d ops) is hot: compiling; modeled latency %d ns, ready at %d ns",
                  region.key, n, region.compile_latency_ns, region.ready_at_ns)
@@ -409,9 +426,6 @@ class Runtime:
         and start a new segment."""
         sigs, _ = self.segment.relative(0, n)
         region = self.regions.get(region_key(sigs))
-        if region is None:
-            lifted = self.lifter.peek(sigs)
-            region = self.regions.get(region_key(lifted)) if lifted is not None else None
         if region is None or not region.cut:
             return False
         block = repeats.Repeat(0, n, 1) if region.copies > 1 else None
@@ -425,7 +439,7 @@ class Runtime:
         refs, seen = [], {}
         for t in tensors:
             refs.append(("x", seen.setdefault(id(t), len(seen))))
-        cands = self.by_start.get((func, blind(func, static), tuple(refs)))
+        cands = self.by_start.get((func, static, tuple(refs)))
         if not cands:
             return MISMATCH
         core = get_core(self.index)
@@ -496,9 +510,34 @@ class Runtime:
                                {"at_op": rp.pos, "of": len(region)})
         log.debug("side exit of region %s at op %d/%d: %s", region.key, rp.pos, len(region),
                   reason.message)
+        if reason is Reason.LIVE_VALUE_NOT_OUTPUT and rp.missing and region.recaptures < _RECAPTURES:
+            self.recapture(region, rp.missing)
+            return
         region.record_exit(reason, rp.pos,
                            exits_before_backoff=_setting("ae_exits_before_blacklist"),
                            backoff_starts=_setting("ae_backoff_starts"))
+
+    def recapture(self, region: Region, missing: set[tuple[int, int]]) -> None:
+        """A value the program still held at the region's end is not an output (it was
+        not held where the region was captured: between the copies of a repeated block,
+        a loop's last local is): capture the region again with it as an output too."""
+        plan = region.plan
+        region.recaptures += 1
+        region.exits[Reason.LIVE_VALUE_NOT_OUTPUT] += 1
+        try:
+            new = plan_region(region.sigs, plan.n_inputs, plan.input_metas,
+                              set(plan.outputs) | missing)
+            gm = build_graph(region.sigs, new)
+        except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
+            region.to(State.BLACKLISTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
+            self.reasons[Reason.CAPTURE_FAILED.value] += 1
+            return
+        if region.state is State.REPLAYING:
+            region.to(State.READY)
+        region.executable = None
+        region.to(State.COMPILING)
+        log.info("region %s: recaptured with %d more outputs", region.key, len(missing))
+        self.compile_region(region, new, gm, get_core(self.index))
 
     def on_sync(self, index: int, kind: str) -> None:
         with self.lock:
@@ -527,14 +566,7 @@ def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
 
 def _start_key(sig: tuple) -> tuple:
     func, static, refs, _outs = sig
-    return (func, blind(func, static[:3]), refs)
-
-
-def _cut_key(seg: Segment, i: int) -> int:
-    """The key of entry ``i`` that marks a cut point: its signature, blind to scalars a
-    region may lift (a block of AdamW's update ends with a new step size every step)."""
-    e = seg.entries[i]
-    return hash((e.func, blind(e.func, e.static), e.outs))
+    return (func, static[:3], refs)
 
 
 def _gain(p: Any, n: int) -> int:

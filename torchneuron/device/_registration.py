@@ -93,10 +93,20 @@ def _route_dispatch_past_the_dtensor_probe() -> None:
     if getattr(original, "_torchneuron", False):
         return
 
+    # PyTorch asks on every op: the answer per overload is kept (keyed by id, as
+    # ``OpOverload`` hashes in Python; the entry keeps the overload alive). A rule
+    # registered for ``NeuronTensor`` after its op first ran would not be seen.
+    answers: dict[int, tuple[Any, Any]] = {}
+
     def find_torch_dispatch_rule(op: Any, torch_dispatch_class: type) -> Any:
         if torch_dispatch_class is _tensor.NeuronTensor:
+            hit = answers.get(id(op))
+            if hit is not None and hit[0] is op:
+                return hit[1]
             rule = original(op, torch_dispatch_class)
-            return _dispatch_rule if rule is None else rule
+            rule = _dispatch_rule if rule is None else rule
+            answers[id(op)] = (op, rule)
+            return rule
         return original(op, torch_dispatch_class)
 
     find_torch_dispatch_rule._torchneuron = True  # type: ignore[attr-defined]

@@ -19,26 +19,16 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torchneuron.device import buffers, random
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import fastpath, host_args, tracking
-from torchneuron.dispatch.opfacts import eager_signature, op_facts
-from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
+from torchneuron.dispatch.opfacts import eager_signature
+from torchneuron.dispatch.oprecord import OpRecord, record
 from torchneuron.dispatch.support import fallback_reason
 from torchneuron.hardware import KernelWork, aten_kernel_work, get_core
 
 __all__ = ["run_op", "wrap", "unwrap_device"]
 
 aten = torch.ops.aten
-
-# Ops that may legitimately see tensors of two devices.
-_CROSS_DEVICE_OPS = {
-    aten.copy_.default,
-    aten._to_copy.default,
-    aten._copy_from.default,
-    aten._copy_from_and_resize.default,
-    aten.index.Tensor,
-    aten._index_put_impl_.default,
-    aten.index_put_.default,
-    aten.index_put.default,
-}
+_get_dispatch_mode = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 
 def wrap(buffer: torch.Tensor, index: int) -> NeuronTensor:
@@ -74,10 +64,10 @@ def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -
         buffers.track(wrapper, b, index)  # the storage has grown or been replaced
 
 
-def _mutated_args(func: Any, args: tuple, kwargs: dict) -> list[NeuronTensor]:
-    """The neuron tensors that ``func``'s schema says it writes to."""
+def _mutated_args(rec: OpRecord, args: tuple, kwargs: dict) -> list[NeuronTensor]:
+    """The neuron tensors that the op's schema says it writes to."""
     out = []
-    for i, name in op_facts(func).written:
+    for i, name in rec.written:
         v = args[i] if i < len(args) else kwargs.get(name)
         if isinstance(v, NeuronTensor):
             out.append(v)
@@ -119,7 +109,7 @@ def _traced_to_cpu(t: torch.Tensor) -> torch.Tensor:
     return aten._to_copy.default(t, device=torch.device("cpu"))
 
 
-def _scan(func: Any, flat: list, host_ok: set[int]) -> int | None:
+def _scan(rec: OpRecord, flat: list, host_ok: set[int]) -> int | None:
     """The device index of the op's neuron tensors; raises on mixed devices.
 
     ``host_ok``: ids of CPU tensors the op takes on the host by PyTorch's API.
@@ -131,13 +121,15 @@ def _scan(func: Any, flat: list, host_ok: set[int]) -> int | None:
             if index is None:
                 index = a._device_index
             elif a._device_index != index:
-                raise _mixed_device_error(func, f"neuron:{index}", f"neuron:{a._device_index}")
+                raise _mixed_device_error(
+                    rec.func, f"neuron:{index}", f"neuron:{a._device_index}"
+                )
         elif isinstance(a, torch.Tensor) and a.device.type == "neuron":
             index = a.device.index or 0 if index is None else index
         elif isinstance(a, torch.Tensor) and a.dim() != 0 and id(a) not in host_ok:
             cpu_seen = True
-    if cpu_seen and index is not None and func not in _CROSS_DEVICE_OPS:
-        raise _mixed_device_error(func, f"neuron:{index}", "cpu")
+    if cpu_seen and index is not None and not rec.cross_device:
+        raise _mixed_device_error(rec.func, f"neuron:{index}", "cpu")
     return index
 
 
@@ -147,7 +139,7 @@ def _tracing(tensors: list[torch.Tensor]) -> bool:
     (``torch.tensor(data, device="neuron")`` under Dynamo builds a real host tensor and
     then ``lift_fresh``-es it into the trace)."""
     return (any(type(t) is not torch.Tensor for t in tensors)
-            or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None)
+            or _get_dispatch_mode(_FAKE) is not None)
 
 
 def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> Any:
@@ -155,12 +147,14 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
 
     What depends only on the overload and the tensors' metadata (fallback decision,
     kernel work and cost, compile signature) is looked up per signature in
-    ``fastpath``'s bounded cache; flat argument lists skip pytree.
+    ``fastpath``'s bounded cache; what depends only on the overload, in its
+    ``oprecord``; flat argument lists skip pytree.
     """
+    rec = record(func)
     fu = fastpath.unwrap(args, kwargs) if kwargs.get("device") is None else None
     if fu is not None and fu.cpu_seen and fu.index is not None:
         fu = None  # host and device tensors: the general path checks (and raises) per op
-    if fu is not None:  # one pass did it all: no device arguments, no tracing
+    if fu is not None:  # one pass did it all: no device arguments, no traced buffers
         fast = True
         uargs, ukwargs, uflat, spec = fu.uargs, fu.ukwargs, fu.uflat, fu.spec
         same, tensors = fu.same, fu.tensors
@@ -168,23 +162,22 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
             index = fu.index
         elif index is None:
             index = 0
-        to_host = func is aten.copy_.default and not isinstance(args[0], NeuronTensor)
-        core = get_core(index)
+        to_host = rec.is_copy and not isinstance(args[0], NeuronTensor)
+        tracing = _get_dispatch_mode(_FAKE) is not None
     else:
         fast = fastpath.flatten(args, kwargs)
         flat, spec = fast if fast is not None else tree_flatten((args, kwargs))
-        found = _scan(func, flat, host_args.host_tensor_ids(func, args, kwargs))
+        found = _scan(rec, flat, host_args.host_tensor_ids(func, args, kwargs))
         if found is not None:
             index = found
         target = kwargs.get("device")
         to_host = target is not None and torch.device(target).type != "neuron"
-        if func is aten.copy_.default and not isinstance(args[0], NeuronTensor):
+        if rec.is_copy and not isinstance(args[0], NeuronTensor):
             to_host = True  # copying device values into a host tensor is a read
         if target is not None and not to_host:
             index = _device_index(target)
         if index is None:
             index = 0
-        core = get_core(index)
 
         same: dict[int, Any] = {}
         uflat = []
@@ -210,61 +203,66 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
             uargs, ukwargs = tree_unflatten(uflat, spec)
         if "device" in ukwargs:
             ukwargs["device"] = unwrap_device(ukwargs["device"])
+        tracing = _tracing(tensors)
 
-    if _tracing(tensors):
+    if tracing:
         # Tracing (fake / functional tensors under torch.compile): metadata only,
         # nothing runs on the device and nothing is charged.
-        out = FUSED_CELL_KERNELS.get(func, func)(*uargs, **ukwargs)
-        for t in _mutated_args(func, args, kwargs):
+        out = (rec.fused or func)(*uargs, **ukwargs)
+        for t in _mutated_args(rec, args, kwargs):
             _sync_metadata(t, index, None)
         if to_host:
             return out
-        return _wrap_outputs(out, same, index, track=False, host=host_args.host_results(func))
+        return _wrap_outputs(out, same, index, track=False, host=rec.host_results)
 
-    written = [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(func, args, kwargs)]
-    facts = op_facts(func)
-    name = facts.name
-    key = fastpath.signature_key(func, uflat, spec) if fast is not None else None
+    written = (
+        [(t, t.buffer.untyped_storage().data_ptr()) for t in _mutated_args(rec, args, kwargs)]
+        if rec.written and not rec.keeps_metadata else ()
+    )  # fmt: skip
+    core = get_core(index)
+    name = rec.name
+    key = fastpath.signature_key(rec, uflat, spec) if fast is not None else None
     sig = fastpath.facts_for(key) if key is not None else None
     if sig is None:
         sig = fastpath.SignatureFacts(fallback_reason(name, tensors))
         if key is not None:
             fastpath.remember(key, sig)
     if sig.fallback is not None:
-        out = _run_on_host(core, func, name, sig.fallback, uargs, ukwargs, tensors, index)
+        out = _run_on_host(core, rec, sig.fallback, uargs, ukwargs, tensors, index)
     else:
-        out = _call(func, uargs, ukwargs, index)
+        out = func(*uargs, **ukwargs) if rec.plain else _call(rec, uargs, ukwargs, index)
         tracking.count_executed(name)
-        if to_host or facts.returns_host_values:
+        if to_host or rec.facts.returns_host_values:
             _read_back(core, name, tensors)
         else:
             okey = fastpath.out_key(out) if key is not None else None
             hit = sig.results.get(okey) if okey is not None else None
             if hit is not None and hit[2] is core.profile:
-                core.run_eager_kernel(name, hit[3], hit[0], hit[1])
+                core.run_eager_kernel(name, hit[3], hit[0], hit[1], hit[4])
             else:  # first time for this signature (or the profile changed)
                 work = aten_kernel_work(func, uargs, ukwargs, out)
                 signature = eager_signature(name, tensors)
                 cost = core.run_eager_kernel(name, signature, work)
                 if okey is not None:
-                    sig.results[okey] = (work, cost, core.profile, signature)
+                    seen = fastpath.SeenKey((name, signature))
+                    sig.results[okey] = (work, cost, core.profile, signature, seen)
 
     if to_host:
         return out
     for t, ptr in written:
         _sync_metadata(t, index, ptr)
-    return _wrap_outputs(out, same, index, host=host_args.host_results(func))
+    return _wrap_outputs(out, same, index, host=rec.host_results)
 
 
-def _call(func: Any, uargs: Any, ukwargs: Any, index: int) -> Any:
+def _call(rec: OpRecord, uargs: Any, ukwargs: Any, index: int) -> Any:
     """Run the CPU kernel; random ops draw from device ``index``'s generator."""
-    if func in FUSED_CELL_KERNELS:
-        return FUSED_CELL_KERNELS[func](*uargs, **ukwargs)
-    if op_facts(func).random:
+    if rec.fused is not None:
+        return rec.fused(*uargs, **ukwargs)
+    if rec.facts.random:
         random.check_generator(ukwargs.get("generator"), index)
         with random.rng_state_swapped(index):
-            return func(*uargs, **ukwargs)
-    return func(*uargs, **ukwargs)
+            return rec.func(*uargs, **ukwargs)
+    return rec.func(*uargs, **ukwargs)
 
 
 def _wrap_outputs(
@@ -318,14 +316,14 @@ def _read_back(core: Any, name: str, tensors: list[torch.Tensor]) -> None:
 
 
 def _run_on_host(
-    core: Any, func: Any, name: str, reason: str, uargs: Any, ukwargs: Any,
+    core: Any, rec: OpRecord, reason: str, uargs: Any, ukwargs: Any,
     tensors: list[torch.Tensor], index: int,
 ) -> Any:
     """CPU fallback: copy inputs to the host, run the CPU kernel, copy outputs back."""
-    tracking.count_fallback(name, reason)
+    tracking.count_fallback(rec.name, reason)
     core.run_eager_kernel("fallback_d2h", (), KernelWork(hbm_read_bytes=_bytes(tensors)))
     core.synchronize()
-    out = _call(func, uargs, ukwargs, index)
+    out = _call(rec, uargs, ukwargs, index)
     core.host(core.profile.host_dispatch_ns, "fallback")
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
     core.run_eager_kernel("fallback_h2d", (), KernelWork(hbm_write_bytes=_bytes(outs)))

@@ -27,6 +27,7 @@ from torchneuron.hardware import KernelCost, KernelWork
 
 __all__ = [
     "CACHE_SIZE",
+    "SeenKey",
     "SignatureFacts",
     "cache_info",
     "clear_cache",
@@ -125,7 +126,8 @@ def signature_key(func: Any, uflat: list, spec: Any) -> tuple | None:
     floats and complex numbers only their type: the cost model reads no float
     argument's value (learning rates, alphas), so an optimizer's changing scalars
     still hit the cache. Anything else (SymInts, generators, tensor subclasses) is
-    not cached.
+    not cached. ``func`` identifies the op: its overload, or (faster to hash) its
+    ``oprecord.OpRecord``.
     """
     parts: list[Any] = [func, spec]
     seen: dict[int, int] = {}
@@ -171,19 +173,38 @@ def out_key(out: Any) -> tuple | None:
     return None
 
 
+class SeenKey(tuple):
+    """A compiled-signature key (``(name, signature)``) that hashes once.
+
+    The core checks every eager kernel's key against the signatures it has compiled;
+    a plain nested tuple would be hashed afresh on every op. Equal to (and hashing
+    like) the plain tuple, so the core's set mixes both freely.
+    """
+
+    _hash: int
+
+    def __new__(cls, items: tuple) -> SeenKey:
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 @dataclass
 class SignatureFacts:
     """Per-signature facts of an eager op: what dispatch charges, computed once.
 
     ``fallback``: why it runs on the host (None: on the device). ``results`` maps the
     result's metadata (``out_key``) to (kernel work, its cost on ``profile``, profile,
-    compile signature); shared between calls, never mutated.
+    compile signature, its ``SeenKey``); shared between calls, never mutated.
     """
 
     fallback: str | None
-    results: dict[tuple, tuple[KernelWork | None, KernelCost | None, Any, tuple]] = field(
-        default_factory=dict
-    )
+    results: dict[
+        tuple, tuple[KernelWork | None, KernelCost | None, Any, tuple, SeenKey]
+    ] = field(default_factory=dict)
 
 
 _cache: LRUCache = LRUCache(maxsize=CACHE_SIZE)
@@ -239,11 +260,33 @@ def unwrap(args: tuple, kwargs: dict) -> Unwrapped | None:
     """
     u = Unwrapped()
     aspec = []
+    uargs = u.uargs
     for a in args:
+        tp = type(a)
+        if tp is NeuronTensor and a._pending is None:  # the common case, inline
+            b = a._buffer
+            i = a._device_index
+            if u.index is None:
+                u.index = i
+            elif i != u.index:
+                return None
+            if type(b) is not torch.Tensor:
+                return None
+            u.same[id(b)] = a
+            u.uflat.append(b)
+            u.tensors.append(b)
+            uargs.append(b)
+            aspec.append(None)
+            continue
+        if tp is float or tp is int or tp is bool or a is None:
+            u.uflat.append(a)
+            uargs.append(a)
+            aspec.append(None)
+            continue
         got = _argument(a, u)
         if got is None:
             return None
-        u.uargs.append(got[0])
+        uargs.append(got[0])
         aspec.append(got[1])
     kspec = []
     for k, a in kwargs.items():

@@ -58,11 +58,14 @@ class NeuronCore:
         signature: tuple[Any, ...],
         work: KernelWork | None,
         cost: KernelCost | None = None,
+        key: tuple | None = None,
     ) -> KernelCost | None:
         """Charge one eager op. ``work is None`` means metadata only: dispatch cost, no kernel.
 
         ``cost``: ``kernel_cost(work, self.profile)`` if the caller already has it (eager
-        dispatch caches it per signature); computed here otherwise.
+        dispatch caches it per signature); computed here otherwise. ``key``: the
+        compiled-signature key ``(name, tuple(signature))`` if the caller keeps one
+        (eager dispatch keeps one that hashes once).
         Returns the kernel's cost (None for metadata-only ops).
         """
         p = self.profile
@@ -71,7 +74,8 @@ class NeuronCore:
         self.ops[name] += 1
         if work is None:
             return None
-        key = (name, tuple(signature))
+        if key is None:
+            key = (name, tuple(signature))
         if _computes(work) and key not in self.seen_signatures:
             self.seen_signatures.add(key)
             self.eager_compiles += 1

@@ -56,7 +56,8 @@ class MemoryTracker:
             )
         self.allocated += nbytes
         self.num_allocs += 1
-        self.peak = max(self.peak, self.allocated)
+        if self.allocated > self.peak:
+            self.peak = self.allocated
 
     def free(self, nbytes: int) -> None:
         """Release ``nbytes``. Never raises: it runs from tensor finalizers, possibly after

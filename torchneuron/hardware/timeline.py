@@ -69,7 +69,8 @@ class Timeline:
         device_ns = int(device_ns)
         if device_ns < 0:
             raise ValueError(f"device time must be >= 0 ns, got {device_ns}")
-        start = max(self.host_ns, self.device_free_ns)
+        # (conditional, not ``max``: this runs once per eager op)
+        start = self.host_ns if self.host_ns > self.device_free_ns else self.device_free_ns
         if self.enqueued and start > self.device_free_ns:
             self.device_idle_ns += start - self.device_free_ns
         end = start + device_ns

@@ -35,6 +35,8 @@ from . import (  # noqa: F401  (importing registers the op families)
 )
 from ._dtypes import TORCH_DTYPES
 from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
+from ._simplify import simplify
+from ._specialize import specialize
 from .ir import Function, Module, Operation, TensorType
 
 __all__ = ["interpret", "prepare", "Prepared", "OPS", "UnsupportedStableHLOOp",
@@ -62,12 +64,15 @@ def _unsupported(op: Operation) -> OpFn:
 class _Step:
     """One op, resolved: its implementation and what to check about its results."""
 
-    __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes")
+    __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks")
 
-    def __init__(self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool) -> None:
+    def __init__(
+        self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool, operands: tuple[str, ...]
+    ) -> None:
         self.op = op
-        self.fn = _constant(fn, owner) if hoist else fn
-        self.operands = tuple(op.operands)
+        # resolved once: constants cached, other ops specialized to their attributes
+        self.fn = _constant(fn, owner) if hoist else specialize(op, fn)
+        self.operands = operands  # after ``simplify``'s aliasing
         self.results = tuple(op.results)
         # (dtype it must have or None, static torch.Size or None when any dim is dynamic)
         self.dtypes = tuple(TORCH_DTYPES.get(tt.dtype) for tt in op.result_types)
@@ -75,6 +80,9 @@ class _Step:
             torch.Size(tt.shape) if all(s >= 0 for s in tt.shape) else None
             for tt in op.result_types
         )
+        # (name, dtype, shape, declared type) per result, for the loop's checks
+        self.checks = tuple(zip(self.results, self.dtypes, self.shapes, op.result_types,
+                                strict=False))  # fmt: skip
 
 
 def _constant(fn: OpFn, owner: Prepared) -> OpFn:
@@ -102,20 +110,22 @@ class _Block:
         self.steps: list[_Step] = []
         self.returns: tuple[str, ...] | None = None
         constant: set[str] = set()  # values the same on every run
-        for op in ops:
-            if op.name in _RETURNS:
-                self.returns = tuple(op.operands)
-                break
+        end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
+        body, returns = simplify(
+            ops if end is None else ops[:end], None if end is None else ops[end].operands
+        )
+        self.returns = returns
+        for op, operands in body:
             fn = OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
-                (op.name in _CONSTANT_OPS and not op.operands)
-                or (bool(op.operands) and op.name not in _NEVER_HOISTED
-                    and all(o in constant for o in op.operands))
+                (op.name in _CONSTANT_OPS and not operands)
+                or (bool(operands) and op.name not in _NEVER_HOISTED
+                    and all(o in constant for o in operands))
             )  # fmt: skip
             if hoist:
                 constant.update(op.results)
             self.steps.append(
-                _Step(op, fn if fn is not None else _unsupported(op), owner, hoist)
+                _Step(op, fn if fn is not None else _unsupported(op), owner, hoist, operands)
             )
 
 
@@ -217,6 +227,7 @@ class _Interpreter:
     def _run_steps(
         self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
+        tensor = torch.Tensor
         for step in block.steps:
             op = step.op
             try:
@@ -227,14 +238,13 @@ class _Interpreter:
                 raise StableHLOExecutionError(
                     f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
                 ) from e
-            if len(results) != len(step.results):
+            checks = step.checks
+            if len(results) != len(checks):
                 raise StableHLOExecutionError(
                     f"{_describe(op)} produced {len(results)} results, expected {len(op.results)}"
                 )
-            for name, value, dtype, shape, tt in zip(
-                step.results, results, step.dtypes, step.shapes, op.result_types, strict=False
-            ):
-                if isinstance(value, torch.Tensor) and (
+            for (name, dtype, shape, tt), value in zip(checks, results, strict=False):
+                if isinstance(value, tensor) and (
                     (dtype is not None and value.dtype != dtype)
                     or (check_shapes and (shape is None or value.shape != shape))
                 ):

@@ -1,0 +1,78 @@
+"""Load-time simplification (``stablehlo._simplify``): ops that compute nothing are not
+run, reshape chains collapse, and the program's results do not change by one bit.
+
+Why: a prepared program runs every training step; the lowering's identity reshapes,
+broadcasts, pads and slices each cost a call per run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchneuron.compiler.stablehlo import _simplify, parse_module, prepare
+
+_TEXT = """func.func @main(%x: tensor<2x3xf32>, %y: tensor<6xf32>) -> (tensor<6xf32>, tensor<2x3xf32>, tensor<3x2xf32>) {
+  %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %0 = stablehlo.reshape %x : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %1 = stablehlo.broadcast_in_dim %0, dims = [0, 1] : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %2 = stablehlo.pad %1, %cst, low = [0, 0], high = [0, 0], interior = [0, 0] : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %3 = stablehlo.slice %2 [0:2, 0:3] : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %4 = stablehlo.convert %3 : tensor<2x3xf32>
+  %5 = stablehlo.transpose %4, dims = [0, 1] : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %6 = stablehlo.reshape %5 : (tensor<2x3xf32>) -> tensor<1x6xf32>
+  %7 = stablehlo.reshape %6 : (tensor<1x6xf32>) -> tensor<6x1xf32>
+  %8 = stablehlo.reshape %7 : (tensor<6x1xf32>) -> tensor<6xf32>
+  %9 = stablehlo.add %8, %y : tensor<6xf32>
+  %10 = stablehlo.multiply %5, %5 : tensor<2x3xf32>
+  %11 = stablehlo.reshape %y : (tensor<6xf32>) -> tensor<3x2xf32>
+  %12 = stablehlo.transpose %11, dims = [1, 0] : (tensor<3x2xf32>) -> tensor<2x3xf32>
+  return %9, %10, %11 : tensor<6xf32>, tensor<2x3xf32>, tensor<3x2xf32>
+}"""
+
+
+def test_identity_ops_and_reshape_chains_are_not_run(monkeypatch) -> None:  # noqa: ANN001
+    module = parse_module(_TEXT)
+    prepared = prepare(module)
+    x, y = torch.randn(2, 3), torch.randn(6)
+    got = prepared.run([x, y])
+    block = prepared.block(module.functions[module.entry].body)
+    # the six identity ops, the two inner reshapes and the dead transpose %12 are gone
+    assert [s.op.name for s in block.steps] == [
+        "stablehlo.constant", "stablehlo.reshape", "stablehlo.add", "stablehlo.multiply",
+        "stablehlo.reshape",
+    ]  # fmt: skip
+    x_name = module.functions[module.entry].args[0][0]
+    assert block.steps[1].operands == (x_name,)  # %8 reads %x directly
+    with monkeypatch.context() as m:  # the same program with nothing simplified
+        m.setattr(_simplify, "_is_identity", lambda op: False)
+        m.setattr(_simplify, "_PURE_SHAPE_OPS", ())
+        plain = prepare(parse_module(_TEXT))
+        want = plain.run([x, y])
+        assert len(plain.block(plain.entry.body).steps) > len(block.steps)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(got[0], x.reshape(6) + y)
+    # an output that is an input unchanged is still a fresh tensor, not the input
+    assert got[2].data_ptr() != y.data_ptr()
+
+
+def test_values_read_inside_regions_are_kept() -> None:
+    """A while body reads an outer value by name: that value is not aliased away."""
+    text = """func.func @main(%x: tensor<f32>) -> tensor<f32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i64>
+  %c3 = stablehlo.constant dense<3> : tensor<i64>
+  %c1 = stablehlo.constant dense<1> : tensor<i64>
+  %a = stablehlo.reshape %x : (tensor<f32>) -> tensor<f32>
+  %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i64>, tensor<f32>
+    cond {
+      %p = stablehlo.compare LT, %i, %c3, SIGNED : (tensor<i64>, tensor<i64>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %n = stablehlo.add %i, %c1 : tensor<i64>
+      %s = stablehlo.add %acc, %a : tensor<f32>
+      stablehlo.return %n, %s : tensor<i64>, tensor<f32>
+    }
+  return %r#1 : tensor<f32>
+}"""
+    (out,) = prepare(parse_module(text)).run([torch.tensor(2.0)])
+    assert out.item() == 8.0

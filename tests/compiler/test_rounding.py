@@ -1,0 +1,57 @@
+"""compiler.rounding: a float32 difference that a float64 run explains is accepted, a
+wrong result is not (each compared with the graph run eagerly, never pasted numbers)."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from torchneuron.compiler.rounding import explained_by_rounding
+from torchneuron.compiler.verify import ATOL, RTOL, compare_outputs
+
+
+def _graph(fn) -> fx.GraphModule:
+    return fx.symbolic_trace(fn)
+
+
+def _cancel(x: torch.Tensor) -> torch.Tensor:
+    # zero in exact arithmetic: what is left is summation-order noise, then amplified
+    s = (x * 1e4).sum() - (x * 1e4).flip(0).sum()
+    return s / (s.abs().sqrt() + 1e-12)
+
+
+def test_reassociated_noise_is_explained() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4096)
+    gm = _graph(_cancel)
+    eager = [gm(x.clone())]
+    # the same computation summed in another order (what a compiled graph may do)
+    s = (x * 1e4).reshape(64, 64).sum(0).sum() - (x * 1e4).flip(0).reshape(64, 64).sum(1).sum()
+    got = [s / (s.abs().sqrt() + 1e-12)]
+    assert compare_outputs("g", eager, got) is not None or torch.equal(eager[0], got[0])
+    assert explained_by_rounding(gm, [x], None, eager + [x], got + [x], RTOL, ATOL)
+
+
+def test_a_wrong_result_is_not_explained() -> None:
+    torch.manual_seed(0)
+    a, b = torch.randn(64) * 5, torch.randn(64).sign() * 2
+    gm = _graph(lambda a, b: torch.remainder(a, b))
+    eager = [gm(a, b)]
+    got = [torch.fmod(a, b)]  # the classic wrong lowering of remainder
+    assert compare_outputs("g", eager, got) is not None
+    assert not explained_by_rounding(gm, [a, b], None, eager + [a, b], got + [a, b], RTOL, ATOL)
+
+
+def test_a_wrong_in_place_write_is_not_explained() -> None:
+    torch.manual_seed(0)
+    p, g = torch.randn(32), torch.randn(32)
+
+    def step(p, g):
+        return p.add_(g, alpha=-0.1)
+
+    gm = _graph(step)
+    ref = p.clone()
+    gm(ref, g)
+    wrong = p.clone().add_(g, alpha=0.1)
+    assert not explained_by_rounding(gm, [p, g], None, [ref, ref, g], [wrong, wrong, g],
+                                     RTOL, ATOL)

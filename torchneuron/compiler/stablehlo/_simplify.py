@@ -1,0 +1,108 @@
+"""Load-time simplification of a block's ops: no-op ops become aliases, dead views go.
+
+Why: the lowering emits many ops that compute nothing: a reshape or broadcast to the
+shape the value already has, a zero pad, a slice of the whole tensor, a convert to
+the same dtype, an identity transpose, and chains of reshapes of which only the last
+is used. Running them costs a call each on every run. Here, once per block:
+
+- an op that returns its operand unchanged is dropped; its result becomes an alias
+  of the operand (later ops read the operand instead);
+- a reshape of a reshape reads the first reshape's operand (same values, one view);
+- a pure shape op (reshape, broadcast, transpose, slice, convert) whose results are
+  no longer read by anyone is dropped.
+
+Values read from inside nested regions (while bodies read outer values) are never
+aliased or dropped, since a region looks them up by name in the enclosing scope.
+Results are the same tensors' values as before: only views and identities change.
+"""
+
+from __future__ import annotations
+
+from ._registry import ints
+from .ir import Operation
+
+__all__ = ["simplify"]
+
+_PURE_SHAPE_OPS = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.transpose",
+                   "stablehlo.slice", "stablehlo.convert")  # fmt: skip
+
+
+def _static(shape: tuple[int, ...]) -> bool:
+    return all(s >= 0 for s in shape)
+
+
+def _is_identity(op: Operation) -> bool:
+    """Whether ``op`` returns its (first) operand unchanged: same type, no work."""
+    if len(op.results) != 1 or not op.operand_types or op.regions:
+        return False
+    src, dst = op.operand_types[0], op.result_types[0]
+    if src != dst or not _static(dst.shape):
+        return False
+    name, rank = op.name, len(dst.shape)
+    if name in ("stablehlo.reshape", "stablehlo.convert"):
+        return len(op.operands) == 1
+    if name == "stablehlo.broadcast_in_dim":
+        return len(op.operands) == 1 and ints(op, "broadcast_dimensions") == list(range(rank))
+    if name == "stablehlo.transpose":
+        return ints(op, "permutation") == list(range(rank))
+    if name == "stablehlo.pad":
+        return not any(
+            any(ints(op, k, [0] * rank))
+            for k in ("edge_padding_low", "edge_padding_high", "interior_padding")
+        )
+    if name == "stablehlo.slice":
+        return (
+            ints(op, "start_indices") == [0] * rank
+            and ints(op, "limit_indices") == list(dst.shape)
+            and ints(op, "strides", [1] * rank) == [1] * rank
+        )
+    return False
+
+
+def _region_reads(ops: list[Operation], out: set[str]) -> set[str]:
+    """Every name read by an op inside a region of ``ops`` (at any depth)."""
+    for op in ops:
+        for region in op.regions:
+            for inner in region:
+                out.update(inner.operands)
+            _region_reads(region, out)
+    return out
+
+
+def simplify(
+    ops: list[Operation], returns: list[str] | None
+) -> tuple[list[tuple[Operation, tuple[str, ...]]], tuple[str, ...] | None]:
+    """The ops still to run, each with the operand names it should read, and the
+    names the block returns, after aliasing and dead-view removal (module docstring).
+    """
+    pinned = _region_reads(ops, set())
+    alias: dict[str, str] = {}
+    producer: dict[str, tuple[Operation, tuple[str, ...]]] = {}
+    kept: list[tuple[Operation, tuple[str, ...]]] = []
+    for op in ops:
+        operands = tuple(alias.get(o, o) for o in op.operands)
+        if _is_identity(op) and op.results[0] not in pinned:
+            alias[op.results[0]] = operands[0]
+            continue
+        if op.name == "stablehlo.reshape" and len(operands) == 1 and _static(
+            op.result_types[0].shape
+        ):
+            src = producer.get(operands[0])
+            if src is not None and src[0].name == "stablehlo.reshape" and len(src[1]) == 1:
+                operands = src[1]  # reshape(reshape(x)) == reshape(x)
+        for r in op.results:
+            producer[r] = (op, operands)
+        kept.append((op, operands))
+    rets = None if returns is None else tuple(alias.get(o, o) for o in returns)
+    # drop pure shape ops nobody reads any more (in reverse, so chains go at once)
+    used = set(pinned) | set(rets or ())
+    live: list[tuple[Operation, tuple[str, ...]]] = []
+    for op, operands in reversed(kept):
+        if op.name in _PURE_SHAPE_OPS and not op.regions and not any(
+            r in used for r in op.results
+        ):
+            continue
+        used.update(operands)
+        live.append((op, operands))
+    live.reverse()
+    return live, rets

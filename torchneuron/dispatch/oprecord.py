@@ -1,0 +1,76 @@
+"""Everything eager dispatch asks about an op overload, in one record found by ``id``.
+
+Why: ``OpOverload.__hash__`` is a Python method, so every dict or set lookup keyed by
+the overload (its facts, whether it is a fused RNN cell, a cross-device op, which
+results stay on the host) costs a Python call; an eager op made half a dozen of them.
+``record(func)`` finds all the answers with one lookup keyed by ``id(func)`` (the
+record keeps ``func`` alive, so the id cannot be reused), and the record itself hashes
+by identity, so it can stand for the op in the per-signature cache keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchneuron.dispatch import host_args
+from torchneuron.dispatch.opfacts import OpFacts, op_facts
+from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
+
+__all__ = ["OpRecord", "record", "CROSS_DEVICE_OPS"]
+
+aten = torch.ops.aten
+
+# Ops that may legitimately see tensors of two devices.
+CROSS_DEVICE_OPS = {
+    aten.copy_.default,
+    aten._to_copy.default,
+    aten._copy_from.default,
+    aten._copy_from_and_resize.default,
+    aten.index.Tensor,
+    aten._index_put_impl_.default,
+    aten.index_put_.default,
+    aten.index_put.default,
+}
+
+
+class OpRecord:
+    """One overload's dispatch facts (see the module docstring); never mutated."""
+
+    __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
+                 "is_copy", "plain", "keeps_metadata")  # fmt: skip
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.facts: OpFacts = op_facts(func)
+        self.name = self.facts.name
+        self.written = self.facts.written
+        self.fused = FUSED_CELL_KERNELS.get(func)
+        self.host_results = host_args.host_results(func)
+        self.cross_device = func in CROSS_DEVICE_OPS
+        self.is_copy = func is aten.copy_.default
+        # writes only ``self`` and cannot change its sizes, strides or storage (add_,
+        # mul_, copy_, ...: not t_/squeeze_/as_strided_ (tagged inplace_view), not
+        # resize_/_resize_output_/set_, not ``out=``): no metadata to follow afterwards
+        self.keeps_metadata = (
+            self.written == ((0, "self"),)
+            and torch.Tag.inplace_view not in getattr(func, "tags", ())
+            and "resize" not in self.name and not self.name.startswith("set")
+        )  # fmt: skip
+        # the kernel is just ``func(*args, **kwargs)`` and its results are all wrapped
+        self.plain = (
+            self.fused is None and not self.facts.random and not self.host_results
+            and not self.facts.returns_host_values and not self.is_copy
+        )  # fmt: skip
+
+
+_records: dict[int, OpRecord] = {}
+
+
+def record(func: Any) -> OpRecord:
+    """The record of overload ``func`` (built on first use)."""
+    rec = _records.get(id(func))
+    if rec is None or rec.func is not func:
+        rec = _records[id(func)] = OpRecord(func)
+    return rec
