@@ -85,3 +85,33 @@ def test_divergence_gives_eager_results_and_errors(case: str) -> None:
     if case in ("different-op", "intermediate-read", "exception", "host-data", "branch"):
         assert s["side_exits"] >= 1, ae.explain()
         assert sum(s["fallback_reasons"].values()) >= s["side_exits"]
+
+
+@pytest.mark.parametrize("when", ["once", "every-step"])
+def test_host_copy_into_a_tensor_the_region_used(when: str) -> None:
+    # copy_ from the host into a weight the region already read: once (a replay in
+    # progress must run its deferred ops on the old values first) or every step (the
+    # recorded region is cut there); eager's numbers either way
+    def loop(device: str) -> dict:
+        g = torch.Generator().manual_seed(12)
+        w = torch.randn(8, 8, generator=g).to(device)
+        outs = []
+        for step in range(STEPS):
+            x = torch.randn(4, 8, generator=g).to(device)
+            h = (x @ w).tanh() * 2
+            if when == "every-step" or step == K:
+                w.copy_(torch.randn(8, 8, generator=g))
+            y = (h @ w).relu().sum(1) - 1
+            outs.append(y)
+            outs.append(torch.tensor([y.mean().item()]))
+        return {"outs": torch.cat([o.cpu().flatten() for o in outs]), "w": w}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(eager, adaptive)
+    s = ae.stats()
+    assert s["replays"] >= 1, ae.explain()
+    if when == "once":
+        assert s["fallback_reasons"].get("host-copy-into-region-input") == 1, ae.explain()
+    else:  # the segment is cut at the copy when recorded: no replay ever holds it
+        assert "host-copy-into-region-input" not in s["fallback_reasons"], ae.explain()

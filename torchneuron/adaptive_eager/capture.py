@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
+from torchneuron.adaptive_eager import lift
 from torchneuron.adaptive_eager.signature import undescribe
 from torchneuron.dispatch.opfacts import op_facts
 
@@ -54,6 +55,8 @@ class Plan:
     written_slots: frozenset[int] = frozenset()  # inputs an op of the region may write
     first_write: dict[int, int] = field(default_factory=dict)  # slot -> first op writing it
     last_ref: dict[int, int] = field(default_factory=dict)  # slot -> last op reading it
+    lift_at: dict[int, tuple] = field(default_factory=dict)  # op -> ((where, n), ...) lifted
+    lifted: list[torch.dtype] = field(default_factory=list)  # dtype of lifted scalar n
 
     def __post_init__(self) -> None:
         self.out_index = {v: n for n, v in enumerate(self.outputs)}
@@ -90,21 +93,30 @@ def plan_region(sigs: tuple, n_inputs: int, input_metas: list[tuple],
                 last_ref[r[1]] = i
                 if writes:
                     first_write.setdefault(r[1], i)
+    try:
+        lift_at, lifted = lift.sites(sigs)
+    except ValueError as err:
+        raise CaptureRefused(str(err)) from None
     return Plan(n_inputs, input_metas, roots, metas, [(r[1], r[2]) for r in outputs],
                 root_nbytes=nbytes, n_ops=len(sigs), written_slots=frozenset(first_write),
-                first_write=first_write, last_ref=last_ref)
+                first_write=first_write, last_ref=last_ref, lift_at=lift_at, lifted=lifted)
 
 
 def build_graph(sigs: tuple, plan: Plan) -> fx.GraphModule:
-    """The region as an FX graph of aten ops over CPU buffers."""
+    """The region as an FX graph of aten ops over CPU buffers; lifted scalars are inputs
+    after the region's input slots (0-d tensors)."""
     g = fx.Graph()
     inputs = [g.placeholder(f"in{s}") for s in range(plan.n_inputs)]
+    scalars = [lift.Lifted(g.placeholder(f"s{n}")) for n in range(len(plan.lifted))]
     nodes: dict[tuple[int, int], fx.Node] = {}
     cpu = torch.device("cpu")
     for i, (func, static, refs, outs) in enumerate(sigs):
         tensors = [inputs[r[1]] if r[0] == "x" else nodes[(r[1], r[2])] for r in refs]
-        args, kwargs = undescribe(static[0], tensors, device=cpu)
-        node = g.call_function(func, tuple(args), dict(kwargs))
+        args, kwargs = undescribe(static[0], tensors, device=cpu, lifted=scalars)
+        if i in plan.lift_at:
+            node = lift.emit(g, func, args, kwargs)
+        else:
+            node = g.call_function(func, tuple(args), dict(kwargs))
         struct = static[3]
         for k, out in enumerate(outs):
             if out is None or out[0] == "same":
@@ -116,8 +128,10 @@ def build_graph(sigs: tuple, plan: Plan) -> fx.GraphModule:
 
 
 def example_inputs(plan: Plan) -> list[torch.Tensor]:
-    """Empty CPU tensors with the input slots' sizes, strides and dtypes."""
-    return [torch.empty_strided(m[0], m[1], dtype=m[3]) for m in plan.input_metas]
+    """Empty CPU tensors with the input slots' sizes, strides and dtypes, then a 0-d
+    tensor per lifted scalar."""
+    return ([torch.empty_strided(m[0], m[1], dtype=m[3]) for m in plan.input_metas]
+            + [torch.ones((), dtype=d) for d in plan.lifted])
 
 
 def layout_root(buffer: torch.Tensor, meta: tuple, nbytes: int) -> torch.Tensor:

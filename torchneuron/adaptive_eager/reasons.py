@@ -31,6 +31,7 @@ class Reason(enum.Enum):
     BLACKLISTED = "blacklisted"
     COMPILE_PENDING = "compile-pending"
     VERIFY_MISMATCH = "verify-mismatch"
+    HOST_COPY_INTO_INPUT = "host-copy-into-region-input"
 
     @property
     def message(self) -> str:
@@ -61,4 +62,6 @@ _MESSAGES = {
     Reason.COMPILE_PENDING: "its modeled compile had not finished on the simulated clock",
     Reason.VERIFY_MISMATCH: "its first replay differed from eager under TORCHNEURON_VERIFY "
     "(eager's results were used); never replayed again",
+    Reason.HOST_COPY_INTO_INPUT: "host data was copied into a tensor the region had already "
+    "used before the region ended",
 }

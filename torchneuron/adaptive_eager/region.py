@@ -36,7 +36,7 @@ _ALLOWED: dict[State, set[State]] = {
     State.RECORDING: {State.HOT},
     State.HOT: {State.COMPILING, State.READY, State.ABORTED},  # READY: served by the cache
     State.COMPILING: {State.READY, State.ABORTED},
-    State.READY: {State.REPLAYING, State.BLACKLISTED},
+    State.READY: {State.REPLAYING, State.BLACKLISTED, State.COMPILING},  # COMPILING: recaptured
     State.REPLAYING: {State.READY, State.BLACKLISTED},
     State.ABORTED: set(),
     State.BLACKLISTED: set(),
@@ -79,6 +79,7 @@ class Region:
         self.exits: Counter[Reason] = Counter()
         self.exit_positions: Counter[int] = Counter()
         self.exits_since_backoff = 0
+        self.recaptures = 0  # captured again with more outputs (``Runtime.recapture``)
         self.backoffs = 0
         self.skip_starts = 0
 
@@ -122,6 +123,8 @@ class Region:
             + (f"; a block repeated {self.copies}x back to back" if self.copies > 1 else ""),
             f"  executable: {exe.name + f' ({exe.num_kernels} kernels, {exe.device_ns} ns)' if exe else 'none'}"
             f"; replays {self.replays}; modeled compile {self.compile_latency_ns} ns"
+            + (f"; lifted scalars {len(self.plan.lifted)}" if getattr(self.plan, "lifted", None)
+               else "")
             + (f", ready at {self.ready_at_ns} ns" if self.ready_at_ns is not None else ""),
             f"  side exits: {exits or 'none'}",
         ]

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from torchneuron.adaptive_eager import lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
@@ -157,8 +158,10 @@ class Replay:
         self.marked: list[torch.Tensor] = []
         self.bytes = 0
         self.done = False
+        self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
         self.metas: dict[tuple[int, int], torch.Tensor] = region.meta_tensors
+        self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
 
     @property
     def complete(self) -> bool:
@@ -174,7 +177,7 @@ class Replay:
             static, template, tensors = static_of(func, args, kwargs)
         except Unsupported:
             return MISMATCH
-        if static != static_r[:3]:
+        if static != static_r[:3] and not self._lifted_match(static, static_r):
             return MISMATCH
         refs = []
         arg_refs: list[Any] = []
@@ -233,6 +236,11 @@ class Replay:
             return results
         return None
 
+    def _lifted_match(self, static: tuple, static_r: tuple) -> bool:
+        found = self.plan.lift_at.get(self.pos)
+        return found is not None and lift.guard(static, static_r, found, self.scalars,
+                                                 self.plan.lifted)
+
     # --- the end --------------------------------------------------------------------------
     def materialize(self, ik: tuple[int, int] | None) -> None:
         """A read of a pending value (or of a tensor with a deferred write): the region
@@ -264,18 +272,19 @@ class Replay:
         self._release_marks()
         plan = self.plan
         live = self._live()
-        for ik, _ in live:
-            root = plan.roots[ik]
-            if root[0] == "v" and (root[1], root[2]) not in plan.out_index:
-                self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
-                return
+        self.missing = {(root[1], root[2]) for root in (plan.roots[ik] for ik, _ in live)
+                        if root[0] == "v" and (root[1], root[2]) not in plan.out_index}
+        if self.missing:
+            self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
+            return
         inputs = [t.buffer for t in self.ext]
         if plan.written_slots and _aliased(inputs, plan):
             self._eager(Reason.ALIASED_INPUTS)
             return
         with _no_modes():
-            outs = run_checked(self.region, inputs, lambda a: launch(
-                self.region.executable, a, self.core, self.index, 0), self.index)
+            outs = run_checked(self.region, inputs + lift.scalar_inputs(plan.lifted, self.scalars),
+                               lambda a: launch(self.region.executable, a, self.core,
+                                                self.index, 0), self.index)
         roots: dict[tuple[int, int], torch.Tensor] = {}
         for n, v in enumerate(plan.outputs):
             roots[v] = layout_root(outs[n], plan.metas[v], plan.root_nbytes[v])

@@ -2,16 +2,18 @@
 
 Every aten op on neuron tensors passes through ``AdaptiveEagerMode`` (after autograd, so
 backward and optimizer ops too, and factory ops with ``device="neuron"``). Not replaying,
-an op runs eagerly and is recorded into the *segment*; a sync, a read, host data or an op
-that cannot be deferred ends the segment, which is then counted as an instance of the
-region with its signature. A segment that differs from the previous one from the same
-start only after a common prefix counts that prefix as a region too (AdamW's changing
-bias corrections, for one, leave forward and backward as a repeating prefix); a
-sync-free stream is searched for its period. Back-to-back copies of a block (identical
-layers, see ``repeats``) are split out of a segment as one region, the pieces around them
-as regions of their own, each ending in a *cut* where later segments are closed, so that
-replays chain piece after piece. A region seen ``ae_hot_threshold`` times (in different
-steps) is captured and compiled in the background; at a start point (the segment is empty), the
+an op runs eagerly and is recorded into the *segment*; a sync, a read or an op that
+cannot be deferred ends the segment, which is then counted as an instance of the region
+with its signature. Host-to-device copies run eagerly and stay inside (``hostdata``).
+Segments that differ only in float scalars (AdamW's bias corrections, a scheduled learning
+rate) count as one region with those scalars lifted to inputs (``lift``); a segment that
+differs from the previous one from the same start only after a common prefix counts that
+prefix as a region too; a sync-free stream is searched for its period. Back-to-back copies
+of a block (identical layers, see ``repeats``) are split out of a segment as one region,
+the pieces around them as regions of their own, each ending in a *cut* where later
+segments are closed, so that replays chain piece after piece. A region seen
+``ae_hot_threshold`` times (in different steps) is captured and compiled in the
+background; at a start point (the segment is empty), the
 longest ready region whose first op matches and whose modeled compile has finished on the
 simulated clock replays.
 """
@@ -26,13 +28,14 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchneuron.adaptive_eager import background, repeats
+from torchneuron.adaptive_eager import background, hostdata, repeats
 from torchneuron.adaptive_eager.capture import (
     CaptureRefused,
     build_graph,
     example_inputs,
     plan_region,
 )
+from torchneuron.adaptive_eager.lift import Lifter, block_identity
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
 from torchneuron.adaptive_eager.region import Region, State
@@ -52,6 +55,7 @@ aten = torch.ops.aten
 _PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
 _MIN_PERIOD = 4  # ops
 _REPEATS = 3  # a period must repeat this many times back to back
+_RECAPTURES = 2  # recaptures of a region for values held at its end that it lacks
 _MIN_BLOCK = 8  # ops: the shortest block split out of a segment as a repeated region
 _LOOP_COPIES = 16  # back-to-back copies that make a block a loop's body, not layers
 
@@ -105,6 +109,7 @@ class Runtime:
         self.longest_epoch = 0  # ops of the longest epoch that ended
         self.at_boundary = False  # closing a segment that ended at a boundary
         self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
+        self.lifter = Lifter()
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
@@ -118,6 +123,8 @@ class Runtime:
             return func(*args, **kwargs)
         with self.lock:
             self.index = index
+            if hostdata.is_host_to_device(func, args, kwargs):
+                return self.host_copy(func, args, kwargs)
             rp = self.replay
             if rp is not None:
                 if rp.complete:
@@ -142,6 +149,24 @@ class Runtime:
                 if out is not MISMATCH:
                     return out
             return self.record(func, args, kwargs, static, tensors)
+
+    def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
+        its result is a value from outside the region. A copy into a tensor the replay or
+        segment already used ends that first."""
+        if func is aten.copy_.default:
+            rp = self.replay
+            if rp is not None and rp.done:
+                rp = None
+            if hostdata.destination_used(args[0], rp, self.segment):
+                if rp is not None:
+                    if rp.complete:
+                        rp.finish()
+                    else:
+                        rp.side_exit(Reason.HOST_COPY_INTO_INPUT)
+                else:
+                    self.end_segment()
+        return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                tensors: list[torch.Tensor]) -> Any:
@@ -248,14 +273,16 @@ class Runtime:
     def _changes_by_step(self, sigs: tuple) -> bool:
         """Whether a block from the same start as ``sigs``, seen in an earlier step, was
         different (and this one is new): the block changes from step to step. Blocks are
-        told apart by their region key; where changing float scalars are lifted into graph
-        inputs, a block differing only in liftable scalars does not change (compare the
-        signatures with those scalars masked)."""
+        told apart by their signatures with liftable float scalars blanked
+        (``lift.block_identity``): AdamW's per-layer update, whose bias corrections change
+        every step, is one block replayed with lifted scalars."""
         known = self.block_keys.get(_start_key(sigs[0]), {})
-        return region_key(sigs) not in known and any(ep < self.epoch for ep in known.values())
+        key = region_key(block_identity(sigs))
+        return key not in known and any(ep < self.epoch for ep in known.values())
 
     def _known_block(self, sigs: tuple) -> None:
-        self.block_keys.setdefault(_start_key(sigs[0]), {}).setdefault(region_key(sigs), self.epoch)
+        self.block_keys.setdefault(_start_key(sigs[0]), {}).setdefault(
+            region_key(block_identity(sigs)), self.epoch)
 
     def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1,
                      block: repeats.Repeat | None = None, cut: bool = False) -> Region | None:
@@ -269,8 +296,9 @@ class Runtime:
         # the window ends the segment now (a value freed since then, unread by any op,
         # is still held at a replay's end: autograd's seed gradient, for one)
         exact = windows[-1][1] == len(self.segment)
-        region = self.note(sigs, s, e, periodic, seen, windows=windows, block=block is not None,
-                           exact=exact)
+        lifted, also_seen = self.lifter.lift(sigs)  # changing float scalars as inputs
+        region = self.note(lifted or sigs, s, e, periodic, seen, windows=windows,
+                           block=block is not None, exact=exact, earlier=also_seen)
         if region is not None:
             if cut and not region.cut:
                 region.cut = True
@@ -280,7 +308,7 @@ class Runtime:
         start = _start_key(sigs[0])
         prev = self.last_by_start.get(start)
         self.last_by_start[start] = sigs
-        if prev is not None and prev != sigs:
+        if lifted is None and prev is not None and prev != sigs:
             n = _common_prefix(prev, sigs)
             if 2 <= n < min(len(prev), len(sigs)):
                 self.note(sigs[:n], s, s + n, False, 1, prefix=True)
@@ -288,9 +316,11 @@ class Runtime:
 
     def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
              prefix: bool = False, windows: list[tuple[int, int]] | None = None,
-             block: bool = False, exact: bool = True) -> Region | None:
+             block: bool = False, exact: bool = True, earlier: int = 0) -> Region | None:
         """Count a sighting of the region of ``sigs`` (window [s, e) of the segment); make
-        it hot once seen often enough, at a sighting whose live values are ``exact``."""
+        it hot once seen often enough, at a sighting whose live values are ``exact``.
+        ``earlier``: it also stands for that many sightings in earlier steps (a newly
+        lifted region)."""
         key = region_key(sigs)
         region = self.regions.get(key)
         if region is None:
@@ -307,7 +337,8 @@ class Runtime:
             # changing after it (a changing scalar, say). A prefix first found is counted
             # once, so that a full segment that does repeat is compiled before it.
             pass
-        region.times_seen += seen
+        region.times_seen += seen + earlier
+        region.hot_count += earlier
         # Hotness counts one sighting per step (the ops between two boundaries): copies
         # of a block inside one step (the layers) are identical even where the steps
         # differ (AdamW's bias corrections). In a stream without boundaries each sighting
@@ -357,8 +388,15 @@ class Runtime:
             region.to(State.ABORTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
             self.reasons[Reason.CAPTURE_FAILED.value] += 1
             return
+        self.compile_region(region, plan, gm, core)
+
+    def compile_region(self, region: Region, plan: Any, gm: Any, core: Any) -> None:
+        """Take the region's executable from the cache, or compile it in the background
+        with its modeled latency on the simulated compiler queue."""
+        n = len(region)
         region.plan = plan
         region.graph = gm
+        region.verified = False
         region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
         examples = example_inputs(plan)
         cached = background.lookup(gm, examples, region.key)
@@ -371,7 +409,8 @@ class Runtime:
         region.compile_latency_ns = compile_latency_ns(core, n)
         region.ready_at_ns = core.timeline.schedule_compile(region.compile_latency_ns)
         region.future = background.submit(gm, examples, region.key)
-        region.to(State.COMPILING)
+        if region.state is not State.COMPILING:  # (a recaptured region already is)
+            region.to(State.COMPILING)
         self.counts["compilations"] += 1
         log.info("region %s (%d ops) is hot: compiling; modeled latency %d ns, ready at %d ns",
                  region.key, n, region.compile_latency_ns, region.ready_at_ns)
@@ -437,7 +476,7 @@ class Runtime:
                 r.skip_starts -= 1
                 self.reasons[Reason.BACKED_OFF.value] += 1
                 continue
-            if best is None or len(r) > len(best):
+            if best is None or (len(r), len(r.plan.lifted)) > (len(best), len(best.plan.lifted)):
                 best = r
         if best is None:
             return MISMATCH
@@ -496,9 +535,34 @@ class Runtime:
                                {"at_op": rp.pos, "of": len(region)})
         log.debug("side exit of region %s at op %d/%d: %s", region.key, rp.pos, len(region),
                   reason.message)
+        if reason is Reason.LIVE_VALUE_NOT_OUTPUT and rp.missing and region.recaptures < _RECAPTURES:
+            self.recapture(region, rp.missing)
+            return
         region.record_exit(reason, rp.pos,
                            exits_before_backoff=_setting("ae_exits_before_blacklist"),
                            backoff_starts=_setting("ae_backoff_starts"))
+
+    def recapture(self, region: Region, missing: set[tuple[int, int]]) -> None:
+        """A value the program still held at the region's end is not an output (it was
+        not held where the region was captured: between the copies of a repeated block,
+        a loop's last local is): capture the region again with it as an output too."""
+        plan = region.plan
+        region.recaptures += 1
+        region.exits[Reason.LIVE_VALUE_NOT_OUTPUT] += 1
+        try:
+            new = plan_region(region.sigs, plan.n_inputs, plan.input_metas,
+                              set(plan.outputs) | missing)
+            gm = build_graph(region.sigs, new)
+        except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
+            region.to(State.BLACKLISTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
+            self.reasons[Reason.CAPTURE_FAILED.value] += 1
+            return
+        if region.state is State.REPLAYING:
+            region.to(State.READY)
+        region.executable = None
+        region.to(State.COMPILING)
+        log.info("region %s: recaptured with %d more outputs", region.key, len(missing))
+        self.compile_region(region, new, gm, get_core(self.index))
 
     def on_sync(self, index: int, kind: str) -> None:
         with self.lock:

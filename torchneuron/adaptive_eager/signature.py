@@ -85,9 +85,11 @@ def rebuild(template: Any, tensors: list[Any]) -> Any:
     return template
 
 
-def undescribe(desc: Any, tensors: list[Any], device: Any = None) -> Any:
+def undescribe(desc: Any, tensors: list[Any], device: Any = None,
+               lifted: list[Any] | None = None) -> Any:
     """Rebuild an argument structure from its static description, taking tensors in order
-    from ``tensors``; neuron devices become ``device`` when given (graphs run on buffers)."""
+    from ``tensors``; neuron devices become ``device`` when given (graphs run on buffers);
+    a lifted scalar ``("lifted", n)`` becomes ``lifted[n]`` (see ``lift``)."""
     it = iter(tensors)
 
     def go(d: Any) -> Any:
@@ -108,6 +110,10 @@ def undescribe(desc: Any, tensors: list[Any], device: Any = None) -> Any:
             return getattr(torch, d[1].removeprefix("torch."))
         if kind == "float":
             return float(d[1])
+        if kind == "lifted":
+            if lifted is None:
+                raise ValueError("a lifted scalar needs its value (lifted=...)")
+            return lifted[d[1]]
         return d[1]
 
     return go(desc)
@@ -142,11 +148,14 @@ def _arg_text(desc: Any, names: list[str]) -> str:
         return f"{desc[1]}" if desc[2] is None else f"{desc[1]}:{desc[2]}"
     if kind == "E":
         return desc[1]
+    if kind == "lifted":
+        return f"%s{desc[1]}"
     return str(desc[1])
 
 
 def format_region(sigs: tuple) -> str:
-    """One op per line, ``$4: f32[2, 4] = aten.mm.default($3, $2)``; inputs are ``$in0``...
+    """One op per line, ``$4: f32[2, 4] = aten.mm.default($3, $2)``; inputs are ``$in0``...,
+    lifted scalars ``%s0``...
 
     ``sigs`` are a region's entries ``(func, static, refs, outs)`` (see ``recorder``).
     """

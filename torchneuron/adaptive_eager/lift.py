@@ -1,0 +1,281 @@
+"""Lifting changing float scalars into graph inputs, so a region replays with new values.
+
+An optimizer passes Python floats that change every step into device ops: AdamW's bias
+corrections (``exp_avg_sq.sqrt() / bias_correction2_sqrt``, ``addcdiv_(..., value=
+-step_size)``), a scheduler's learning rate (``add_(grad, alpha=-lr)``). Recorded as
+constants, each step is a new region. When instances of a region differ *only* in top-level
+float arguments (same ops, dataflow, tensor metadata: the same *skeleton*), the positions
+that changed are *lifted*: the region's signature holds ``("lifted", n)`` there, the guard
+accepts any float there (never an int or a bool), the captured graph takes scalar ``n`` as
+a 0-d tensor input, and every replay passes the current values.
+
+Exactness decides what may be lifted; anything not in the table below is refused (the
+region stays unlifted and the runtime falls back to the common prefix):
+
+- a float as the ``other`` operand of ``add/sub/mul/div.Tensor`` (and in-place forms) of a
+  float32 or float64 tensor: ATen wraps it as a number that does not promote, and rounds it
+  to the tensor's dtype; a 0-d tensor of that dtype gives the same dtype and the same bits;
+- a Scalar argument (``alpha`` of add/sub, ``value`` of addcmul/addcdiv, ``weight`` of
+  lerp) when every tensor operand has one dtype, float32 or float64 (ATen computes those in
+  the dtype itself): the op is rewritten to tensor arithmetic in the order of ATen's CPU
+  kernel (``self + value * t1 / t2`` for addcdiv), in-place forms writing back into
+  ``self``. Half, bfloat16, integer and bool operands promote or round differently: refused.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+__all__ = ["Lifter", "Lifted", "block_identity", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
+           "MARK"]
+
+aten = torch.ops.aten
+MARK = "lifted"  # ("lifted", n) stands for lifted scalar n in a region's signature
+_FLOATS = (torch.float32, torch.float64)
+_KEEP_SKELETONS = 256  # skeletons remembered (oldest forgotten first)
+
+# Tensor-typed operand given a Python float: the 0-d tensor goes straight into the op.
+_OTHER = {aten.add.Tensor, aten.add_.Tensor, aten.sub.Tensor, aten.sub_.Tensor,
+          aten.mul.Tensor, aten.mul_.Tensor, aten.div.Tensor, aten.div_.Tensor}
+# Scalar-typed arguments, rewritten: op -> argument name.
+_SCALAR = {
+    aten.add.Tensor: "alpha", aten.add_.Tensor: "alpha",
+    aten.sub.Tensor: "alpha", aten.sub_.Tensor: "alpha",
+    aten.addcmul.default: "value", aten.addcmul_.default: "value",
+    aten.addcdiv.default: "value", aten.addcdiv_.default: "value",
+    aten.lerp.Scalar: "weight", aten.lerp_.Scalar: "weight",
+}
+_INPLACE = {aten.add_.Tensor, aten.sub_.Tensor, aten.addcmul_.default, aten.addcdiv_.default,
+            aten.lerp_.Scalar}
+
+
+class Lifted:
+    """A lifted scalar's graph node, as it appears in an argument structure being built."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: fx.Node) -> None:
+        self.node = node
+
+
+def _top(desc: Any) -> tuple[tuple, tuple]:
+    """(positional descriptions, keyword (name, description) pairs) of an op's arguments."""
+    args_d, kw_d = desc[1]
+    return args_d[1], kw_d[1]
+
+
+def _floats(static: tuple) -> list[tuple[tuple, str]]:
+    """Top-level float arguments of an entry: [(where, repr)], where ("a", p) or ("k", name)."""
+    args, kws = _top(static[0])
+    out = [(("a", p), d[1]) for p, d in enumerate(args) if d[0] == "float"]
+    out += [(("k", k), d[1]) for k, d in kws if d[0] == "float"]
+    return out
+
+
+def _replace(desc: Any, subs: dict) -> tuple:
+    args, kws = _top(desc)
+    return ("U", (("U", tuple(subs.get(("a", p), d) for p, d in enumerate(args))),
+                  ("K", tuple((k, subs.get(("k", k), d)) for k, d in kws))))
+
+
+def _name(func: Any, where: tuple) -> str:
+    if where[0] == "k":
+        return where[1]
+    args = func._schema.arguments
+    return args[where[1]].name if where[1] < len(args) else ""
+
+
+def liftable(func: Any, where: tuple, static: tuple) -> torch.dtype | None:
+    """The dtype a float at ``where`` of this op is lifted as, or None (refused)."""
+    if func not in _SCALAR and func not in _OTHER:
+        return None
+    name = _name(func, where)
+    args, kws = _top(static[0])
+    named: dict[str, Any] = {}
+    for p, d in enumerate(args):
+        named[_name(func, ("a", p))] = d
+    named.update(dict(kws))
+    dtypes = {d[1][3] for d in named.values() if d[0] == "T"}
+    if len(dtypes) != 1:
+        return None
+    (dtype,) = dtypes
+    if dtype not in _FLOATS:
+        return None
+    if func in _OTHER and name == "other":
+        return dtype if named.get("self", ("",))[0] == "T" else None
+    if _SCALAR.get(func) == name:
+        needs = {"alpha": ("self", "other"), "value": ("self", "tensor1", "tensor2"),
+                 "weight": ("self", "end")}[name]
+        return dtype if all(named.get(n, ("",))[0] == "T" for n in needs) else None
+    return None
+
+
+def block_identity(sigs: tuple) -> tuple:
+    """What tells a block apart from step to step: ``sigs`` with its float values blanked
+    when every float in it could be lifted (a block that changes only there is the same
+    block with new scalars), else ``sigs`` itself."""
+    skel, _floats_, where = _skeleton(sigs)
+    if all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where):
+        return skel
+    return sigs
+
+
+class Lifter:
+    """Per skeleton (a region's signature with its top-level float values blanked): the
+    float values last seen and the positions seen changing."""
+
+    def __init__(self) -> None:
+        self.state: dict[tuple, tuple[list[str], frozenset[int], bool]] = {}
+
+    def lift(self, sigs: tuple) -> tuple[tuple | None, int]:
+        """(``sigs`` with the positions seen changing lifted, or None: nothing to lift, or
+        a changing float that cannot be lifted exactly; and how many earlier instances the
+        lifted signature also stands for: 1 when it is new, the previous instance)."""
+        skel, floats, where = _skeleton(sigs)
+        if not floats:
+            return None, 0
+        st = self.state.pop(skel, None)
+        if st is None:
+            self.state[skel] = (floats, frozenset(), False)
+            self._bound()
+            return None, 0
+        last, mask, refused = st
+        changed = {k for k, (a, b) in enumerate(zip(last, floats, strict=True)) if a != b}
+        grew = bool(changed - mask)
+        if grew:
+            mask = mask | changed
+            refused = refused or any(
+                liftable(sigs[where[k][0]][0], where[k][1], sigs[where[k][0]][1]) is None
+                for k in changed)
+        self.state[skel] = (floats, mask, refused)
+        if refused or not mask:
+            return None, 0
+        return _apply(sigs, [where[k] for k in sorted(mask)]), int(grew)
+
+    def _bound(self) -> None:
+        while len(self.state) > _KEEP_SKELETONS:
+            self.state.pop(next(iter(self.state)))
+
+
+def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
+    skel, floats, where = [], [], []
+    for i, sig in enumerate(sigs):
+        fl = _floats(sig[1])
+        if not fl:
+            skel.append(sig)
+            continue
+        for w, r in fl:
+            floats.append(r)
+            where.append((i, w))
+        static = sig[1]
+        blank = _replace(static[0], {w: ("float", None) for w, _ in fl})
+        skel.append((sig[0], (blank,) + static[1:], sig[2], sig[3]))
+    return tuple(skel), floats, where
+
+
+def _apply(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
+    by_entry: dict[int, dict] = {}
+    for n, (i, w) in enumerate(positions):
+        by_entry.setdefault(i, {})[w] = (MARK, n)
+    out = list(sigs)
+    for i, subs in by_entry.items():
+        func, static, refs, outs = sigs[i]
+        out[i] = (func, (_replace(static[0], subs),) + static[1:], refs, outs)
+    return tuple(out)
+
+
+def sites(sigs: tuple) -> tuple[dict[int, tuple], list[torch.dtype]]:
+    """Per entry with lifted scalars, ((where, n), ...); and each lifted scalar's dtype."""
+    at: dict[int, tuple] = {}
+    dtypes: dict[int, torch.dtype] = {}
+    for i, (func, static, _refs, _outs) in enumerate(sigs):
+        args, kws = _top(static[0])
+        found = [(("a", p), d[1]) for p, d in enumerate(args) if d[0] == MARK]
+        found += [(("k", k), d[1]) for k, d in kws if d[0] == MARK]
+        if found:
+            at[i] = tuple(found)
+            for w, n in found:
+                dt = liftable(func, w, static)
+                if dt is None:  # the lifter never makes these; refuse rather than guess
+                    raise ValueError(f"{func}: a lifted scalar at {w} cannot be lifted exactly")
+                dtypes[n] = dt
+    return at, [dtypes[n] for n in range(len(dtypes))]
+
+
+def lifted_dtypes(sigs: tuple) -> list[torch.dtype]:
+    return sites(sigs)[1]
+
+
+def guard(static: tuple, static_r: tuple, found: tuple, values: dict[int, float],
+          dtypes: list[torch.dtype]) -> bool:
+    """Whether a live op's static description matches a recorded one with lifted scalars:
+    the same everywhere else, a float at each lifted position, finite values within the
+    dtype's range (ATen raises converting a larger Scalar: eager must run to raise it).
+    Stores the values."""
+    args, kws = _top(static[0])
+    kwd = dict(kws)
+    subs, got = {}, []
+    for w, n in found:
+        d = args[w[1]] if w[0] == "a" and w[1] < len(args) else kwd.get(w[1]) if w[0] == "k" else None
+        if d is None or d[0] != "float":
+            return False
+        subs[w] = (MARK, n)
+        got.append((n, d[1]))
+    if (_replace(static[0], subs), static[1], static[2]) != static_r[:3]:
+        return False
+    for n, r in got:
+        v = float(r)
+        if math.isfinite(v) and abs(v) > torch.finfo(dtypes[n]).max:
+            return False
+        values[n] = v
+    return True
+
+
+def scalar_inputs(dtypes: list[torch.dtype], values: dict[int, float]) -> list[torch.Tensor]:
+    """The 0-d CPU tensors a replay passes for its lifted scalars."""
+    return [torch.tensor(values[n], dtype=d) for n, d in enumerate(dtypes)]
+
+
+def _plain(x: Any) -> Any:
+    return x.node if isinstance(x, Lifted) else x
+
+
+def emit(g: fx.Graph, func: Any, args: list, kwargs: dict) -> fx.Node:
+    """The graph nodes of one op with lifted scalars (``Lifted`` in its arguments)."""
+    named = dict(kwargs)
+    for p, a in enumerate(args):
+        named[func._schema.arguments[p].name] = a
+    scalar = _SCALAR.get(func)
+    if scalar is None or not isinstance(named.get(scalar), Lifted):
+        # only the Tensor-typed ``other`` is lifted: the op takes the 0-d tensor as is
+        return g.call_function(func, tuple(_plain(a) for a in args),
+                               {k: _plain(v) for k, v in kwargs.items()})
+    s = named[scalar].node
+    call = g.call_function
+    self_ = named["self"]
+    if scalar == "alpha":
+        other = _plain(named["other"])
+        scaled = call(aten.mul.Tensor, (other, s))  # ATen: self + alpha * other
+        return call(func, (self_, scaled))  # the same overload, alpha 1
+    if scalar == "value":
+        t1, t2 = named["tensor1"], named["tensor2"]
+        scaled = call(aten.mul.Tensor, (t1, s))  # ATen: self + value * t1 {*,/} t2
+        combine = aten.mul.Tensor if func in (aten.addcmul.default, aten.addcmul_.default) \
+            else aten.div.Tensor
+        rhs = call(combine, (scaled, t2))
+        return call(aten.add_.Tensor if func in _INPLACE else aten.add.Tensor, (self_, rhs))
+    # lerp: |w| < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
+    end = named["end"]
+    diff = call(aten.sub.Tensor, (end, self_))
+    small = call(aten.lt.Scalar, (call(aten.abs.default, (s,)), 0.5))
+    low = call(aten.add.Tensor, (self_, call(aten.mul.Tensor, (s, diff))))
+    high = call(aten.sub.Tensor, (end, call(aten.mul.Tensor, (diff, call(aten.rsub.Scalar, (s, 1))))))
+    out = call(aten.where.self, (small, low, high))
+    if func in _INPLACE:
+        return call(aten.copy_.default, (self_, out))
+    return out
+
