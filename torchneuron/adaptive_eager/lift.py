@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["Lifter", "Lifted", "block_identity", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
+__all__ = ["Lifter", "Lifted", "block_identity", "blind_key", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
            "MARK"]
 
 aten = torch.ops.aten
@@ -124,6 +124,15 @@ def block_identity(sigs: tuple) -> tuple:
     return sigs
 
 
+def blind_key(entry: Any) -> int:
+    """A recorded entry's period key with the floats it could lift blanked: the last op of
+    a lifted region (AdamW's ``addcdiv_``) is found at a cut whatever its step's value."""
+    fl = _floats(entry.static)
+    subs = {w: ("float", None) for w, _ in fl if liftable(entry.func, w, entry.static) is not None}
+    static = (_replace(entry.static[0], subs),) + entry.static[1:] if subs else entry.static
+    return hash((entry.func, static, entry.outs))
+
+
 class Lifter:
     """Per skeleton (a region's signature with its top-level float values blanked): the
     float values last seen and the positions seen changing."""
@@ -155,6 +164,14 @@ class Lifter:
         if refused or not mask:
             return None, 0
         return _apply(sigs, [where[k] for k in sorted(mask)]), int(grew)
+
+    def known(self, sigs: tuple) -> tuple | None:
+        """``sigs`` lifted as the lifter lifts it now (without counting it), or None."""
+        skel, floats, where = _skeleton(sigs)
+        st = self.state.get(skel) if floats else None
+        if st is None or st[2] or not st[1]:
+            return None
+        return _apply(sigs, [where[k] for k in sorted(st[1])])
 
     def _bound(self) -> None:
         while len(self.state) > _KEEP_SKELETONS:

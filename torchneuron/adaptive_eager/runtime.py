@@ -35,7 +35,7 @@ from torchneuron.adaptive_eager.capture import (
     example_inputs,
     plan_region,
 )
-from torchneuron.adaptive_eager.lift import Lifter, block_identity
+from torchneuron.adaptive_eager.lift import Lifter, blind_key, block_identity
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
 from torchneuron.adaptive_eager.region import Region, State
@@ -187,7 +187,7 @@ class Runtime:
         seg.append(func, static + (struct,), tensors, outs, leaves)
         n = len(seg)
         cut = self.cuts.get(n)
-        if cut is not None and seg.keys(n - 1)[0] in cut and self.try_cut(n):
+        if cut is not None and blind_key(seg.entries[n - 1]) in cut and self.try_cut(n):
             return out
         if n in _PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
             self.find_period()
@@ -302,7 +302,7 @@ class Runtime:
         if region is not None:
             if cut and not region.cut:
                 region.cut = True
-                self.cuts.setdefault(e - s, set()).add(self.segment.keys(e - 1)[0])
+                self.cuts.setdefault(e - s, set()).add(blind_key(self.segment.entries[e - 1]))
         if block is not None:  # identical copies: no changing prefix to find
             return region
         start = _start_key(sigs[0])
@@ -449,6 +449,9 @@ class Runtime:
         and start a new segment."""
         sigs, _ = self.segment.relative(0, n)
         region = self.regions.get(region_key(sigs))
+        if region is None:  # a lifted region: its floats change from step to step
+            lifted = self.lifter.known(sigs)
+            region = self.regions.get(region_key(lifted)) if lifted is not None else None
         if region is None or not region.cut:
             return False
         block = repeats.Repeat(0, n, 1) if region.copies > 1 else None
