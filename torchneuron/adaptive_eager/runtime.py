@@ -31,7 +31,7 @@ from torchneuron.adaptive_eager.capture import (
     plan_region,
 )
 from torchneuron.adaptive_eager.reasons import Reason
-from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
+from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.replay import MISMATCH, Replay
 from torchneuron.adaptive_eager.signature import Unsupported, meta_of, region_key
@@ -134,7 +134,7 @@ class Runtime:
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                tensors: list[torch.Tensor]) -> Any:
         written = [(t, meta_of(t)) for t in _written(func, args, kwargs)]
-        out = func(*args, **kwargs)
+        out = run_eagerly(func, args, kwargs, tensors)
         try:
             struct, outs, leaves = outputs_of(out, tensors)
         except Unsupported:

@@ -114,8 +114,22 @@ def undescribe(desc: Any, tensors: list[Any], device: Any = None) -> Any:
 
 
 def region_key(sigs: tuple) -> str:
-    """A stable key for a region: the hash of its signature (nothing process-dependent)."""
-    return hashlib.sha256(repr(sigs).encode()).hexdigest()[:24]
+    """A stable key for a region: the hash of its signature (nothing process-dependent).
+
+    Remembered per signature: every closed window asks, and printing a long signature
+    costs far more than finding it again (its descriptions compare equal exactly when
+    they print the same: scalars carry their type names, floats their ``repr``)."""
+    key = _region_keys.get(sigs)
+    if key is None:
+        key = hashlib.sha256(repr(sigs).encode()).hexdigest()[:24]
+        if len(_region_keys) >= _REGION_KEYS_KEPT:
+            _region_keys.clear()
+        _region_keys[sigs] = key
+    return key
+
+
+_REGION_KEYS_KEPT = 1024
+_region_keys: dict[tuple, str] = {}
 
 
 _SHORT = {
