@@ -22,7 +22,7 @@ from torchneuron.adaptive_eager.signature import Slot, Unsupported, describe, me
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
 
-__all__ = ["Entry", "Segment", "vid_of", "static_of", "outputs_of", "run_eagerly"]
+__all__ = ["Entry", "Segment", "vid_of", "static_of", "outputs_of", "run_eagerly", "slot"]
 
 _vids = itertools.count(1)
 
@@ -70,7 +70,8 @@ _SLOTS = [Slot(j) for j in range(64)]  # shared: templates only read ``Slot.j``
 _OTHER = object()
 
 
-def _slot(j: int) -> Slot:
+def slot(j: int) -> Slot:
+    """``Slot(j)``, shared for small ``j`` (templates are built per op, per replay)."""
     return _SLOTS[j] if j < len(_SLOTS) else Slot(j)
 
 
@@ -79,7 +80,7 @@ def _leaf(a: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
     tp = type(a)
     if tp is NeuronTensor:
         tensors.append(a)
-        return ("T", (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype)), _slot(len(tensors) - 1)
+        return ("T", (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype)), slot(len(tensors) - 1)
     if tp is float:
         return ("float", repr(a)), a
     name = _SCALAR_NAMES.get(tp)

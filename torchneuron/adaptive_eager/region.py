@@ -59,6 +59,7 @@ class Region:
         self.reason: Reason | None = None  # why it is not (or no longer) swapped in
         self.detail = ""
         self.plan: Any = None
+        self.guards: Any = None  # per-op guards, prepared at its first replay (``guard``)
         self.executable: Any = None
         self.future: Any = None
         self.hot_at_ns: int | None = None
