@@ -1,4 +1,7 @@
-"""Fixtures for adaptive-eager tests: a fresh runtime and fresh simulated cores per test."""
+"""Fixtures for adaptive-eager tests: a fresh runtime and fresh simulated cores per test,
+and verification on (TORCHNEURON_VERIFY): each region's first replay is also run eagerly
+and compared, so a wrong executable is caught as ``verify-mismatch`` even where a test
+compares only some of a loop's results."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import pytest
 
 import torchneuron.adaptive_eager as ae
 from torchneuron.hardware import reset as reset_cores
+from torchneuron.hardware.settings import override
 
 
 @pytest.fixture(autouse=True)
@@ -15,6 +19,8 @@ def fresh_adaptive() -> Iterator[None]:
     ae.disable()
     ae.reset()
     reset_cores()
-    yield
+    with override(verify=True):
+        yield
+    assert "verify-mismatch" not in ae.stats()["fallback_reasons"], ae.explain()
     ae.disable()
     ae.reset()

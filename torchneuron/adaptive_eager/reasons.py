@@ -30,6 +30,7 @@ class Reason(enum.Enum):
     BACKED_OFF = "backed-off"
     BLACKLISTED = "blacklisted"
     COMPILE_PENDING = "compile-pending"
+    VERIFY_MISMATCH = "verify-mismatch"
 
     @property
     def message(self) -> str:
@@ -58,4 +59,6 @@ _MESSAGES = {
     Reason.BACKED_OFF: "the region exited too often; replay skipped for a while (back-off)",
     Reason.BLACKLISTED: "the region exited too often after back-offs; never replayed again",
     Reason.COMPILE_PENDING: "its modeled compile had not finished on the simulated clock",
+    Reason.VERIFY_MISMATCH: "its first replay differed from eager under TORCHNEURON_VERIFY "
+    "(eager's results were used); never replayed again",
 }

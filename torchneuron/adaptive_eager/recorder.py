@@ -238,6 +238,12 @@ class Segment:
         self.src.clear()
         self.wrefs.clear()
 
+    def drop(self, k: int) -> None:
+        """Forget the first ``k`` entries (closed as regions); values they produced count
+        as inputs of later windows from now on."""
+        del self.entries[:k]
+        del self.wrefs[:k]
+
     def keys(self, start: int = 0) -> list[int]:
         """Hashes of the static signatures from ``start`` (for finding periods)."""
         return [e.period_key() for e in self.entries[start:]]

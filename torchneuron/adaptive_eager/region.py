@@ -55,12 +55,20 @@ class Region:
         self.sigs = sigs
         self.periodic = periodic
         self.times_seen = 0
+        self.hot_count = 0  # sightings that count towards hotness (one per step)
+        self.epoch = -1  # the runtime's epoch at the last sighting
+        self.copies = 1  # most back-to-back copies in one step (a repeated block)
+        self.in_step = 0  # copies in the current step
+        self.cut = False  # ends a piece of a split segment: segments are cut after it
         self.state = State.RECORDING
         self.reason: Reason | None = None  # why it is not (or no longer) swapped in
         self.detail = ""
         self.plan: Any = None
         self.guards: Any = None  # per-op guards, prepared at its first replay (``guard``)
         self.executable: Any = None
+        self.graph: Any = None  # the captured FX graph (the verify reference)
+        self.verified = False  # its first replay was checked (or verify is off)
+        self.mismatch: Any = None  # a verify mismatch of that check
         self.future: Any = None
         self.hot_at_ns: int | None = None
         self.ready_at_ns: int | None = None  # simulated moment its compile finishes
@@ -110,7 +118,8 @@ class Region:
         exits = ", ".join(f"{r.value} x{n}" for r, n in sorted(self.exits.items(), key=lambda x: x[0].value))
         lines = [
             f"region {self.key}: {len(self)} ops, seen {self.times_seen}x, state {self.state.value}"
-            + (" (periodic)" if self.periodic else ""),
+            + (" (periodic)" if self.periodic else "")
+            + (f"; a block repeated {self.copies}x back to back" if self.copies > 1 else ""),
             f"  executable: {exe.name + f' ({exe.num_kernels} kernels, {exe.device_ns} ns)' if exe else 'none'}"
             f"; replays {self.replays}; modeled compile {self.compile_latency_ns} ns"
             + (f", ready at {self.ready_at_ns} ns" if self.ready_at_ns is not None else ""),

@@ -29,6 +29,7 @@ from torchneuron.adaptive_eager.guard import guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
+from torchneuron.adaptive_eager.verify import run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor
@@ -277,7 +278,8 @@ class Replay:
             self._eager(Reason.ALIASED_INPUTS)
             return
         with _no_modes():
-            outs = launch(self.region.executable, inputs, self.core, self.index, 0)  # type: ignore[arg-type]
+            outs = run_checked(self.region, inputs, lambda a: launch(
+                self.region.executable, a, self.core, self.index, 0), self.index)
         roots: dict[tuple[int, int], torch.Tensor] = {}
         for n, v in enumerate(plan.outputs):
             roots[v] = layout_root(outs[n], plan.metas[v], plan.root_nbytes[v])

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchneuron.adaptive_eager import background
+from torchneuron.adaptive_eager import background, repeats
 from torchneuron.adaptive_eager.capture import (
     CaptureRefused,
     build_graph,
@@ -38,7 +38,7 @@ from torchneuron.adaptive_eager.signature import Unsupported, meta_of, region_ke
 from torchneuron.compiler.launch import compile_latency_ns
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch.opfacts import op_facts
-from torchneuron.hardware import get_core, settings
+from torchneuron.hardware import get_core, program_compile_latency_ns, settings
 
 __all__ = ["AdaptiveEagerMode", "Runtime"]
 
@@ -49,6 +49,7 @@ aten = torch.ops.aten
 _PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
 _MIN_PERIOD = 4  # ops
 _REPEATS = 3  # a period must repeat this many times back to back
+_MIN_BLOCK = 8  # ops: the shortest block split out of a segment as a repeated region
 
 
 def _setting(name: str) -> int:
@@ -92,7 +93,12 @@ class Runtime:
         self.regions: dict[str, Region] = {}
         self.by_start: dict[tuple, list[Region]] = {}
         self.last_by_start: dict[tuple, tuple] = {}
-        self.periodic_lengths: set[int] = set()
+        # region length -> keys of the last op of regions that end a piece of a split
+        # segment (a repeated block, or the piece before one): the segment is cut there
+        self.cuts: dict[int, set[int]] = {}
+        self.epoch = 0  # segments ended at a boundary (a sync, a read, host data): steps
+        self.at_boundary = False  # closing a segment that ended at a boundary
+        self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
@@ -149,22 +155,97 @@ class Runtime:
         seg = self.segment
         seg.append(func, static + (struct,), tensors, outs, leaves)
         n = len(seg)
-        if n in self.periodic_lengths:
-            self.close_periodic(n)
-        elif n in _PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
+        cut = self.cuts.get(n)
+        if cut is not None and seg.keys(n - 1)[0] in cut and self.try_cut(n):
+            return out
+        if n in _PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
             self.find_period()
         return out
 
     # --- segments and regions ---------------------------------------------------------------
-    def end_segment(self) -> None:
+    def end_segment(self, boundary: bool = True) -> None:
         seg = self.segment
         if seg.entries:
-            self.close_window(0, len(seg))
+            self.at_boundary = boundary
+            try:
+                self.close_split(0, len(seg))
+            finally:
+                self.at_boundary = False
+            if boundary:
+                self.epoch += 1
         seg.clear()
 
-    def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1) -> Region | None:
+    def close_split(self, s: int, e: int, cut_end: bool = False) -> None:
+        """Close window [s, e) of the segment: each run of back-to-back copies of a block
+        (the layers of a model, see ``repeats``) as one region, the pieces between as
+        regions of their own. Every piece that ends before ``e`` (or at it, with
+        ``cut_end``) becomes a cut point: from then on a segment that is exactly that
+        piece ends there, so the next piece can start replaying at the next op."""
+        pieces = repeats.split(self.segment.keys(), s, e, _MIN_BLOCK, self._accept_block)
+        for piece in pieces:
+            if piece.copies > 1:
+                self.close_window(piece.start, piece.start + piece.period, seen=piece.copies,
+                                  block=piece, cut=True)
+            else:
+                self.close_window(piece.start, piece.end, cut=piece.end < e or cut_end)
+
+    def _accept_block(self, rep: repeats.Repeat, lo: int, hi: int) -> repeats.Repeat | None:
+        """A tandem repeat of window [lo, hi) as a region of its own: the leading copies
+        with the same dataflow (the keys leave it out), if a replay of the block gains and
+        the split compiles less than the window whole (the modeled latency, base plus per
+        op, of the block and the pieces beside it against the whole; on the profile's
+        figures even when latency is off, so the split is the same either way).
+
+        A block that changes from step to step is refused: the copies of AdamW's update
+        of each layer's parameters are identical within a step, but its bias corrections
+        change every step, so the block would never replay, and the pieces split off
+        around it would each leave a common prefix to compile."""
+        p = get_core(self.index).profile
+        if _gain(p, rep.period) <= _setting("ae_min_gain_ns") or not _pays(p, rep, lo, hi):
+            return None
+        seg = self.segment
+        first, _ = seg.relative(rep.start, rep.start + rep.period)
+        if self._changes_by_step(first):
+            return None
+        copies = 1
+        while copies < rep.copies:
+            a = rep.start + copies * rep.period
+            if seg.relative(a, a + rep.period)[0] != first:
+                break
+            copies += 1
+        rep = repeats.Repeat(rep.start, rep.period, copies)
+        if copies < 2 or not _pays(p, rep, lo, hi):
+            return None
+        self._known_block(first)
+        return rep
+
+    def _changes_by_step(self, sigs: tuple) -> bool:
+        """Whether a block from the same start as ``sigs``, seen in an earlier step, was
+        different (and this one is new): the block changes from step to step. Blocks are
+        told apart by their region key; where changing float scalars are lifted into graph
+        inputs, a block differing only in liftable scalars does not change (compare the
+        signatures with those scalars masked)."""
+        known = self.block_keys.get(_start_key(sigs[0]), {})
+        return region_key(sigs) not in known and any(ep < self.epoch for ep in known.values())
+
+    def _known_block(self, sigs: tuple) -> None:
+        self.block_keys.setdefault(_start_key(sigs[0]), {}).setdefault(region_key(sigs), self.epoch)
+
+    def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1,
+                     block: repeats.Repeat | None = None, cut: bool = False) -> Region | None:
+        """Count window [s, e) as ``seen`` instances of its region; ``block``: the window
+        is the first of that many back-to-back copies (liveness from all of them)."""
         sigs, slot_vids = self.segment.relative(s, e)
-        region = self.note(sigs, s, e, periodic, seen)
+        windows = [(s, e)] if block is None else [
+            (block.start + j * block.period, block.start + (j + 1) * block.period)
+            for j in range(block.copies)]
+        region = self.note(sigs, s, e, periodic, seen, windows=windows, block=block is not None)
+        if region is not None:
+            if cut and not region.cut:
+                region.cut = True
+                self.cuts.setdefault(e - s, set()).add(self.segment.keys(e - 1)[0])
+        if block is not None:  # identical copies: no changing prefix to find
+            return region
         start = _start_key(sigs[0])
         prev = self.last_by_start.get(start)
         self.last_by_start[start] = sigs
@@ -175,7 +256,8 @@ class Runtime:
         return region
 
     def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
-             prefix: bool = False) -> Region | None:
+             prefix: bool = False, windows: list[tuple[int, int]] | None = None,
+             block: bool = False) -> Region | None:
         key = region_key(sigs)
         region = self.regions.get(key)
         if region is None:
@@ -193,11 +275,27 @@ class Runtime:
             # once, so that a full segment that does repeat is compiled before it.
             pass
         region.times_seen += seen
-        if region.state is State.RECORDING and region.times_seen >= _setting("ae_hot_threshold"):
-            self.make_hot(region, s, e)
+        # Hotness counts one sighting per step (segments ended at a boundary): copies of
+        # a block inside one step (the layers) are identical even where the steps differ
+        # (AdamW's bias corrections). A stream that never synced has no steps: there
+        # each sighting counts (its periods are its steps).
+        same_step = region.epoch == self.epoch
+        if self.epoch == 0 and not self.at_boundary:
+            region.hot_count += seen
+        elif not same_step:
+            region.hot_count += 1
+        if block:  # back-to-back copies in one step (in a sync-free stream: at once)
+            region.in_step = region.in_step + seen if same_step and self.epoch else seen
+            region.copies = max(region.copies, region.in_step)
+        region.epoch = self.epoch
+        if region.state is State.RECORDING and region.hot_count >= _setting("ae_hot_threshold"):
+            self.make_hot(region, s, e, windows or [(s, e)])
         return region
 
-    def make_hot(self, region: Region, s: int, e: int) -> None:
+    def make_hot(self, region: Region, s: int, e: int, windows: list[tuple[int, int]]) -> None:
+        """Capture the region from window [s, e) and compile it. Its graph returns the
+        values that may be used after any of ``windows`` (its instances in the segment:
+        the copies of a repeated block need the same outputs)."""
         region.to(State.HOT)
         core = get_core(self.index)
         region.hot_at_ns = core.now
@@ -209,7 +307,7 @@ class Runtime:
             return
         p = core.profile
         n = len(region)
-        gain = n * (p.host_dispatch_ns + p.kernel_launch_ns) - (n * p.guard_check_ns + p.executable_launch_ns)
+        gain = _gain(p, n)
         if gain <= _setting("ae_min_gain_ns"):
             region.to(State.ABORTED, Reason.NO_GAIN, f"predicted saving {gain} ns per replay")
             self.reasons[Reason.NO_GAIN.value] += 1
@@ -218,13 +316,15 @@ class Runtime:
         _, slot_vids = seg.relative(s, e)
         metas = _input_metas(seg, s, e, len(slot_vids))
         try:
-            plan = plan_region(region.sigs, len(metas), metas, seg.live_at(s, e))
+            live = set().union(*(seg.live_at(a, b) for a, b in windows))
+            plan = plan_region(region.sigs, len(metas), metas, live)
             gm = build_graph(region.sigs, plan)
         except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
             region.to(State.ABORTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
             self.reasons[Reason.CAPTURE_FAILED.value] += 1
             return
         region.plan = plan
+        region.graph = gm
         region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
         examples = example_inputs(plan)
         cached = background.lookup(gm, examples, region.key)
@@ -243,27 +343,45 @@ class Runtime:
                  region.key, n, region.compile_latency_ns, region.ready_at_ns)
 
     def find_period(self) -> None:
+        """A long segment without a sync: if its end repeats with some period (``_REPEATS``
+        copies back to back), the copies are one region, cut at every copy from now on;
+        what came before them is split as at a sync, and the unfinished copy at the end
+        stays in the segment. The copies are aligned where the repetition began."""
         seg = self.segment
         keys = seg.keys()
         n = len(keys)
         for p in range(_MIN_PERIOD, n // _REPEATS + 1):
             if all(keys[n - p:] == keys[n - (r + 1) * p:n - r * p] for r in range(1, _REPEATS)):
-                a, _ = seg.relative(n - 2 * p, n - p)
-                b, _ = seg.relative(n - p, n)
-                region = self.close_window(n - p, n, periodic=True, seen=2 if a == b else 1)
-                if region is not None:
-                    self.periodic_lengths.add(p)
-                seg.clear()
+                start = repeats.run_start(keys, n, p)
+                f = start + (n - start) // p * p  # the end of the last whole copy
+                last, _ = seg.relative(f - p, f)
+                k = 1
+                while f - (k + 1) * p >= start and seg.relative(f - (k + 1) * p, f - k * p)[0] == last:
+                    k += 1
+                if self._changes_by_step(last):
+                    return
+                self._known_block(last)
+                b = f - k * p
+                if b > 0:
+                    self.close_split(0, b, cut_end=True)
+                self.close_window(b, b + p, periodic=True, seen=k,
+                                  block=repeats.Repeat(b, p, k), cut=True)
+                seg.drop(f)
                 return
         if n >= _setting("ae_max_region_ops"):
-            self.end_segment()
+            self.end_segment(boundary=False)
 
-    def close_periodic(self, n: int) -> None:
+    def try_cut(self, n: int) -> bool:
+        """The segment is exactly a region that ends a piece (``close_split``): count it
+        and start a new segment."""
         sigs, _ = self.segment.relative(0, n)
         region = self.regions.get(region_key(sigs))
-        if region is not None and region.periodic:
-            self.close_window(0, n, periodic=True)
-            self.segment.clear()
+        if region is None or not region.cut:
+            return False
+        block = repeats.Repeat(0, n, 1) if region.copies > 1 else None
+        self.close_window(0, n, periodic=region.periodic, block=block)
+        self.segment.clear()
+        return True
 
     # --- swap-in ------------------------------------------------------------------------------
     def try_start(self, func: Any, args: tuple, kwargs: dict, static: tuple,
@@ -325,7 +443,10 @@ class Runtime:
         if core.timeline.observers:
             core.timeline.emit("adaptive", f"replay {region.key}",
                                rp.started_ns, core.now)
-        if region.state is State.REPLAYING:
+        if region.mismatch is not None:
+            region.to(State.BLACKLISTED, Reason.VERIFY_MISMATCH, str(region.mismatch))
+            self.reasons[Reason.VERIFY_MISMATCH.value] += 1
+        elif region.state is State.REPLAYING:
             region.to(State.READY)
 
     def replay_exited(self, rp: Replay, reason: Reason) -> None:
@@ -371,6 +492,19 @@ def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
 def _start_key(sig: tuple) -> tuple:
     func, static, refs, _outs = sig
     return (func, static[:3], refs)
+
+
+def _gain(p: Any, n: int) -> int:
+    """Predicted host saving of one replay of an ``n``-op region on profile ``p``."""
+    return n * (p.host_dispatch_ns + p.kernel_launch_ns) - (n * p.guard_check_ns + p.executable_launch_ns)
+
+
+def _pays(p: Any, rep: repeats.Repeat, lo: int, hi: int) -> bool:
+    """Whether splitting window [lo, hi) around ``rep`` compiles less than the window."""
+    def latency(n: int) -> int:
+        return program_compile_latency_ns(p, n, True) if n > 0 else 0
+    split = latency(rep.start - lo) + latency(rep.period) + latency(hi - rep.end)
+    return split < latency(hi - lo)
 
 
 def _common_prefix(a: tuple, b: tuple) -> int:

@@ -160,6 +160,7 @@ def run_verified(name: str, gm: fx.GraphModule, args: list[Any],
                  ) -> tuple[list[Any], Mismatch | None]:
     """Run the executable (``run``) and ``gm`` eagerly from the same inputs and RNG state.
 
+    The outputs are compared, then every input (in-place writes land there).
     Agreeing: returns the executable's outputs and None. Differing: the mismatch is
     reported (:func:`report_mismatch`), the inputs get eager's mutations, the generator
     eager's end state, and eager's outputs are returned with the mismatch, so even this
@@ -172,6 +173,13 @@ def run_verified(name: str, gm: fx.GraphModule, args: list[Any],
     expected, ref_end = run_reference(gm, clones, state)
     got = run(args)
     mismatch = compare_outputs(name, expected, got, graph=gm.graph)
+    if mismatch is None:  # in-place writes into the inputs (optimizer state, statistics)
+        written = [(c, a) for c, a in zip(clones, full, strict=True)
+                   if isinstance(a, torch.Tensor)]
+        mismatch = compare_outputs(name, [c for c, _ in written], [a for _, a in written])
+        if mismatch is not None:
+            mismatch.detail = f"input {mismatch.output} after the in-place writes"
+            mismatch.op = None
     if mismatch is None and get_rng_state is not None and ref_end is not None \
             and not torch.equal(get_rng_state(), ref_end):
         mismatch = Mismatch(name, 0, None, "eager's random stream", "a different one", None,

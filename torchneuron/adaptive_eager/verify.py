@@ -1,0 +1,54 @@
+"""Verification of replays: a region's first replay also runs eagerly and is compared.
+
+With the setting ``verify`` on (``TORCHNEURON_VERIFY=1``), the first time a region's
+executable would run, its captured graph runs eagerly on clones of the same input
+buffers and the same random state (``compiler.verify.run_verified``). Agreeing, the
+executable's results are used and the region is trusted from then on. Differing, the
+mismatch is logged and counted (``compiler.stats()`` failure ``verify:verify-mismatch``),
+the inputs, outputs and generator get eager's results, and the region is blacklisted
+(``Reason.VERIFY_MISMATCH``): a wrong region never hands out a number.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torchneuron.compiler.verify import run_verified, verify_enabled
+from torchneuron.device import random
+from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
+
+__all__ = ["run_checked"]
+
+
+def run_checked(region: Any, inputs: list[torch.Tensor],
+                run: Callable[[list[torch.Tensor]], list[Any]], index: int) -> list[Any]:
+    """``run(inputs)``, checked against the region's graph on its first run when the
+    ``verify`` setting is on. Sets ``region.mismatch`` when the two differ."""
+    if region.verified or region.graph is None or not verify_enabled():
+        return run(inputs)
+    region.verified = True
+    gen = random.generator(index)
+    outs, mismatch = run_verified(f"region_{region.key}", _reference(region.graph), inputs, run,
+                                  get_rng_state=gen.get_state, set_rng_state=gen.set_state,
+                                  source="adaptive_eager")
+    region.mismatch = mismatch
+    return outs
+
+
+def _reference(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` as eager runs it on the buffers: ops the CPU lacks (the fused RNN cells)
+    call the device's own implementation."""
+    if not any(n.op == "call_function" and n.target in FUSED_CELL_KERNELS
+               for n in gm.graph.nodes):
+        return gm
+    ref = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    for node in ref.graph.nodes:
+        if node.op == "call_function" and node.target in FUSED_CELL_KERNELS:
+            node.target = FUSED_CELL_KERNELS[node.target]
+    ref.recompile()
+    return ref
