@@ -47,7 +47,7 @@ class Output:
 
     same: int | None  # tensor argument j for an in-place op's output
     ik: tuple[int, int] | None  # (op, output) of the value, one tuple object per region
-    meta: torch.Tensor | None  # the meta tensor pending wrappers copy their layout from
+    meta: tuple | None  # (sizes, strides, offset, dtype) of the pending tensor
     nbytes: int  # storage bytes of a new value (0 for views)
 
 
@@ -68,20 +68,17 @@ class OpGuard:
     check_indices: bool  # the op's index values are checked before deferring
 
 
-def guards_of(region: Any, metas: dict[tuple[int, int], torch.Tensor],
-              index_checked: Any) -> list[OpGuard]:
+def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
     """The guards of ``region``'s ops, prepared at its first replay and kept on it.
-    ``metas``: the meta tensor of each value; ``index_checked``: ops whose index values
-    are checked."""
+    ``index_checked``: the ops whose index values are checked before deferring."""
     guards = region.guards
     if guards is None:
-        guards = region.guards = [_guard(i, sig, metas, index_checked)
+        guards = region.guards = [_guard(i, sig, index_checked)
                                   for i, sig in enumerate(region.sigs)]
     return guards
 
 
-def _guard(i: int, sig: tuple, metas: dict[tuple[int, int], torch.Tensor],
-           index_checked: Any) -> OpGuard:
+def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
     func, static, refs, outs = sig
     values: dict[tuple, tuple[int, int]] = {}  # one (i, k) tuple object per value
     flow = tuple(r[1] if r[0] == "x" else values.setdefault(r, (r[1], r[2])) for r in refs)
@@ -96,7 +93,7 @@ def _guard(i: int, sig: tuple, metas: dict[tuple[int, int], torch.Tensor],
         elif out[0] == "same":
             outputs.append(Output(out[1], None, None, 0))
         else:
-            outputs.append(Output(None, (i, k), metas[(i, k)], out[2] if out[0] == "new" else 0))
+            outputs.append(Output(None, (i, k), out[1], out[2] if out[0] == "new" else 0))
     return OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
                    op_facts(func).written, tuple(outputs), static[3], func in index_checked)
 

@@ -32,7 +32,7 @@ from torchneuron.adaptive_eager.signature import Unsupported, rebuild
 from torchneuron.adaptive_eager.verify import run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
-from torchneuron.device.tensor import NeuronTensor
+from torchneuron.device.tensor import NeuronTensor, pending_tensor
 from torchneuron.dispatch import run_op
 from torchneuron.hardware import get_core
 
@@ -158,7 +158,7 @@ class Replay:
         self.bytes = 0
         self.done = False
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
-        self.guards = guards_of(region, region.meta_tensors, _INDEX_CHECKS)
+        self.guards = guards_of(region, _INDEX_CHECKS)
 
     @property
     def complete(self) -> bool:
@@ -224,7 +224,7 @@ class Replay:
                 results.append(tensors[out.same])
             else:
                 value = _Value(self, out.ik)  # type: ignore[arg-type]
-                w = NeuronTensor(None, self.index, meta=out.meta, pending=value)
+                w = pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
                 self.bytes += out.nbytes
                 results.append(w)

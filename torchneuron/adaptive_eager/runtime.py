@@ -325,7 +325,6 @@ class Runtime:
             return
         region.plan = plan
         region.graph = gm
-        region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
         examples = example_inputs(plan)
         cached = background.lookup(gm, examples, region.key)
         if cached is not None:  # a warm cache: ready now, nothing compiled, no latency
@@ -514,14 +513,6 @@ def _common_prefix(a: tuple, b: tuple) -> int:
             break
         n += 1
     return n
-
-
-def _meta_tensor(meta: tuple) -> torch.Tensor:
-    """A meta tensor with exactly ``meta``'s sizes, strides and offset (for pending tensors)."""
-    shape, stride, offset, dtype = meta
-    extent = 0 if any(s == 0 for s in shape) else (
-        offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True)))
-    return torch.empty(extent, dtype=dtype, device="meta").as_strided(shape, stride, offset)
 
 
 def _input_metas(seg: Segment, s: int, e: int, n: int) -> list[tuple]:
