@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torchneuron  # noqa: F401
-from torchneuron.adaptive_eager import signature
+from torchneuron.adaptive_eager import guard, signature
 from torchneuron.adaptive_eager.recorder import static_of
 from torchneuron.adaptive_eager.signature import Unsupported, describe, rebuild, region_key
 
@@ -76,3 +76,51 @@ def test_region_key_is_remembered_and_stable() -> None:
     assert region_key((sig,)) == key  # computed again: the same
     other = (sig[0], sig[1][:1] + (False,) + sig[1][2:], sig[2], sig[3])  # grad mode off
     assert region_key((other,)) != key
+
+
+def _guard_for(args: tuple, kwargs: dict) -> guard.OpGuard:
+    func = torch.ops.aten.add.Tensor
+    static, _template, tensors = static_of(func, args, kwargs)
+    sig = (func, static + ("single",), tuple(("x", j) for j in range(len(tensors))), (None,))
+    return guard._guard(0, sig, set())
+
+
+@pytest.mark.parametrize("case", range(len(_args())))
+def test_guard_matches_what_was_recorded(case: int) -> None:
+    args, kwargs = _args()[case]
+    g = _guard_for(args, kwargs)
+    tensors: list[torch.Tensor] = []
+    template = guard.match(g, args, kwargs, tensors)
+    _static, expected, general = static_of(torch.ops.aten.add.Tensor, args, kwargs)
+    assert template is not None
+    assert all(a is b for a, b in zip(tensors, general, strict=True))
+    assert repr(rebuild(template, tensors)) == repr(rebuild(expected, general))
+
+
+def test_guard_refuses_what_the_general_check_refuses() -> None:
+    x = torch.randn(3, 4, device="neuron")
+    y = torch.randn(4, 3, device="neuron").t()  # same shape as x, other strides
+    z = torch.randn(3, 4, device="neuron", dtype=torch.float64)
+    recorded = (x, 1.0, [1, 2], True), {"alpha": -0.0}
+    g = _guard_for(*recorded)
+    changed = [
+        ((y, 1.0, [1, 2], True), {"alpha": -0.0}),  # strides
+        ((z, 1.0, [1, 2], True), {"alpha": -0.0}),  # dtype
+        ((x[1:], 1.0, [1, 2], True), {"alpha": -0.0}),  # shape and offset
+        ((x, 1.5, [1, 2], True), {"alpha": -0.0}),  # a float's value
+        ((x, 1, [1, 2], True), {"alpha": -0.0}),  # int for float
+        ((x, 1.0, [1, 3], True), {"alpha": -0.0}),  # a list item
+        ((x, 1.0, (1, 2), True), {"alpha": -0.0}),  # tuple for list
+        ((x, 1.0, [1, 2, 3], True), {"alpha": -0.0}),  # list length
+        ((x, 1.0, [1, 2], 1), {"alpha": -0.0}),  # int for bool
+        ((x, 1.0, [1, 2], True), {"alpha": 0.0}),  # 0.0 for -0.0
+        ((x, 1.0, [1, 2], True), {}),  # a keyword missing
+        ((x, 1.0, [1, 2], True), {"beta": -0.0}),  # another keyword
+        ((x, 1.0, [1, 2]), {"alpha": -0.0}),  # an argument missing
+    ]
+    for args, kwargs in changed:
+        assert static_of(torch.ops.aten.add.Tensor, args, kwargs)[0] != g.static
+        assert guard.match(g, args, kwargs, []) is None, (args, kwargs)
+    with torch.no_grad():
+        assert guard.match(g, *recorded, []) is None
+    assert guard.match(g, *recorded, []) is not None
