@@ -124,3 +124,16 @@ def test_guard_refuses_what_the_general_check_refuses() -> None:
     with torch.no_grad():
         assert guard.match(g, *recorded, []) is None
     assert guard.match(g, *recorded, []) is not None
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_region_key_hashes_the_printed_signature(n: int) -> None:
+    import hashlib
+
+    x = torch.randn(2, device="neuron")
+    sig = (torch.ops.aten.neg.default,
+           static_of(torch.ops.aten.neg.default, (x,), {})[0] + ("single",), (("x", 0),), ())
+    sigs = (sig,) * n
+    signature._region_keys.clear()
+    signature._sig_texts.clear()
+    assert region_key(sigs) == hashlib.sha256(repr(sigs).encode()).hexdigest()[:24]
