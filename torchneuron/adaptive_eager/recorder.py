@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
-from torchneuron.adaptive_eager.signature import Unsupported, describe, meta_of
+from torchneuron.adaptive_eager.signature import Slot, Unsupported, describe, meta_of
 from torchneuron.device.tensor import NeuronTensor
+from torchneuron.dispatch import run_op
 
-__all__ = ["Entry", "Segment", "vid_of", "static_of", "outputs_of"]
+__all__ = ["Entry", "Segment", "vid_of", "static_of", "outputs_of", "run_eagerly", "slot"]
 
 _vids = itertools.count(1)
 
@@ -37,10 +38,75 @@ def vid_of(t: torch.Tensor) -> int:
 
 def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, Any, list[torch.Tensor]]:
     """(static signature, argument template, tensor arguments) of a call; may raise
-    ``Unsupported``."""
+    ``Unsupported``.
+
+    The same description as ``signature.describe((args, kwargs))``, built in one flat
+    loop for the arguments aten ops take (neuron tensors, plain scalars, flat lists of
+    them): every recorded op and every guarded op pays this, and the generic recursion
+    cost more than the rest of recording. Any other argument goes through ``describe``.
+    """
     tensors: list[torch.Tensor] = []
-    desc, template = describe((args, kwargs), tensors)
-    return (desc, torch.is_grad_enabled(), torch.is_autocast_enabled()), template, tensors
+    adesc, atemp = [], []
+    for a in args:
+        d, t = _arg(a, tensors)
+        adesc.append(d)
+        atemp.append(t)
+    if kwargs:
+        kdesc, ktemp = [], {}
+        for k, a in kwargs.items():
+            d, t = _arg(a, tensors)
+            kdesc.append((k, d))
+            ktemp[k] = t
+        kd = ("K", tuple(kdesc))
+    else:
+        kd, ktemp = _NO_KWARGS, {}
+    desc = ("U", (("U", tuple(adesc)), kd))
+    return (desc, torch.is_grad_enabled(), torch.is_autocast_enabled()), (tuple(atemp), ktemp), tensors
+
+
+_NO_KWARGS = ("K", ())
+_SCALAR_NAMES = {bool: "bool", int: "int", str: "str", type(None): "NoneType"}
+_SLOTS = [Slot(j) for j in range(64)]  # shared: templates only read ``Slot.j``
+_OTHER = object()
+
+
+def slot(j: int) -> Slot:
+    """``Slot(j)``, shared for small ``j`` (templates are built per op, per replay)."""
+    return _SLOTS[j] if j < len(_SLOTS) else Slot(j)
+
+
+def _leaf(a: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
+    """``describe`` of a tensor or plain scalar, or ``(_OTHER, None)`` for anything else."""
+    tp = type(a)
+    if tp is NeuronTensor:
+        tensors.append(a)
+        return ("T", (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype)), slot(len(tensors) - 1)
+    if tp is float:
+        return ("float", repr(a)), a
+    name = _SCALAR_NAMES.get(tp)
+    if name is not None:
+        return (name, a), a
+    return _OTHER, None
+
+
+def _arg(a: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
+    """``describe(a, tensors)``, without recursion for flat lists of leaves."""
+    d, t = _leaf(a, tensors)
+    if d is not _OTHER:
+        return d, t
+    tp = type(a)
+    if tp is list or tp is tuple:
+        n = len(tensors)
+        ds, ts = [], []
+        for x in a:
+            d, t = _leaf(x, tensors)
+            if d is _OTHER:
+                del tensors[n:]
+                return describe(a, tensors)
+            ds.append(d)
+            ts.append(t)
+        return ("L" if tp is list else "U", tuple(ds)), (ts if tp is list else tuple(ts))
+    return describe(a, tensors)
 
 
 def _storage_ptr(t: NeuronTensor) -> int:
@@ -53,9 +119,10 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
     Each output is ``None``, ``("same", j)`` (it is tensor argument j), ``("view", meta, j)``
     (a view of argument j's storage) or ``("new", meta, storage_nbytes)``.
     """
-    if isinstance(result, torch.Tensor):
+    tp = type(result)
+    if tp is NeuronTensor or isinstance(result, torch.Tensor):
         struct, leaves = "single", [result]
-    elif isinstance(result, (tuple, list)):
+    elif tp is tuple or tp is list or isinstance(result, (tuple, list)):
         struct, leaves = ("list" if isinstance(result, list) else "tuple"), list(result)
     elif result is None:
         struct, leaves = "none", []
@@ -69,19 +136,40 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
             continue
         if not isinstance(r, NeuronTensor) or r._buffer is None:
             raise Unsupported("an output that is not a neuron tensor")
-        same = next((j for j, t in enumerate(tensors) if t is r), None)
-        if same is not None:
-            outs.append(("same", same))
-            continue
-        if ptrs is None:
-            ptrs = [_storage_ptr(t) for t in tensors]  # type: ignore[arg-type]
-        ptr = _storage_ptr(r)
-        j = next((j for j, p in enumerate(ptrs) if p == ptr), None)
-        if j is not None:
-            outs.append(("view", meta_of(r), j))
+        for j, t in enumerate(tensors):
+            if t is r:
+                outs.append(("same", j))
+                break
         else:
-            outs.append(("new", meta_of(r), r._buffer.untyped_storage().nbytes()))  # type: ignore[union-attr]
+            if ptrs is None:
+                ptrs = [_storage_ptr(t) for t in tensors]  # type: ignore[arg-type]
+            storage = r._buffer.untyped_storage()
+            ptr = storage.data_ptr()
+            for j, p in enumerate(ptrs):
+                if p == ptr:
+                    outs.append(("view", meta_of(r), j))
+                    break
+            else:
+                outs.append(("new", meta_of(r), storage.nbytes()))
     return struct, tuple(outs), leaves
+
+
+def run_eagerly(func: Any, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) -> Any:
+    """Run an op being recorded, eagerly, from inside the dispatch mode.
+
+    ``func(*args)`` would dispatch again only to arrive, for an op on neuron tensors and
+    no host tensor (what ``static_of`` accepted), at ``NeuronTensor``'s dispatch rule,
+    which calls eager dispatch's ``run_op``: calling it directly is the same call without
+    a second trip through the dispatcher. An op without a tensor argument (a factory with
+    ``device="neuron"``) or with a tensor subclass dispatches as usual.
+    """
+    if tensors:
+        for t in tensors:
+            if type(t) is not NeuronTensor:
+                break
+        else:
+            return run_op(func, args, kwargs)
+    return func(*args, **kwargs)
 
 
 class _Alive:
@@ -99,7 +187,7 @@ def _alive_token(t: torch.Tensor) -> _Alive:
     return token
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One recorded op."""
 
@@ -108,6 +196,14 @@ class Entry:
     vids: tuple[int, ...]  # the wrapper id of each tensor argument
     outs: tuple  # output descriptions (see ``outputs_of``)
     seq: int  # position in the whole stream
+    key: int | None = None  # hash of (func, static, outs), computed once when first asked
+
+    def period_key(self) -> int:
+        """The hash ``Segment.keys`` compares: computed once per entry, not per search."""
+        k = self.key
+        if k is None:
+            k = self.key = hash((self.func, self.static, self.outs))
+        return k
 
 
 @dataclass
@@ -150,7 +246,7 @@ class Segment:
 
     def keys(self, start: int = 0) -> list[int]:
         """Hashes of the static signatures from ``start`` (for finding periods)."""
-        return [hash((e.func, e.static, e.outs)) for e in self.entries[start:]]
+        return [e.period_key() for e in self.entries[start:]]
 
     def relative(self, s: int, e: int) -> tuple[tuple, list[int]]:
         """The signature of window ``[s, e)``: per entry (func, static, refs, outs), refs

@@ -65,6 +65,7 @@ class Region:
         self.reason: Reason | None = None  # why it is not (or no longer) swapped in
         self.detail = ""
         self.plan: Any = None
+        self.guards: Any = None  # per-op guards, prepared at its first replay (``guard``)
         self.executable: Any = None
         self.graph: Any = None  # the captured FX graph (the verify reference)
         self.verified = False  # its first replay was checked (or verify is off)

@@ -26,15 +26,15 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from torchneuron.adaptive_eager import lift
 from torchneuron.adaptive_eager.capture import layout_root
+from torchneuron.adaptive_eager.guard import guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
 from torchneuron.adaptive_eager.verify import run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
-from torchneuron.device.tensor import NeuronTensor
+from torchneuron.device.tensor import NeuronTensor, pending_tensor
 from torchneuron.dispatch import run_op
-from torchneuron.dispatch.opfacts import op_facts
 from torchneuron.hardware import get_core
 
 __all__ = ["Replay", "MISMATCH"]
@@ -160,8 +160,8 @@ class Replay:
         self.done = False
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
-        self.metas: dict[tuple[int, int], torch.Tensor] = region.meta_tensors
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
+        self.guards = guards_of(region, _INDEX_CHECKS)
 
     @property
     def complete(self) -> bool:
@@ -170,23 +170,29 @@ class Replay:
     # --- deferral -------------------------------------------------------------------------
     def try_defer(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Pending results of ``func`` if it matches the next recorded op, else MISMATCH."""
-        func_r, static_r, refs_r, outs = self.region.sigs[self.pos]
-        if func is not func_r:
+        g = self.guards[self.pos]
+        if func is not g.func:
             return MISMATCH
-        try:
-            static, template, tensors = static_of(func, args, kwargs)
-        except Unsupported:
+        tensors: list[torch.Tensor] = []
+        template = match(g, args, kwargs, tensors)
+        if template is None:  # not the guard's quick yes: the general check decides
+            try:
+                static, template, tensors = static_of(func, args, kwargs)
+            except Unsupported:
+                return MISMATCH
+            if static != g.static and not self._lifted_match(static, g.static):
+                return MISMATCH
+        if len(tensors) != len(g.flow):
             return MISMATCH
-        if static != static_r[:3] and not self._lifted_match(static, static_r):
-            return MISMATCH
-        refs = []
+        same_flow = True
         arg_refs: list[Any] = []
-        for t in tensors:
+        for t, want in zip(tensors, g.flow, strict=True):
             p = t._pending
             if type(p) is _Value:
                 if p.replay is self:
-                    refs.append(("v",) + p.ik)
-                    arg_refs.append(refs[-1])
+                    if p.ik != want:
+                        same_flow = False
+                    arg_refs.append(p.ik)
                     continue
                 _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
             if t._buffer is None:
@@ -196,38 +202,36 @@ class Replay:
             if slot is None:  # a mismatch below ends the replay, so no roll-back needed
                 slot = self.slots[vid] = len(self.slots)
                 self.ext.append(t)
-            refs.append(("x", slot))
+            if slot != want:
+                same_flow = False
             arg_refs.append(t)
-        if tuple(refs) != refs_r:
+        if not same_flow:
             return MISMATCH
-        if func in _INDEX_CHECKS and not _indices_in_range(func, args):
+        if g.check_indices and not _indices_in_range(func, args):
             self.exit_reason = Reason.INDEX_OUT_OF_RANGE
             return MISMATCH
-        i = self.pos
         self.pos += 1
         self.core.host(self.core.profile.guard_check_ns, "guard")
         self.deferred.append((func, template, arg_refs))
-        for pos, name in op_facts(func).written:
+        for pos, name in g.written:
             v = args[pos] if pos < len(args) else kwargs.get(name)
             for t in (v if isinstance(v, (list, tuple)) else (v,)):
                 if isinstance(t, NeuronTensor) and t._pending is None:
                     buffers.defer_write(t, _Write(self))
                     self.marked.append(t)
         results = []
-        for k, out in enumerate(outs):
+        for out in g.outputs:
             if out is None:
                 results.append(None)
-            elif out[0] == "same":
-                results.append(tensors[out[1]])
+            elif out.same is not None:
+                results.append(tensors[out.same])
             else:
-                ik = (i, k)
-                value = _Value(self, ik)
-                w = NeuronTensor(None, self.index, meta=self.metas[ik], pending=value)
-                self.pending[ik] = weakref.ref(value)
-                if out[0] == "new":
-                    self.bytes += out[2]
+                value = _Value(self, out.ik)  # type: ignore[arg-type]
+                w = pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+                self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+                self.bytes += out.nbytes
                 results.append(w)
-        struct = static_r[3]
+        struct = g.struct
         if struct == "single":
             return results[0]
         if struct == "tuple":
@@ -313,7 +317,7 @@ class Replay:
         sigs = self.region.sigs
         with _no_modes():
             for i, (func, template, arg_refs) in enumerate(self.deferred):
-                tensors = [results[(r[1], r[2])] if type(r) is tuple else r for r in arg_refs]
+                tensors = [results[r] if type(r) is tuple else r for r in arg_refs]
                 args, kwargs = rebuild(template, tensors)
                 try:
                     out = run_op(func, args, kwargs)

@@ -37,7 +37,7 @@ from torchneuron.adaptive_eager.capture import (
 )
 from torchneuron.adaptive_eager.lift import Lifter, blind_key, block_identity
 from torchneuron.adaptive_eager.reasons import Reason
-from torchneuron.adaptive_eager.recorder import Segment, outputs_of, static_of
+from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.replay import MISMATCH, Replay
 from torchneuron.adaptive_eager.signature import Unsupported, meta_of, region_key
@@ -171,7 +171,7 @@ class Runtime:
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                tensors: list[torch.Tensor]) -> Any:
         written = [(t, meta_of(t)) for t in _written(func, args, kwargs)]
-        out = func(*args, **kwargs)
+        out = run_eagerly(func, args, kwargs, tensors)
         try:
             struct, outs, leaves = outputs_of(out, tensors)
         except Unsupported:
@@ -397,7 +397,7 @@ class Runtime:
         region.plan = plan
         region.graph = gm
         region.verified = False
-        region.meta_tensors = {ik: _meta_tensor(m) for ik, m in plan.metas.items()}  # type: ignore[attr-defined]
+        region.guards = None  # prepared again at the next replay (a recaptured plan)
         examples = example_inputs(plan)
         cached = background.lookup(gm, examples, region.key)
         if cached is not None:  # a warm cache: ready now, nothing compiled, no latency
@@ -629,14 +629,6 @@ def _common_prefix(a: tuple, b: tuple) -> int:
             break
         n += 1
     return n
-
-
-def _meta_tensor(meta: tuple) -> torch.Tensor:
-    """A meta tensor with exactly ``meta``'s sizes, strides and offset (for pending tensors)."""
-    shape, stride, offset, dtype = meta
-    extent = 0 if any(s == 0 for s in shape) else (
-        offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True)))
-    return torch.empty(extent, dtype=dtype, device="meta").as_strided(shape, stride, offset)
 
 
 def _input_metas(seg: Segment, s: int, e: int, n: int) -> list[tuple]:

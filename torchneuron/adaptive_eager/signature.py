@@ -120,8 +120,36 @@ def undescribe(desc: Any, tensors: list[Any], device: Any = None,
 
 
 def region_key(sigs: tuple) -> str:
-    """A stable key for a region: the hash of its signature (nothing process-dependent)."""
-    return hashlib.sha256(repr(sigs).encode()).hexdigest()[:24]
+    """A stable key for a region: the hash of its signature (nothing process-dependent).
+
+    Remembered per signature, and the printed form of each op remembered too: every
+    closed window asks, windows share most of their ops with earlier ones (the same step
+    again, a prefix, AdamW's step with only its bias corrections changed), and printing a
+    long signature costs far more than finding its ops again. Descriptions compare equal
+    exactly when they print the same (scalars carry their type names, floats their
+    ``repr``), so the text hashed is ``repr(sigs)`` either way."""
+    key = _region_keys.get(sigs)
+    if key is None:
+        parts = []
+        for sig in sigs:
+            text = _sig_texts.get(sig)
+            if text is None:
+                if len(_sig_texts) >= _SIG_TEXTS_KEPT:
+                    _sig_texts.clear()
+                text = _sig_texts[sig] = repr(sig)
+            parts.append(text)
+        text = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+        key = hashlib.sha256(text.encode()).hexdigest()[:24]
+        if len(_region_keys) >= _REGION_KEYS_KEPT:
+            _region_keys.clear()
+        _region_keys[sigs] = key
+    return key
+
+
+_SIG_TEXTS_KEPT = 16384
+_sig_texts: dict[tuple, str] = {}
+_REGION_KEYS_KEPT = 1024
+_region_keys: dict[tuple, str] = {}
 
 
 _SHORT = {

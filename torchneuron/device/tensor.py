@@ -21,7 +21,7 @@ import torch
 
 from torchneuron.device import buffers
 
-__all__ = ["NeuronTensor", "set_op_handler", "neuron_device"]
+__all__ = ["NeuronTensor", "set_op_handler", "neuron_device", "pending_tensor"]
 
 _DEVICE_TYPE = "neuron"
 
@@ -162,3 +162,18 @@ class NeuronTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001
         assert _op_handler is not None, "import torchneuron to register the neuron device"
         return _op_handler(func, types, args, kwargs or {})
+
+
+def pending_tensor(size: tuple, stride: tuple, offset: int, dtype: torch.dtype,
+                   device_index: int, pending: Pending) -> NeuronTensor:
+    """A pending strided neuron tensor with this layout: what
+    ``NeuronTensor(None, device_index, meta=..., pending=pending)`` makes, without reading
+    the layout back from a meta tensor (adaptive eager makes one per deferred output)."""
+    r = torch.Tensor._make_wrapper_subclass(
+        NeuronTensor, size, strides=stride, storage_offset=offset, dtype=dtype,
+        layout=torch.strided, device=neuron_device(device_index), requires_grad=False,
+    )
+    r._buffer = None
+    r._pending = pending
+    r._device_index = device_index
+    return r

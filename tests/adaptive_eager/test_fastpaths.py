@@ -1,0 +1,139 @@
+"""The recorder's and the guard's fast paths give exactly what the general code gives.
+
+Recording and replaying pay per op for describing the arguments, and each fast path
+(a flat loop instead of the recursive ``describe``, a remembered region key) must be
+indistinguishable from the general one: same descriptions, same templates, same keys.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchneuron  # noqa: F401
+from torchneuron.adaptive_eager import guard, signature
+from torchneuron.adaptive_eager.recorder import static_of
+from torchneuron.adaptive_eager.signature import Unsupported, describe, rebuild, region_key
+
+
+def _args() -> list[tuple[tuple, dict]]:
+    x = torch.randn(3, 4, device="neuron")
+    y = torch.randn(4, 3, device="neuron").t()
+    return [
+        ((x, y), {}),
+        ((x, x), {}),  # the same tensor twice
+        ((x, 1.0), {"alpha": -0.0}),  # -0.0 stays apart from 0.0
+        ((x, float("nan"), float("inf")), {}),
+        ((x, 2, True, None, "mean"), {}),  # int, bool, None, str
+        (([x, y], [y, x], 0.5), {"alpha": 1}),  # flat tensor lists (foreach ops)
+        ((x, [1, 2], (3, 4)), {"keepdim": False}),  # int lists and tuples
+        ((x, []), {}),
+        ((x,), {"dtype": torch.float16, "device": torch.device("neuron", 0)}),
+        ((x,), {"memory_format": torch.contiguous_format, "layout": torch.strided}),
+        (((x, (y, 2)),), {}),  # nested deeper than one level
+        (([x, [y]],), {}),
+        (({"a": x},), {}),
+        (([x, 1.5, None],), {}),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_args())))
+def test_static_of_is_describe(case: int) -> None:
+    args, kwargs = _args()[case]
+    general: list[torch.Tensor] = []
+    desc, template = describe((args, kwargs), general)
+    (static, grad, autocast), fast_template, fast = static_of(torch.ops.aten.add.Tensor, args, kwargs)
+    assert static == desc
+    assert repr(static) == repr(desc)  # what region keys are made of
+    assert (grad, autocast) == (torch.is_grad_enabled(), torch.is_autocast_enabled())
+    assert len(fast) == len(general) and all(a is b for a, b in zip(fast, general, strict=True))
+    assert repr(rebuild(fast_template, fast)) == repr(rebuild(template, general))
+    assert repr(rebuild(fast_template, fast)) == repr((args, kwargs))
+
+
+def test_static_of_refuses_host_tensors_like_describe() -> None:
+    x = torch.randn(2, device="neuron")
+    for args in [(x, torch.ones(2)), ([x, torch.ones(2)],)]:
+        with pytest.raises(Unsupported):
+            describe((args, {}), [])
+        with pytest.raises(Unsupported):
+            static_of(torch.ops.aten.add.Tensor, args, {})
+
+
+def test_static_of_sees_grad_mode() -> None:
+    x = torch.randn(2, device="neuron")
+    with torch.no_grad():
+        assert static_of(torch.ops.aten.neg.default, (x,), {})[0][1] is False
+    assert static_of(torch.ops.aten.neg.default, (x,), {})[0][1] is True
+
+
+def test_region_key_is_remembered_and_stable() -> None:
+    x = torch.randn(2, device="neuron")
+    sig = (torch.ops.aten.neg.default,
+           static_of(torch.ops.aten.neg.default, (x,), {})[0] + ("single",), (("x", 0),), ())
+    key = region_key((sig,))
+    signature._region_keys.clear()
+    assert region_key((sig,)) == key  # computed again: the same
+    other = (sig[0], sig[1][:1] + (False,) + sig[1][2:], sig[2], sig[3])  # grad mode off
+    assert region_key((other,)) != key
+
+
+def _guard_for(args: tuple, kwargs: dict) -> guard.OpGuard:
+    func = torch.ops.aten.add.Tensor
+    static, _template, tensors = static_of(func, args, kwargs)
+    sig = (func, static + ("single",), tuple(("x", j) for j in range(len(tensors))), (None,))
+    return guard._guard(0, sig, set())
+
+
+@pytest.mark.parametrize("case", range(len(_args())))
+def test_guard_matches_what_was_recorded(case: int) -> None:
+    args, kwargs = _args()[case]
+    g = _guard_for(args, kwargs)
+    tensors: list[torch.Tensor] = []
+    template = guard.match(g, args, kwargs, tensors)
+    _static, expected, general = static_of(torch.ops.aten.add.Tensor, args, kwargs)
+    assert template is not None
+    assert all(a is b for a, b in zip(tensors, general, strict=True))
+    assert repr(rebuild(template, tensors)) == repr(rebuild(expected, general))
+
+
+def test_guard_refuses_what_the_general_check_refuses() -> None:
+    x = torch.randn(3, 4, device="neuron")
+    y = torch.randn(4, 3, device="neuron").t()  # same shape as x, other strides
+    z = torch.randn(3, 4, device="neuron", dtype=torch.float64)
+    recorded = (x, 1.0, [1, 2], True), {"alpha": -0.0}
+    g = _guard_for(*recorded)
+    changed = [
+        ((y, 1.0, [1, 2], True), {"alpha": -0.0}),  # strides
+        ((z, 1.0, [1, 2], True), {"alpha": -0.0}),  # dtype
+        ((x[1:], 1.0, [1, 2], True), {"alpha": -0.0}),  # shape and offset
+        ((x, 1.5, [1, 2], True), {"alpha": -0.0}),  # a float's value
+        ((x, 1, [1, 2], True), {"alpha": -0.0}),  # int for float
+        ((x, 1.0, [1, 3], True), {"alpha": -0.0}),  # a list item
+        ((x, 1.0, (1, 2), True), {"alpha": -0.0}),  # tuple for list
+        ((x, 1.0, [1, 2, 3], True), {"alpha": -0.0}),  # list length
+        ((x, 1.0, [1, 2], 1), {"alpha": -0.0}),  # int for bool
+        ((x, 1.0, [1, 2], True), {"alpha": 0.0}),  # 0.0 for -0.0
+        ((x, 1.0, [1, 2], True), {}),  # a keyword missing
+        ((x, 1.0, [1, 2], True), {"beta": -0.0}),  # another keyword
+        ((x, 1.0, [1, 2]), {"alpha": -0.0}),  # an argument missing
+    ]
+    for args, kwargs in changed:
+        assert static_of(torch.ops.aten.add.Tensor, args, kwargs)[0] != g.static
+        assert guard.match(g, args, kwargs, []) is None, (args, kwargs)
+    with torch.no_grad():
+        assert guard.match(g, *recorded, []) is None
+    assert guard.match(g, *recorded, []) is not None
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_region_key_hashes_the_printed_signature(n: int) -> None:
+    import hashlib
+
+    x = torch.randn(2, device="neuron")
+    sig = (torch.ops.aten.neg.default,
+           static_of(torch.ops.aten.neg.default, (x,), {})[0] + ("single",), (("x", 0),), ())
+    sigs = (sig,) * n
+    signature._region_keys.clear()
+    signature._sig_texts.clear()
+    assert region_key(sigs) == hashlib.sha256(repr(sigs).encode()).hexdigest()[:24]

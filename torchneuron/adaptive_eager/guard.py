@@ -1,0 +1,192 @@
+"""Per-op guards of a replay, prepared once per region: the cheap check of each op.
+
+While a region replays, every op is checked against the op recorded at its position:
+overload, tensor metadata, scalar arguments, grad mode, autocast state (here), and
+dataflow (``replay``, which knows the pending values). The general check describes the
+op's arguments (``recorder.static_of``) and compares that description with the recorded
+one; it builds a nested tuple per argument, per op, per replay. A guard is the recorded
+description turned, once, into what to compare: for each argument, the expected type
+and value of a scalar, the expected sizes, strides, offset and dtype of a tensor, the
+expected length and items of a flat list. ``match`` walks the arguments against it and
+builds nothing but the argument template.
+
+``match`` is sound, never lenient: it accepts an op only if ``static_of`` would describe
+it exactly as recorded (the exact Python types included; a subclass of ``float`` or of
+``NeuronTensor`` is left to the general check). Anything it does not accept, the caller
+checks the general way, so a guard never refuses an op the general check would take
+either (the general path also keeps what other checks build on it, such as scalars
+lifted to graph inputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torchneuron.adaptive_eager.recorder import slot
+from torchneuron.adaptive_eager.signature import describe
+from torchneuron.device.tensor import NeuronTensor
+from torchneuron.dispatch.opfacts import op_facts
+
+__all__ = ["OpGuard", "Output", "guards_of", "match"]
+
+# Expected kinds of one argument leaf.
+_TENSOR, _FLOAT, _EXACT, _NONE, _SEQ, _GENERAL = range(6)
+_EXACT_TYPES = {"int": int, "bool": bool, "str": str}
+_FAIL = object()
+
+aten = torch.ops.aten
+
+
+@dataclass(slots=True)
+class Output:
+    """How a deferred op hands out output ``k``: the argument it is (``same``), or a new
+    pending tensor of value ``ik`` with these sizes, strides, offset and dtype."""
+
+    same: int | None  # tensor argument j for an in-place op's output
+    ik: tuple[int, int] | None  # (op, output) of the value, one tuple object per region
+    meta: tuple | None  # (sizes, strides, offset, dtype) of the pending tensor
+    nbytes: int  # storage bytes of a new value (0 for views)
+
+
+@dataclass(slots=True)
+class OpGuard:
+    """What the op at one position of a region must be, prepared from its signature."""
+
+    func: Any
+    static: tuple  # (argument description, grad mode, autocast): what ``static_of`` gives
+    flow: tuple  # recorded dataflow per tensor argument: (i, k) a value, or an input slot
+    grad: bool
+    autocast: bool
+    args: tuple | None  # expected arguments (see ``_compile``), None: general check only
+    kwargs: tuple | None  # ((name, expected), ...) in recorded order
+    written: tuple[tuple[int, str], ...]  # (position, name) of arguments the op writes
+    outputs: tuple[Output | None, ...]
+    struct: str  # "single", "tuple", "list" or "none"
+    check_indices: bool  # the op's index values are checked before deferring
+
+
+def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
+    """The guards of ``region``'s ops, prepared at its first replay and kept on it.
+    ``index_checked``: the ops whose index values are checked before deferring."""
+    guards = region.guards
+    if guards is None:
+        guards = region.guards = [_guard(i, sig, index_checked)
+                                  for i, sig in enumerate(region.sigs)]
+    return guards
+
+
+def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
+    func, static, refs, outs = sig
+    values: dict[tuple, tuple[int, int]] = {}  # one (i, k) tuple object per value
+    flow = tuple(r[1] if r[0] == "x" else values.setdefault(r, (r[1], r[2])) for r in refs)
+    desc = static[0]  # ("U", (("U", args), ("K", kwargs)))
+    args_desc, kwargs_desc = desc[1]
+    args = tuple(_compile(d) for d in args_desc[1])
+    kwargs = tuple((k, _compile(d)) for k, d in kwargs_desc[1])
+    outputs: list[Output | None] = []
+    for k, out in enumerate(outs):
+        if out is None:
+            outputs.append(None)
+        elif out[0] == "same":
+            outputs.append(Output(out[1], None, None, 0))
+        else:
+            outputs.append(Output(None, (i, k), out[1], out[2] if out[0] == "new" else 0))
+    return OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
+                   op_facts(func).written, tuple(outputs), static[3], func in index_checked)
+
+
+def _compile_leaf(d: tuple) -> tuple | None:
+    kind = d[0]
+    if kind == "T":
+        shape, stride, offset, dtype = d[1]
+        return (_TENSOR, shape, stride, offset, dtype)
+    if kind == "float":
+        return (_FLOAT, d[1])
+    if kind in _EXACT_TYPES:
+        return (_EXACT, _EXACT_TYPES[kind], d[1])
+    if kind == "NoneType":
+        return (_NONE,)
+    return None
+
+
+def _compile(d: tuple) -> tuple:
+    """The expectation for one argument recorded as description ``d``."""
+    leaf = _compile_leaf(d)
+    if leaf is not None:
+        return leaf
+    if d[0] in ("L", "U"):
+        items = [_compile_leaf(x) for x in d[1]]
+        if all(x is not None for x in items):
+            return (_SEQ, list if d[0] == "L" else tuple, tuple(items))
+    return (_GENERAL, d)
+
+
+def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
+    """The template of argument leaf ``a`` if it is what ``e`` expects, else ``_FAIL``."""
+    kind = e[0]
+    if kind == _TENSOR:
+        if (type(a) is not NeuronTensor or a.dtype is not e[4] or a.storage_offset() != e[3]
+                or a.stride() != e[2] or a.shape != e[1]):
+            return _FAIL
+        tensors.append(a)
+        return slot(len(tensors) - 1)
+    if kind == _FLOAT:
+        # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan)
+        return a if type(a) is float and repr(a) == e[1] else _FAIL
+    if kind == _EXACT:
+        return a if type(a) is e[1] and a == e[2] else _FAIL
+    if kind == _NONE:
+        return None if a is None else _FAIL
+    return _FAIL
+
+
+def _arg(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
+    kind = e[0]
+    if kind == _SEQ:
+        tp, items = e[1], e[2]
+        if type(a) is not tp or len(a) != len(items):
+            return _FAIL
+        out = []
+        for x, ex in zip(a, items, strict=True):
+            t = _leaf(ex, x, tensors)
+            if t is _FAIL:
+                return _FAIL
+            out.append(t)
+        return out if tp is list else tuple(out)
+    if kind == _GENERAL:
+        try:
+            d, t = describe(a, tensors)
+        except Exception:  # noqa: BLE001 - not what was recorded, whatever it is
+            return _FAIL
+        return t if d == e[1] else _FAIL
+    return _leaf(e, a, tensors)
+
+
+def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) -> Any:
+    """The argument template of a call that ``static_of`` describes exactly as ``g``'s
+    recorded op (its tensor arguments appended to ``tensors`` in the same order), or
+    None if this quick check cannot tell (the caller then checks the general way)."""
+    expected = g.args
+    if expected is None or len(args) != len(expected) or len(kwargs) != len(g.kwargs):  # type: ignore[arg-type]
+        return None
+    if torch.is_grad_enabled() is not g.grad or torch.is_autocast_enabled() is not g.autocast:
+        return None
+    atemp = []
+    for e, a in zip(expected, args, strict=True):
+        t = _arg(e, a, tensors)
+        if t is _FAIL:
+            return None
+        atemp.append(t)
+    ktemp = {}
+    if kwargs:
+        for (name, e), (k, a) in zip(g.kwargs, kwargs.items(), strict=True):  # type: ignore[arg-type]
+            if k != name:
+                return None
+            t = _arg(e, a, tensors)
+            if t is _FAIL:
+                return None
+            ktemp[k] = t
+    return (tuple(atemp), ktemp)
