@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["Lifter", "Lifted", "block_identity", "blind_key", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
+__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "blind_key", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
            "MARK"]
 
 aten = torch.ops.aten
@@ -131,6 +131,13 @@ def blind_key(entry: Any) -> int:
     subs = {w: ("float", None) for w, _ in fl if liftable(entry.func, w, entry.static) is not None}
     static = (_replace(entry.static[0], subs),) + entry.static[1:] if subs else entry.static
     return hash((entry.func, static, entry.outs))
+
+
+def may_lift(sigs: tuple) -> bool:
+    """Whether ``sigs`` holds float scalars that could all be lifted (such a region may
+    come back with new values next step: AdamW's update does, constant-lr SGD does not)."""
+    _skel, floats, where = _skeleton(sigs)
+    return bool(floats) and all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where)
 
 
 class Lifter:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.adaptive_eager.lift import blind_key
 from torchneuron.adaptive_eager.signature import Slot, Unsupported, describe, meta_of
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
@@ -199,10 +200,12 @@ class Entry:
     key: int | None = None  # hash of (func, static, outs), computed once when first asked
 
     def period_key(self) -> int:
-        """The hash ``Segment.keys`` compares: computed once per entry, not per search."""
+        """The hash ``Segment.keys`` compares: computed once per entry, not per search.
+        Blind to floats that could be lifted (``lift.blind_key``): AdamW's steps, whose
+        bias corrections change, are periods of one stream that never syncs."""
         k = self.key
         if k is None:
-            k = self.key = hash((self.func, self.static, self.outs))
+            k = self.key = blind_key(self)
         return k
 
 

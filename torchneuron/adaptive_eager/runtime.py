@@ -35,7 +35,7 @@ from torchneuron.adaptive_eager.capture import (
     example_inputs,
     plan_region,
 )
-from torchneuron.adaptive_eager.lift import Lifter, blind_key, block_identity
+from torchneuron.adaptive_eager.lift import Lifter, block_identity, may_lift
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.region import Region, State
@@ -57,7 +57,7 @@ _MIN_PERIOD = 4  # ops
 _REPEATS = 3  # a period must repeat this many times back to back
 _RECAPTURES = 2  # recaptures of a region for values held at its end that it lacks
 _MIN_BLOCK = 8  # ops: the shortest block split out of a segment as a repeated region
-_LOOP_COPIES = 16  # back-to-back copies that make a block a loop's body, not layers
+_LOOP_COPIES = 8  # back-to-back copies that make a block a loop's body, not layers
 
 
 def _setting(name: str) -> int:
@@ -187,7 +187,7 @@ class Runtime:
         seg.append(func, static + (struct,), tensors, outs, leaves)
         n = len(seg)
         cut = self.cuts.get(n)
-        if cut is not None and blind_key(seg.entries[n - 1]) in cut and self.try_cut(n):
+        if cut is not None and seg.entries[n - 1].period_key() in cut and self.try_cut(n):
             return out
         if n in _PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
             self.find_period()
@@ -213,15 +213,17 @@ class Runtime:
         """Ops seen so far, recorded or replayed (side-exited ops aside)."""
         return self.counts["ops_recorded"] + self.counts["ops_deferred"]
 
-    def _sync_free(self, copies: int) -> bool:
+    def _sync_free(self, copies: int, copies_count: bool = True) -> bool:
         """Whether the stream runs without boundaries, so that each sighting counts: a
         block repeated ``copies >= _LOOP_COPIES`` times back to back (a loop's body), or
         a stream that has gone 4x longer than any step before and at least
         ``ae_max_region_ops`` ops without a boundary. (Until then, the first step of a
-        loop that syncs once per step looks the same as a stream that never syncs.)"""
+        loop that syncs once per step looks the same as a stream that never syncs.)
+        ``copies_count``: False for copies alike in liftable floats, which the first step
+        of such a loop shows (AdamW's update of each layer): those need 4x the copies."""
         if self.at_boundary:
             return False
-        if copies >= _LOOP_COPIES:
+        if copies >= (_LOOP_COPIES if copies_count else 4 * _LOOP_COPIES):
             return True
         run = self._pos() - self.epoch_pos
         return run > 4 * self.longest_epoch and run >= _setting("ae_max_region_ops")
@@ -297,12 +299,15 @@ class Runtime:
         # is still held at a replay's end: autograd's seed gradient, for one)
         exact = windows[-1][1] == len(self.segment)
         lifted, also_seen = self.lifter.lift(sigs)  # changing float scalars as inputs
+        # copies with liftable floats all alike: layers of one step (AdamW's update of
+        # each), not yet known to be a loop's body
+        alike = block is not None and lifted is None and may_lift(sigs)
         region = self.note(lifted or sigs, s, e, periodic, seen, windows=windows,
-                           block=block is not None, exact=exact, earlier=also_seen)
+                           block=block is not None, exact=exact, earlier=also_seen, alike=alike)
         if region is not None:
             if cut and not region.cut:
                 region.cut = True
-                self.cuts.setdefault(e - s, set()).add(blind_key(self.segment.entries[e - 1]))
+                self.cuts.setdefault(e - s, set()).add(self.segment.entries[e - 1].period_key())
         if block is not None:  # identical copies: no changing prefix to find
             return region
         start = _start_key(sigs[0])
@@ -316,7 +321,8 @@ class Runtime:
 
     def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
              prefix: bool = False, windows: list[tuple[int, int]] | None = None,
-             block: bool = False, exact: bool = True, earlier: int = 0) -> Region | None:
+             block: bool = False, exact: bool = True, earlier: int = 0,
+             alike: bool = False) -> Region | None:
         """Count a sighting of the region of ``sigs`` (window [s, e) of the segment); make
         it hot once seen often enough, at a sighting whose live values are ``exact``.
         ``earlier``: it also stands for that many sightings in earlier steps (a newly
@@ -344,7 +350,8 @@ class Runtime:
         # differ (AdamW's bias corrections). In a stream without boundaries each sighting
         # counts: its periods are its steps.
         same_step = region.epoch == self.epoch
-        sync_free = self._sync_free(seen)
+        sync_free = self._sync_free(region.in_step + seen if block and same_step else seen,
+                                    copies_count=not alike)
         if sync_free:
             region.hot_count += seen
         elif not same_step:
