@@ -244,10 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         for op in _select(cmi.op_db, args.only, args.shard):
             key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+            t_op = time.time()
             results[key] = run_op(op, args.samples)
+            results[key]["seconds"] = round(time.time() - t_op, 2)
             if args.verbose:
-                print(f"{key}: {results[key]['status']} {results[key].get('samples', '')} "
-                      f"{results[key].get('first', '')}", flush=True)
+                print(f"{key}: {results[key]['status']} {results[key]['seconds']}s "
+                      f"{results[key].get('samples', '')} {results[key].get('first', '')}",
+                      flush=True)
             if args.json:  # partial results survive an interrupted sweep
                 with open(args.json, "w") as f:
                     json.dump({"seconds": time.time() - t0, "ops": results}, f)

@@ -50,3 +50,19 @@ def test_negative_index_wraps_like_eager() -> None:
     x, i = torch.randn(9), torch.tensor([-1, -9, 3])
     exe = compile_graph(lambda t, j: t[j], [x, i])
     torch.testing.assert_close(exe.run([x, i])[0], x[i])
+
+
+def test_slice_scatter_with_open_end_compiles_like_eager() -> None:
+    """``x[..., 8:]``'s backward is a slice_scatter with end 2**63 - 1 (the Llama rotary
+    embedding's backward); Torch-MLIR failed on the unclamped end."""
+    from torchneuron.compiler import compile_graph
+
+    x, src = torch.randn(2, 3, 16), torch.randn(2, 3, 8)
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.ops.aten.slice_scatter(a, b, 2, 8, 2**63 - 1),
+                torch.ops.aten.slice_scatter(a, b, -1, -8, None))
+
+    exe = compile_graph(fn, [x, src])
+    for got, want in zip(exe.run([x, src]), fn(x, src), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
