@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -66,3 +67,27 @@ def test_slice_scatter_with_open_end_compiles_like_eager() -> None:
     exe = compile_graph(fn, [x, src])
     for got, want in zip(exe.run([x, src]), fn(x, src), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_broadcasting_and_0d_operands_compile_like_eager() -> None:
+    """Shapes the lowering refused before decomp_shapes (found by the sweep): a first
+    operand that broadcasts against the others, 0-d scans and reductions, a Python-scalar
+    copysign. One graph, so one compile; refusing any of them fails the test."""
+    from torchneuron.compiler import compile_graph
+
+    x, row, s = torch.randn(5, 1), torch.randn(5), torch.randn(())
+    mask = torch.rand(5, 5) > 0.5
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, m: torch.Tensor) -> Any:
+        return (torch.clamp_min(a, b), torch.clamp_max(a, b), torch.clamp(a, b, b + 1),
+                torch.fmin(b, c), torch.fmax(a, b),
+                b.masked_scatter(m, torch.arange(25.0).reshape(5, 5)),
+                torch.cumsum(c, 0), torch.max(c, 0), torch.min(c, 0, keepdim=True),
+                torch.kthvalue(c, 1), torch.copysign(b, -3.14))
+
+    want = fn(x, row, s, mask)
+    got = compile_graph(fn, [x, row, s, mask]).run([x, row, s, mask])
+    flat_want = [t for w in want for t in (w if isinstance(w, tuple) else (w,))]
+    assert len(got) == len(flat_want)
+    for g, w in zip(got, flat_want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

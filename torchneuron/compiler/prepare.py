@@ -138,9 +138,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         args = list(example)
         for pos, t in zip(tensor_pos, tensors, strict=True):
             args[pos] = t
-        out = fn_or_gm(*args)
-        if isinstance(out, tuple) and hasattr(type(out), "n_fields"):
-            out = tuple(out)  # torch.return_types (max, median...): its spec is not storable
+        out = _plain_structseqs(fn_or_gm(*args))
         leaves, box["tree"] = pytree.tree_flatten(out)
         return leaves
 
@@ -234,6 +232,18 @@ def _traceable(t: torch.Tensor) -> torch.Tensor:
     if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     return t
+
+
+def _plain_structseqs(out: Any) -> Any:
+    """torch.return_types (max, median...) anywhere in ``out`` as plain tuples: their
+    pytree spec is not storable (``treespec_dumps`` raises)."""
+    if isinstance(out, tuple) and hasattr(type(out), "n_fields"):
+        return tuple(_plain_structseqs(v) for v in out)
+    if type(out) in (tuple, list):
+        return type(out)(_plain_structseqs(v) for v in out)
+    if type(out) is dict:
+        return {k: _plain_structseqs(v) for k, v in out.items()}
+    return out
 
 
 def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule:
