@@ -9,7 +9,8 @@ Each entry here rewrites only those cases into the same op on shapes the lowerin
 - broadcasting: every tensor operand is expanded to the broadcast shape first, which is
   what ATen's kernel does (``expand_outplace`` / TensorIterator); only when all operands
   share a dtype, since expanding a 0-d operand would change type promotion;
-- 0-d ``cumsum`` runs on a 1-element view; 0-d ``max.dim`` / ``min.dim`` are the value
+- 0-d ``cumsum``, ``_softmax`` (whose lowering hangs Torch-MLIR until the worker times
+  out), ``_log_softmax`` and ``linalg_vector_norm`` run on a 1-element view; 0-d ``max.dim`` / ``min.dim`` are the value
   itself and index 0 (the only element);
 - ``copysign.Scalar`` divides through a 0-d tensor, as ``copysign.Tensor`` lowers.
 
@@ -70,6 +71,29 @@ def _cumsum(prev: Callable[..., Any] | None) -> Callable[..., Any]:
     return fn
 
 
+def _one_element(op: Any, prev: Callable[..., Any] | None) -> Callable[..., Any]:
+    """``op(x, dim, ...)`` on a 0-d ``x`` as ``op`` on ``x.reshape(1)`` over dim 0."""
+    def fn(x: torch.Tensor, dim: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if x.dim() != 0:
+            return _call(op, prev, x, dim, *args, **kwargs)
+        one = None if dim is None else ([0] if isinstance(dim, (list, tuple)) else 0)
+        return op(x.reshape(1), one, *args, **kwargs).reshape(())
+
+    return fn
+
+
+def _vector_norm(prev: Callable[..., Any] | None) -> Callable[..., Any]:
+    op = aten.linalg_vector_norm.default
+
+    def fn(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,
+           dtype: torch.dtype | None = None) -> Any:
+        if x.dim() != 0:
+            return _call(op, prev, x, ord, dim, keepdim, dtype=dtype)
+        return op(x.reshape(1), ord, None, False, dtype=dtype).reshape(())
+
+    return fn
+
+
 def _extreme_dim(op: Any, prev: Callable[..., Any] | None) -> Callable[..., Any]:
     def fn(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
         if x.dim() != 0:
@@ -90,6 +114,9 @@ def shape_decompositions(base: dict[Any, Callable[..., Any]]) -> dict[Any, Calla
                                             for op in _BROADCAST_OPS}
     table[aten.masked_scatter.default] = _masked_scatter(base.get(aten.masked_scatter.default))
     table[aten.cumsum.default] = _cumsum(base.get(aten.cumsum.default))
+    for op in (aten._softmax.default, aten._log_softmax.default):
+        table[op] = _one_element(op, base.get(op))
+    table[aten.linalg_vector_norm.default] = _vector_norm(base.get(aten.linalg_vector_norm.default))
     for op in (aten.max.dim, aten.min.dim):
         table[op] = _extreme_dim(op, base.get(op))
     table[aten.copysign.Scalar] = _copysign_scalar
