@@ -72,7 +72,8 @@ def test_slice_scatter_with_open_end_compiles_like_eager() -> None:
 def test_broadcasting_and_0d_operands_compile_like_eager() -> None:
     """Shapes the lowering refused before decomp_shapes (found by the sweep): a first
     operand that broadcasts against the others, 0-d scans and reductions, a Python-scalar
-    copysign. One graph, so one compile; refusing any of them fails the test."""
+    copysign, 0-d softmax (hung Torch-MLIR) and vector_norm. One graph, so one compile;
+    refusing any of them fails the test."""
     from torchneuron.compiler import compile_graph
 
     x, row, s = torch.randn(5, 1), torch.randn(5), torch.randn(())
@@ -83,7 +84,8 @@ def test_broadcasting_and_0d_operands_compile_like_eager() -> None:
                 torch.fmin(b, c), torch.fmax(a, b),
                 b.masked_scatter(m, torch.arange(25.0).reshape(5, 5)),
                 torch.cumsum(c, 0), torch.max(c, 0), torch.min(c, 0, keepdim=True),
-                torch.kthvalue(c, 1), torch.copysign(b, -3.14))
+                torch.kthvalue(c, 1), torch.copysign(b, -3.14),
+                torch.softmax(c, 0), torch.log_softmax(c, 0), torch.linalg.vector_norm(c, 2, 0))
 
     want = fn(x, row, s, mask)
     got = compile_graph(fn, [x, row, s, mask]).run([x, row, s, mask])
