@@ -93,3 +93,23 @@ def test_broadcasting_and_0d_operands_compile_like_eager() -> None:
     assert len(got) == len(flat_want)
     for g, w in zip(got, flat_want, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_empty_results_compile_like_eager() -> None:
+    """Zero-size results (found by the sweep): ``diff`` with ``n`` past the size, a
+    zero-batch ``cholesky_solve``, ``cdist`` of an empty set with the inf norm. Their
+    slices and selects on zero-size dims failed to lower; an empty result holds no values,
+    so prepare folds it to ``full``."""
+    from torchneuron.compiler import compile_graph
+
+    x, batch, pts = torch.randn(3, 3, 3), torch.zeros(0, 2, 2), torch.randn(4, 5)
+    empty = torch.zeros(0, 5)
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, e: torch.Tensor) -> Any:
+        return (torch.diff(a, 6, 1), torch.cholesky_solve(b, b),
+                torch.cdist(e, c, p=float("inf")), a.sum())
+
+    want = fn(x, batch, pts, empty)
+    got = compile_graph(fn, [x, batch, pts, empty]).run([x, batch, pts, empty])
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)

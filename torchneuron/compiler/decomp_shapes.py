@@ -12,6 +12,8 @@ Each entry here rewrites only those cases into the same op on shapes the lowerin
 - 0-d ``cumsum``, ``_softmax`` (whose lowering hangs Torch-MLIR until the worker times
   out), ``_log_softmax`` and ``linalg_vector_norm`` run on a 1-element view; 0-d ``max.dim`` / ``min.dim`` are the value
   itself and index 0 (the only element);
+- ``_cdist_forward`` with an empty result or no features is zeros of the result's shape
+  (PyTorch's decomposition fails to trace the p=inf norm over an empty dim);
 - ``copysign.Scalar`` divides through a 0-d tensor, as ``copysign.Tensor`` lowers.
 
 Every other case goes to the entry the table held before (PyTorch's or Torch-MLIR's
@@ -20,6 +22,7 @@ decomposition), or is traced as the op itself. Exact: no arithmetic is changed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +106,19 @@ def _extreme_dim(op: Any, prev: Callable[..., Any] | None) -> Callable[..., Any]
     return fn
 
 
+def _cdist(prev: Callable[..., Any] | None) -> Callable[..., Any]:
+    op = aten._cdist_forward.default
+
+    def fn(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: Any = None) -> Any:
+        shape = [*torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]),
+                 x1.shape[-2], x2.shape[-2]]
+        if x1.shape[-1] != 0 and math.prod(shape) != 0:
+            return _call(op, prev, x1, x2, p, compute_mode)
+        return torch.zeros(shape, dtype=x1.dtype, device=x1.device)
+
+    return fn
+
+
 def _copysign_scalar(x: torch.Tensor, other: Any) -> torch.Tensor:
     dtype = torch.result_type(x, other)
     return aten.copysign.Tensor(x, torch.scalar_tensor(other, dtype=dtype, device=x.device))
@@ -119,5 +135,6 @@ def shape_decompositions(base: dict[Any, Callable[..., Any]]) -> dict[Any, Calla
     table[aten.linalg_vector_norm.default] = _vector_norm(base.get(aten.linalg_vector_norm.default))
     for op in (aten.max.dim, aten.min.dim):
         table[op] = _extreme_dim(op, base.get(op))
+    table[aten._cdist_forward.default] = _cdist(base.get(aten._cdist_forward.default))
     table[aten.copysign.Scalar] = _copysign_scalar
     return table

@@ -160,6 +160,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     out_node.args = (tuple(outputs),)
     _fold_aliases(gm)
     _fold_0d_reductions(gm)
+    _fold_empty(gm)
     gm.graph.eliminate_dead_code()
     gm = _plain(gm)
     return PreparedGraph(
@@ -352,6 +353,27 @@ def _view_root(node: fx.Node) -> fx.Node:
            and node.target.is_view and isinstance(node.args[0], fx.Node)):
         node = node.args[0]
     return node
+
+
+def _fold_empty(gm: fx.GraphModule) -> None:
+    """A computed tensor with no elements holds no values: it becomes ``aten.full`` of its
+    shape, and whatever computed it is dropped. Torch-MLIR miscomputes slices and selects
+    that produce (or read) zero-size dims (``diff`` with ``n`` past the size, ``cholesky_solve``
+    of a zero batch), failing to lower graphs whose outputs are empty anyway. An output
+    that is a view of an input keeps its node (its aliasing is part of the result)."""
+    out_node = _output_node(gm)
+    for node in list(gm.graph.nodes):
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, torch.Tensor) or val.numel() != 0 \
+                or node.target is aten.full.default:
+            continue
+        keep_output = _view_root(node).op == "placeholder"
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(aten.full.default, (list(val.shape), 0),
+                                         {"dtype": val.dtype, "device": val.device})
+        new.meta["val"] = val
+        node.replace_all_uses_with(
+            new, delete_user_cb=lambda u, keep=keep_output: not (keep and u is out_node))
 
 
 def _clean_outputs(gm: fx.GraphModule, wb_sources: dict[int, fx.Node]
