@@ -113,3 +113,18 @@ def test_empty_results_compile_like_eager() -> None:
     got = compile_graph(fn, [x, batch, pts, empty]).run([x, batch, pts, empty])
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
+
+
+def test_conv_transpose_with_uneven_output_padding_compiles_like_eager() -> None:
+    """Torch-MLIR applied output_padding (2, 3) to the wrong dims (23x21 for 22x22)."""
+    from torchneuron.compiler import compile_graph
+
+    x, w, b = torch.randn(2, 2, 4, 4), torch.randn(2, 2, 4, 5), torch.randn(4)
+
+    def fn(a: torch.Tensor, k: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv_transpose2d(a, k, c, stride=(3, 2), padding=(1, 2),
+                                                    output_padding=(2, 3), groups=2,
+                                                    dilation=(4, 4))
+
+    got = compile_graph(fn, [x, w, b]).run([x, w, b])[0]
+    torch.testing.assert_close(got, fn(x, w, b))
