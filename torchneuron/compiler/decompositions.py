@@ -88,6 +88,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
 
@@ -95,7 +96,8 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     # the device's own implementation (plain torch ops) is their decomposition.
     from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 
-    return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS]
+    return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
+            FRACTIONAL_DECOMPOSITIONS]
 
 
 # --------------------------------------------------------------------------- random
