@@ -32,7 +32,8 @@ def _starts(u: torch.Tensor, size: int, out: int, pool: int) -> torch.Tensor:
     last = torch.full((*u.shape, 1), size - pool, dtype=torch.int64, device=u.device)
     if out <= 1:
         return last[..., :out]
-    alpha = torch.tensor(float(size - pool), dtype=u.dtype, device=u.device) / float(out - 1)
+    # torch.full, not torch.tensor: AOTAutograd needs a functional graph (no detach_)
+    alpha = torch.full((), float(size - pool), dtype=u.dtype, device=u.device) / float(out - 1)
     i = torch.arange(out - 1, device=u.device).to(u.dtype)
     first = ((i + u.unsqueeze(-1)) * alpha).to(torch.int64) - (u * alpha).to(torch.int64).unsqueeze(-1)
     return torch.cat([first, last], dim=-1)
