@@ -14,10 +14,11 @@ random inputs drawn under the same seed). Per op:
   eager-fails no sample works eagerly;   skipped: unspecified results (empty*), no float32
 
     python tools/lowering_coverage.py [--only a,b.variant] [--shard I/N] [--samples K]
-        [--json out.json] [--merge a.json b.json ...] [-v]
+        [--json out.json] [--skip done.json ...] [--merge a.json b.json ...] [-v]
 
 The full sweep takes a long time: run it with `nice -n 10`, sharded, in the background,
-then `--merge` the shards' JSON into one report. Exit status 1 when any op is a defect.
+then `--merge` the shards' JSON into one report. `--skip` resumes an interrupted sweep: ops
+already in the given JSON files (complete or partial shard results) are not run again. Exit status 1 when any op is a defect.
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard", default="", help="I/N: every N-th op starting at I")
     ap.add_argument("--samples", type=int, default=0, help="samples per op (default: all)")
     ap.add_argument("--json", default="", help="write per-op results here")
+    ap.add_argument("--skip", nargs="+", default=[], help="skip ops already in these JSON files")
     ap.add_argument("--merge", nargs="+", default=[], help="merge shard JSON files and report")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -240,14 +242,23 @@ def main(argv: list[str] | None = None) -> int:
         # OpInfo wraps random ops in wrapper_set_seed (reseeds inside the op, which a
         # compiled graph refuses); the sweep seeds eager and compiled runs itself.
         cmi.wrapper_set_seed = lambda op, *a, **k: op(*a, **k)
+        done: set[str] = set()
+        for path in args.skip:
+            with open(path) as f:
+                done.update(json.load(f)["ops"])
         results = {}
         t0 = time.time()
         for op in _select(cmi.op_db, args.only, args.shard):
             key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+            if key in done:
+                continue
+            t_op = time.time()
             results[key] = run_op(op, args.samples)
+            results[key]["seconds"] = round(time.time() - t_op, 2)
             if args.verbose:
-                print(f"{key}: {results[key]['status']} {results[key].get('samples', '')} "
-                      f"{results[key].get('first', '')}", flush=True)
+                print(f"{key}: {results[key]['status']} {results[key]['seconds']}s "
+                      f"{results[key].get('samples', '')} {results[key].get('first', '')}",
+                      flush=True)
             if args.json:  # partial results survive an interrupted sweep
                 with open(args.json, "w") as f:
                     json.dump({"seconds": time.time() - t0, "ops": results}, f)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -50,3 +51,80 @@ def test_negative_index_wraps_like_eager() -> None:
     x, i = torch.randn(9), torch.tensor([-1, -9, 3])
     exe = compile_graph(lambda t, j: t[j], [x, i])
     torch.testing.assert_close(exe.run([x, i])[0], x[i])
+
+
+def test_slice_scatter_with_open_end_compiles_like_eager() -> None:
+    """``x[..., 8:]``'s backward is a slice_scatter with end 2**63 - 1 (the Llama rotary
+    embedding's backward); Torch-MLIR failed on the unclamped end."""
+    from torchneuron.compiler import compile_graph
+
+    x, src = torch.randn(2, 3, 16), torch.randn(2, 3, 8)
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.ops.aten.slice_scatter(a, b, 2, 8, 2**63 - 1),
+                torch.ops.aten.slice_scatter(a, b, -1, -8, None))
+
+    exe = compile_graph(fn, [x, src])
+    for got, want in zip(exe.run([x, src]), fn(x, src), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_broadcasting_and_0d_operands_compile_like_eager() -> None:
+    """Shapes the lowering refused before decomp_shapes (found by the sweep): a first
+    operand that broadcasts against the others, 0-d scans and reductions, a Python-scalar
+    copysign, 0-d softmax (hung Torch-MLIR) and vector_norm. One graph, so one compile;
+    refusing any of them fails the test."""
+    from torchneuron.compiler import compile_graph
+
+    x, row, s = torch.randn(5, 1), torch.randn(5), torch.randn(())
+    mask = torch.rand(5, 5) > 0.5
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, m: torch.Tensor) -> Any:
+        return (torch.clamp_min(a, b), torch.clamp_max(a, b), torch.clamp(a, b, b + 1),
+                torch.fmin(b, c), torch.fmax(a, b),
+                b.masked_scatter(m, torch.arange(25.0).reshape(5, 5)),
+                torch.cumsum(c, 0), torch.max(c, 0), torch.min(c, 0, keepdim=True),
+                torch.kthvalue(c, 1), torch.copysign(b, -3.14),
+                torch.softmax(c, 0), torch.log_softmax(c, 0), torch.linalg.vector_norm(c, 2, 0))
+
+    want = fn(x, row, s, mask)
+    got = compile_graph(fn, [x, row, s, mask]).run([x, row, s, mask])
+    flat_want = [t for w in want for t in (w if isinstance(w, tuple) else (w,))]
+    assert len(got) == len(flat_want)
+    for g, w in zip(got, flat_want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_empty_results_compile_like_eager() -> None:
+    """Zero-size results (found by the sweep): ``diff`` with ``n`` past the size, a
+    zero-batch ``cholesky_solve``, ``cdist`` of an empty set with the inf norm. Their
+    slices and selects on zero-size dims failed to lower; an empty result holds no values,
+    so prepare folds it to ``full``."""
+    from torchneuron.compiler import compile_graph
+
+    x, batch, pts = torch.randn(3, 3, 3), torch.zeros(0, 2, 2), torch.randn(4, 5)
+    empty = torch.zeros(0, 5)
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, e: torch.Tensor) -> Any:
+        return (torch.diff(a, 6, 1), torch.cholesky_solve(b, b),
+                torch.cdist(e, c, p=float("inf")), a.sum())
+
+    want = fn(x, batch, pts, empty)
+    got = compile_graph(fn, [x, batch, pts, empty]).run([x, batch, pts, empty])
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_conv_transpose_with_uneven_output_padding_compiles_like_eager() -> None:
+    """Torch-MLIR applied output_padding (2, 3) to the wrong dims (23x21 for 22x22)."""
+    from torchneuron.compiler import compile_graph
+
+    x, w, b = torch.randn(2, 2, 4, 4), torch.randn(2, 2, 4, 5), torch.randn(4)
+
+    def fn(a: torch.Tensor, k: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv_transpose2d(a, k, c, stride=(3, 2), padding=(1, 2),
+                                                    output_padding=(2, 3), groups=2,
+                                                    dilation=(4, 4))
+
+    got = compile_graph(fn, [x, w, b]).run([x, w, b])[0]
+    torch.testing.assert_close(got, fn(x, w, b))

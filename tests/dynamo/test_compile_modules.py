@@ -25,6 +25,10 @@ _CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...]]] = {
     "adaptive_avg3d": (lambda: torch.nn.AdaptiveAvgPool3d((2, 3, 2)), (2, 2, 5, 4, 3)),
     "adaptive_max2d": (lambda: torch.nn.AdaptiveMaxPool2d((3, 2)), (2, 3, 7, 5)),
     "replication_pad2d": (lambda: torch.nn.ReplicationPad2d((1, 2, 0, 3)), (2, 3, 4, 5)),
+    "fractional_max_pool2d": (lambda: torch.nn.FractionalMaxPool2d(2, output_ratio=0.5),
+                              (2, 3, 8, 9)),
+    "fractional_max_pool3d": (lambda: torch.nn.FractionalMaxPool3d((2, 2, 3), output_size=3),
+                              (2, 2, 5, 6, 7)),
 }
 
 
@@ -38,7 +42,9 @@ def test_module_trains_compiled_like_cpu(name: str) -> None:
     dev = copy.deepcopy(cpu).to("neuron")
     x = torch.randn(*shape, requires_grad=True)
     xd = x.detach().to("neuron").requires_grad_()
+    torch.manual_seed(1)  # the same draws (fractional pooling's offsets) in both runs
     want = cpu(x)
+    torch.manual_seed(1)
     got = torch.compile(dev, backend="neuron")(xd)
     torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
     g = torch.randn_like(want)

@@ -13,6 +13,10 @@ lowered an aten op to StableHLO with different semantics from ATen's CPU kernel:
 - ``_scaled_dot_product_flash_attention_for_cpu`` (what SDPA picks on CPU) is tagged
   random, so it was refused; with ``dropout_p == 0`` it draws nothing and PyTorch's own
   decomposition (math attention) is exact.
+- ``slice_scatter`` with an end past the dimension (``x[..., 8:]``'s backward records end
+  ``2**63 - 1``): Torch-MLIR sizes its result from the unclamped end and runs out of
+  memory or fails with no diagnostic (the Llama backward graph's rotary embedding).
+  Bounds are clamped to the dimension as ATen does.
 
 Imported for its side effect by ``decompositions.decomposition_table``.
 """
@@ -188,3 +192,26 @@ def std_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
     _refuse_degenerate("aten.std_mean", x, dim, correction)
     var, mean = aten.var_mean.correction(x, dim, correction=correction, keepdim=keepdim)
     return var.sqrt(), mean
+
+
+# --------------------------------------------------------------------------- slice_scatter
+
+
+def _clamp_bound(v: int | None, size: int, default: int) -> int:
+    if v is None:
+        return default
+    v = v + size if v < 0 else v
+    return min(max(v, 0), size)
+
+
+@_register(aten.slice_scatter.default)
+def slice_scatter(x: torch.Tensor, src: torch.Tensor, dim: int = 0, start: int | None = None,
+                  end: int | None = None, step: int = 1) -> Any:
+    """The same op with ``start``/``end`` clamped to ``[0, size]`` as ATen's kernel does;
+    already-clamped bounds return ``NotImplemented`` so tracing records the op itself."""
+    size = x.shape[dim]
+    lo = _clamp_bound(start, size, 0)
+    hi = max(_clamp_bound(end, size, size), lo)
+    if (start, end) == (lo, hi):
+        return NotImplemented
+    return aten.slice_scatter.default(x, src, dim, lo, hi, step)

@@ -14,6 +14,11 @@ convolutions themselves:
   cut to the kernel size; groups stay groups;
 - bias gradient = the output gradient summed over batch and space.
 
+Torch-MLIR also applies a transposed convolution's ``output_padding`` to the wrong
+spatial dims when it differs between dims (``(2, 3)`` gave 23x21 for 22x22), so such a
+convolution is the full transposed convolution (no padding) cut to the output: ``padding``
+rows off the start, and zeros past the end where ``output_padding`` exceeds ``padding``.
+
 The sums run in a different order than ATen's kernels, so results agree to fp32
 rounding, not bitwise (checked against eager in tests/compiler/test_decomp_conv.py).
 """
@@ -84,6 +89,34 @@ def convolution_backward(grad: torch.Tensor, inp: torch.Tensor, weight: torch.Te
     return g_in, g_w, g_b
 
 
+def convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Any,
+                padding: Any, dilation: Any, transposed: bool, output_padding: Any,
+                groups: int) -> Any:
+    """Only transposed convolutions with ``output_padding`` differing between dims are
+    rewritten (see the module docstring); everything else is traced as is."""
+    nd = x.dim() - 2
+    out_pad = _expand(output_padding, nd) if nd > 0 else []
+    if not transposed or len(set(out_pad)) <= 1 or x.dim() != weight.dim():
+        return NotImplemented
+    stride, padding, dilation = (_expand(v, nd) for v in (stride, padding, dilation))
+    full = aten.convolution.default(x, weight, None, stride, [0] * nd, dilation, True,
+                                    [0] * nd, groups)
+    sizes = [(x.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
+             + dilation[i] * (weight.shape[2 + i] - 1) + out_pad[i] + 1 for i in range(nd)]
+    extra = [max(0, padding[i] + sizes[i] - full.shape[2 + i]) for i in range(nd)]
+    if any(extra):
+        pad: list[int] = []
+        for i in reversed(range(nd)):  # constant_pad_nd lists the last dim first
+            pad += [0, extra[i]]
+        full = aten.constant_pad_nd.default(full, pad, 0.0)
+    for i in range(nd):
+        full = full.narrow(2 + i, padding[i], sizes[i])
+    if bias is not None:
+        full = full + bias.reshape(1, -1, *([1] * nd))
+    return full
+
+
 CONV_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten.convolution_backward.default: convolution_backward,
+    aten.convolution.default: convolution,
 }

@@ -79,12 +79,16 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(OWN_DECOMPOSITIONS)
     for extra in _extra_tables():
         table.update(extra)
+    from torchneuron.compiler.decomp_shapes import shape_decompositions
+
+    table.update(shape_decompositions(table))  # wraps the entries above, so last
     return table
 
 
 def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
 
@@ -92,7 +96,8 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     # the device's own implementation (plain torch ops) is their decomposition.
     from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 
-    return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS]
+    return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
+            FRACTIONAL_DECOMPOSITIONS]
 
 
 # --------------------------------------------------------------------------- random
@@ -311,6 +316,8 @@ def argmax_0d(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) ->
 @_register(aten.kthvalue.default)
 def kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
              ) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.dim() == 0:  # k is 1 (eager checks): the value itself, index 0
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     vals, idx = torch.sort(x, dim=dim)  # sort.stable has no lowering
     v, i = vals.narrow(dim, k - 1, 1), idx.narrow(dim, k - 1, 1)
     return (v, i) if keepdim or x.dim() == 0 else (v.squeeze(dim), i.squeeze(dim))

@@ -138,9 +138,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         args = list(example)
         for pos, t in zip(tensor_pos, tensors, strict=True):
             args[pos] = t
-        out = fn_or_gm(*args)
-        if isinstance(out, tuple) and hasattr(type(out), "n_fields"):
-            out = tuple(out)  # torch.return_types (max, median...): its spec is not storable
+        out = _plain_structseqs(fn_or_gm(*args))
         leaves, box["tree"] = pytree.tree_flatten(out)
         return leaves
 
@@ -162,6 +160,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     out_node.args = (tuple(outputs),)
     _fold_aliases(gm)
     _fold_0d_reductions(gm)
+    _fold_empty(gm)
     gm.graph.eliminate_dead_code()
     gm = _plain(gm)
     return PreparedGraph(
@@ -234,6 +233,18 @@ def _traceable(t: torch.Tensor) -> torch.Tensor:
     if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     return t
+
+
+def _plain_structseqs(out: Any) -> Any:
+    """torch.return_types (max, median...) anywhere in ``out`` as plain tuples: their
+    pytree spec is not storable (``treespec_dumps`` raises)."""
+    if isinstance(out, tuple) and hasattr(type(out), "n_fields"):
+        return tuple(_plain_structseqs(v) for v in out)
+    if type(out) in (tuple, list):
+        return type(out)(_plain_structseqs(v) for v in out)
+    if type(out) is dict:
+        return {k: _plain_structseqs(v) for k, v in out.items()}
+    return out
 
 
 def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule:
@@ -342,6 +353,27 @@ def _view_root(node: fx.Node) -> fx.Node:
            and node.target.is_view and isinstance(node.args[0], fx.Node)):
         node = node.args[0]
     return node
+
+
+def _fold_empty(gm: fx.GraphModule) -> None:
+    """A computed tensor with no elements holds no values: it becomes ``aten.full`` of its
+    shape, and whatever computed it is dropped. Torch-MLIR miscomputes slices and selects
+    that produce (or read) zero-size dims (``diff`` with ``n`` past the size, ``cholesky_solve``
+    of a zero batch), failing to lower graphs whose outputs are empty anyway. An output
+    that is a view of an input keeps its node (its aliasing is part of the result)."""
+    out_node = _output_node(gm)
+    for node in list(gm.graph.nodes):
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, torch.Tensor) or val.numel() != 0 \
+                or node.target is aten.full.default:
+            continue
+        keep_output = _view_root(node).op == "placeholder"
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(aten.full.default, (list(val.shape), 0),
+                                         {"dtype": val.dtype, "device": val.device})
+        new.meta["val"] = val
+        node.replace_all_uses_with(
+            new, delete_user_cb=lambda u, keep=keep_output: not (keep and u is out_node))
 
 
 def _clean_outputs(gm: fx.GraphModule, wb_sources: dict[int, fx.Node]

@@ -1,0 +1,38 @@
+"""Fractional max pooling compiles (it had no lowering) and gives eager's numbers.
+
+The random offsets are an input (``_random_samples``), so eager and compiled see the
+same windows; values, indices (including NaN and tied windows) and the backward are
+compared with ATen's CPU kernels exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from torchneuron.compiler import compile_graph
+
+aten = torch.ops.aten
+
+
+def test_fractional_max_pool2d_and_3d_forward_backward_match_eager() -> None:
+    torch.manual_seed(0)
+    x2, x3 = torch.randn(2, 3, 7, 9).round(), torch.randn(2, 2, 5, 6, 7)
+    x2[0, 0, 0, :3] = float("nan")
+    s2, s3 = torch.rand(2, 3, 2), torch.rand(2, 2, 3)
+    g2, g3 = torch.randn(2, 3, 4, 5), torch.randn(2, 2, 3, 4, 3)
+
+    def fn(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
+           ga: torch.Tensor, gb: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y2, i2 = F.fractional_max_pool2d(a, (2, 3), output_size=(4, 5), _random_samples=sa,
+                                         return_indices=True)
+        y3, i3 = F.fractional_max_pool3d(b, (2, 2, 3), output_size=(3, 4, 3),
+                                         _random_samples=sb, return_indices=True)
+        d2 = aten.fractional_max_pool2d_backward(ga, a, [2, 3], [4, 5], i2)
+        d3 = aten.fractional_max_pool3d_backward(gb, b, [2, 2, 3], [3, 4, 3], i3)
+        return y2, i2, y3, i3, d2, d3
+
+    args = [x2, x3, s2, s3, g2, g3]
+    got = compile_graph(fn, args).run(args)
+    for g, w in zip(got, fn(*args), strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
