@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import lowering_coverage  # noqa: E402
 
-FIXED = ["remainder", "take", "nn.functional.avg_pool3d", "median", "cummax", "var_mean", "std_mean",
+FIXED = ["remainder", "take", "nn.functional.avg_pool3d", "median", "cummax", "var_mean", "std_mean", "std",
          "nn.functional.scaled_dot_product_attention"]
 
 

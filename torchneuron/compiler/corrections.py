@@ -8,7 +8,7 @@ lowered an aten op to StableHLO with different semantics from ATen's CPU kernel:
 - ``index.Tensor`` (``x[idx]``, ``take``): lowered to ``stablehlo.gather``, which clamps
   out-of-range starts instead of wrapping negative indices as ATen does.
 - ``avg_pool3d`` with ``divisor_override``: the lowering ignores the override.
-- ``var_mean`` / ``std_mean`` with no more elements than the correction (eager: NaN):
+- ``var_mean`` / ``std_mean`` / ``std`` with no more elements than the correction (eager: NaN):
   the lowering gives -0.0; such graphs are refused (``degenerate-variance``).
 - ``_scaled_dot_product_flash_attention_for_cpu`` (what SDPA picks on CPU) is tagged
   random, so it was refused; with ``dropout_p == 0`` it draws nothing and PyTorch's own
@@ -215,3 +215,14 @@ def slice_scatter(x: torch.Tensor, src: torch.Tensor, dim: int = 0, start: int |
     if (start, end) == (lo, hi):
         return NotImplemented
     return aten.slice_scatter.default(x, src, dim, lo, hi, step)
+
+
+@_register(aten.std.correction)
+def std(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
+        keepdim: bool = False) -> torch.Tensor:
+    """Checked, then PyTorch's own decomposition (``var`` is checked by its only caller
+    here; a check on ``var.correction`` itself changed compiled LayerNorm programs)."""
+    from torch._decomp import decomposition_table as torch_table
+
+    _refuse_degenerate("aten.std", x, dim, correction)
+    return torch_table[aten.std.correction](x, dim, correction=correction, keepdim=keepdim)

@@ -864,8 +864,8 @@ def _small(a: torch.Tensor) -> bool:
 def cholesky(a: torch.Tensor, upper: bool = False) -> Any:
     if not _small(a):
         return NotImplemented
-    low = _cholesky(a)
-    return low.transpose(-2, -1) if upper else low
+    # upper reads only the upper triangle, as LAPACK does (the lower one may be anything)
+    return _cholesky(a.transpose(-2, -1)).transpose(-2, -1) if upper else _cholesky(a)
 
 
 @_register(aten.linalg_cholesky_ex.default)
@@ -873,9 +873,8 @@ def linalg_cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool 
     """info is 0 (we cannot report a failed pivot; non-PD input gives NaNs)."""
     if not _small(a) or check_errors:
         return NotImplemented
-    low = _cholesky(a)
     info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
-    return (low.transpose(-2, -1) if upper else low), info
+    return cholesky(a, upper), info
 
 
 @_register(aten.cholesky_solve.default)
