@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import lowering_coverage  # noqa: E402
 
 FIXED = ["remainder", "take", "nn.functional.avg_pool3d", "median", "cummax", "var_mean", "std_mean", "std",
-         "nn.functional.scaled_dot_product_attention"]
+         "var", "masked.argmax", "masked.argmin", "nn.functional.scaled_dot_product_attention"]
 
 
 @pytest.mark.parametrize("name", FIXED)
@@ -43,6 +43,32 @@ def test_remainder_of_negative_operands_is_pythons() -> None:
     got = exe.run([a, b])
     for g, w in zip(got, (torch.remainder(a, b), a % 3, 7 % b), strict=True):
         torch.testing.assert_close(g, w)
+
+
+def test_argmax_and_argmin_pick_the_first_nan_like_eager() -> None:
+    from torchneuron.compiler import compile_graph
+
+    x = torch.randn(4, 6)
+    x[1, 4] = x[1, 2] = x[3, 0] = float("nan")
+
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (t.argmax(), t.argmin(), t.argmax(1), t.argmin(0, keepdim=True),
+                t.argmax(keepdim=True), t[0].argmax())
+
+    exe = compile_graph(fn, [x])
+    for got, want in zip(exe.run([x]), fn(x), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_variance_over_too_few_elements_is_refused() -> None:
+    from torchneuron.compiler import CompileError, compile_graph
+
+    for x, kw in ((torch.randn(1), {}), (torch.randn(3, 1), {"dim": 1}), (torch.randn(0), {})):
+        with pytest.raises(CompileError, match="degenerate-variance|divides by"):
+            compile_graph(lambda t, kw=kw: torch.var(t, **kw), [x])
+    x = torch.randn(4, 3)
+    exe = compile_graph(lambda t: torch.var(t, 0), [x])  # enough elements: compiled
+    torch.testing.assert_close(exe.run([x])[0], torch.var(x, 0))
 
 
 def test_negative_index_wraps_like_eager() -> None:

@@ -177,6 +177,20 @@ def _refuse_degenerate(op: str, x: torch.Tensor, dim: Any, correction: Any) -> N
             op=op, reason="degenerate-variance")
 
 
+def refuse_degenerate_variances(gm: torch.fx.GraphModule) -> None:
+    """Check every ``var.correction`` left in a traced graph (it lowers as is; registering a
+    decomposition for it would change every graph that holds it, LayerNorm's among them):
+    one over no more elements than its correction refuses the graph."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not aten.var.correction:
+            continue
+        x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        if not isinstance(x, torch.Tensor):
+            continue
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        _refuse_degenerate("aten.var", x, dim, node.kwargs.get("correction"))
+
+
 @_register(aten.var_mean.correction)
 def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
              keepdim: bool = False) -> Any:
@@ -226,3 +240,43 @@ def std(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
 
     _refuse_degenerate("aten.std", x, dim, correction)
     return torch_table[aten.std.correction](x, dim, correction=correction, keepdim=keepdim)
+
+
+# --------------------------------------------------------------------------- argmax / argmin
+
+_INSIDE_ARG_REDUCTION = [False]
+
+
+def _nan_first(op: Any, x: torch.Tensor, dim: int | None, keepdim: bool) -> Any:
+    """ATen's argmax/argmin pick the first NaN when there is one; the lowering compares
+    without NaN and gives the index of the largest (smallest) number. The op itself, then
+    the index of the first NaN wherever the reduced slice holds one."""
+    if _INSIDE_ARG_REDUCTION[0] or not x.is_floating_point():
+        return NotImplemented
+    if x.dim() == 0:  # the only index there is
+        return torch.zeros((), dtype=torch.int64, device=x.device)
+    _INSIDE_ARG_REDUCTION[0] = True
+    try:
+        plain = op(x, dim, keepdim)
+    finally:
+        _INSIDE_ARG_REDUCTION[0] = False
+    v = x.reshape(-1) if dim is None else x
+    d = 0 if dim is None else dim
+    n = v.shape[d]
+    shape = [1] * v.dim()
+    shape[d] = n
+    pos = torch.arange(n, device=x.device).reshape(shape).expand(v.shape)
+    first = torch.where(torch.isnan(v), pos, torch.full_like(pos, n)).amin(d, keepdim=keepdim)
+    if dim is None:
+        first = first.reshape([1] * x.dim() if keepdim else [])
+    return torch.where(first < n, first, plain)
+
+
+@_register(aten.argmax.default)
+def argmax(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
+    return _nan_first(aten.argmax.default, x, dim, keepdim)
+
+
+@_register(aten.argmin.default)
+def argmin(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
+    return _nan_first(aten.argmin.default, x, dim, keepdim)
