@@ -17,26 +17,39 @@ def _mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
 
 
-def _mlp_loop(model: torch.nn.Module, log: ReplayLog | None = None):
+def _train(model: torch.nn.Module, make_opt, seed: int, steps: int = STEPS,
+           log: ReplayLog | None = None, extra=None, schedule=None):
+    """The MLP trained with ``make_opt(params)`` (and ``schedule(opt)`` stepped after each
+    step), ``loss.item()`` every step; returns losses, parameters and ``extra(m, opt)``."""
     def loop(device: str) -> dict:
         m = clone_to(model, device)
-        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-        g = torch.Generator().manual_seed(1)
+        opt = make_opt(m.parameters())
+        sched = schedule(opt) if schedule is not None else None
+        g = torch.Generator().manual_seed(seed)
         losses = []
-        for step in range(STEPS):
+        for step in range(steps):
             x = torch.randn(8, 16, generator=g).to(device)
             y = torch.randn(8, 4, generator=g).to(device)
             loss = F.mse_loss(m(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             losses.append(loss.item())
             if log is not None:
                 log.mark(step)
         return {"losses": torch.tensor(losses), **state(m),
-                "momentum": torch.stack([opt.state[p]["momentum_buffer"].cpu().flatten()[:4]
-                                         for p in m.parameters()])}
+                **(extra(m, opt) if extra is not None else {})}
     return loop
+
+
+def _mlp_loop(model: torch.nn.Module, log: ReplayLog | None = None):
+    def momentum(m: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+        return {"momentum": torch.stack([opt.state[p]["momentum_buffer"].cpu().flatten()[:4]
+                                         for p in m.parameters()])}
+    return _train(model, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1, log=log,
+                  extra=momentum)
 
 
 def test_mlp_sgd_matches_eager_and_cpu_and_replays_by_step_5() -> None:
@@ -215,24 +228,13 @@ def test_adamw_step_replays_with_lifted_bias_corrections() -> None:
     # lifted to graph inputs, the optimizer step replays inside the training step's region
     model = _mlp()
 
-    def loop(device: str, log: ReplayLog | None = None) -> dict:
-        m = clone_to(model, device)
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)
-        g = torch.Generator().manual_seed(6)
-        losses = []
-        for step in range(STEPS):
-            x = torch.randn(8, 16, generator=g).to(device)
-            y = torch.randn(8, 4, generator=g).to(device)
-            loss = F.mse_loss(m(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            if log is not None:
-                log.mark(step)
-        return {"losses": torch.tensor(losses), **state(m),
-                "exp_avg_sq": torch.cat([opt.state[p]["exp_avg_sq"].cpu().flatten()
+    def exp_avg_sq(m: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+        return {"exp_avg_sq": torch.cat([opt.state[p]["exp_avg_sq"].cpu().flatten()
                                          for p in m.parameters()])}
+
+    def loop(device: str, log: ReplayLog | None = None) -> dict:
+        return _train(model, lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1), 6,
+                      log=log, extra=exp_avg_sq)(device)
 
     log = ReplayLog()
     eager = run(loop, "neuron")
@@ -252,24 +254,11 @@ def test_sgd_with_lr_scheduler_replays_with_lifted_lr(schedule: str) -> None:
     model = _mlp()
     steps = STEPS if schedule == "exponential" else 16
 
-    def loop(device: str) -> dict:
-        m = clone_to(model, device)
-        opt = torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9, weight_decay=1e-3)
-        sched = (torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8)
-                 if schedule == "exponential"
-                 else torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5))
-        g = torch.Generator().manual_seed(8)
-        losses = []
-        for _ in range(steps):
-            x = torch.randn(8, 16, generator=g).to(device)
-            y = torch.randn(8, 4, generator=g).to(device)
-            loss = F.mse_loss(m(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-            losses.append(loss.item())
-        return {"losses": torch.tensor(losses), **state(m)}
+    loop = _train(model, lambda ps: torch.optim.SGD(ps, lr=0.2, momentum=0.9, weight_decay=1e-3),
+                  8, steps, schedule=lambda opt: (
+                      torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.8)
+                      if schedule == "exponential"
+                      else torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)))
 
     eager = run(loop, "neuron")
     adaptive = run(loop, "neuron", adaptive=True)
