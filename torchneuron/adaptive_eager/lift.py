@@ -114,14 +114,20 @@ def liftable(func: Any, where: tuple, static: tuple) -> torch.dtype | None:
     return None
 
 
+def _blanked(sigs: tuple) -> tuple | None:
+    """``sigs`` with its float values blanked when it holds floats and every one could be
+    lifted, else None."""
+    skel, floats, where = _skeleton(sigs)
+    if floats and all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where):
+        return skel
+    return None
+
+
 def block_identity(sigs: tuple) -> tuple:
     """What tells a block apart from step to step: ``sigs`` with its float values blanked
     when every float in it could be lifted (a block that changes only there is the same
     block with new scalars), else ``sigs`` itself."""
-    skel, _floats_, where = _skeleton(sigs)
-    if all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where):
-        return skel
-    return sigs
+    return _blanked(sigs) or sigs
 
 
 def blind_key(entry: Any) -> int:
@@ -136,8 +142,7 @@ def blind_key(entry: Any) -> int:
 def may_lift(sigs: tuple) -> bool:
     """Whether ``sigs`` holds float scalars that could all be lifted (such a region may
     come back with new values next step: AdamW's update does, constant-lr SGD does not)."""
-    _skel, floats, where = _skeleton(sigs)
-    return bool(floats) and all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where)
+    return _blanked(sigs) is not None
 
 
 class Lifter:

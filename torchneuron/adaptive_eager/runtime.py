@@ -249,16 +249,16 @@ class Runtime:
         op, of the block and the pieces beside it against the whole; on the profile's
         figures even when latency is off, so the split is the same either way).
 
-        A block that changes from step to step is refused: the copies of AdamW's update
-        of each layer's parameters are identical within a step, but its bias corrections
-        change every step, so the block would never replay, and the pieces split off
-        around it would each leave a common prefix to compile."""
+        A block that changes from step to step is refused (it would never replay, and
+        the pieces split off around it would each leave a common prefix to compile);
+        changing liftable floats do not count as a change (``_block_key``)."""
         p = get_core(self.index).profile
         if _gain(p, rep.period) <= _setting("ae_min_gain_ns") or not _pays(p, rep, lo, hi):
             return None
         seg = self.segment
         first, _ = seg.relative(rep.start, rep.start + rep.period)
-        if self._changes_by_step(first):
+        block_key = _block_key(first)
+        if self._changes_by_step(block_key):
             return None
         copies = 1
         while copies < rep.copies:
@@ -269,22 +269,19 @@ class Runtime:
         rep = repeats.Repeat(rep.start, rep.period, copies)
         if copies < 2 or not _pays(p, rep, lo, hi):
             return None
-        self._known_block(first)
+        self._known_block(block_key)
         return rep
 
-    def _changes_by_step(self, sigs: tuple) -> bool:
-        """Whether a block from the same start as ``sigs``, seen in an earlier step, was
-        different (and this one is new): the block changes from step to step. Blocks are
-        told apart by their signatures with liftable float scalars blanked
-        (``lift.block_identity``): AdamW's per-layer update, whose bias corrections change
-        every step, is one block replayed with lifted scalars."""
-        known = self.block_keys.get(_start_key(sigs[0]), {})
-        key = region_key(block_identity(sigs))
+    def _changes_by_step(self, block_key: tuple[tuple, str]) -> bool:
+        """Whether a block from the same start, seen in an earlier step, was different
+        (and this one is new): the block changes from step to step."""
+        start, key = block_key
+        known = self.block_keys.get(start, {})
         return key not in known and any(ep < self.epoch for ep in known.values())
 
-    def _known_block(self, sigs: tuple) -> None:
-        self.block_keys.setdefault(_start_key(sigs[0]), {}).setdefault(
-            region_key(block_identity(sigs)), self.epoch)
+    def _known_block(self, block_key: tuple[tuple, str]) -> None:
+        start, key = block_key
+        self.block_keys.setdefault(start, {}).setdefault(key, self.epoch)
 
     def close_window(self, s: int, e: int, periodic: bool = False, seen: int = 1,
                      block: repeats.Repeat | None = None, cut: bool = False) -> Region | None:
@@ -438,9 +435,10 @@ class Runtime:
                 k = 1
                 while f - (k + 1) * p >= start and seg.relative(f - (k + 1) * p, f - k * p)[0] == last:
                     k += 1
-                if self._changes_by_step(last):
+                block_key = _block_key(last)
+                if self._changes_by_step(block_key):
                     break  # left to the split at the segment's end
-                self._known_block(last)
+                self._known_block(block_key)
                 b = f - k * p
                 if b > 0:
                     self.close_split(0, b, cut_end=True)
@@ -597,6 +595,13 @@ def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
             if isinstance(t, NeuronTensor):
                 out.append(t)
     return out
+
+
+def _block_key(sigs: tuple) -> tuple[tuple, str]:
+    """(start, identity) of a block: blocks are told apart by their signatures with
+    liftable float scalars blanked (``lift.block_identity``), so AdamW's per-layer update,
+    whose bias corrections change every step, is one block replayed with lifted scalars."""
+    return _start_key(sigs[0]), region_key(block_identity(sigs))
 
 
 def _start_key(sig: tuple) -> tuple:
