@@ -67,7 +67,7 @@ def test_a_wrong_executable_is_refused_with_eager_numbers(monkeypatch) -> None:
 def test_without_verify_the_broken_executable_would_be_used(monkeypatch) -> None:
     """The check above can fail: with verify off, the same broken launch changes results."""
     monkeypatch.setattr(replay_mod, "launch", _wrong_launch(replay_mod.launch))
-    with override(verify=False):
+    with override(verify=False, ae_verify_first_replay=False):
         eager = run(_loop, "neuron")
         adaptive = run(_loop, "neuron", adaptive=True)
     assert ae.stats()["replays"] >= 1

@@ -1,7 +1,8 @@
 """Verification of replays: a region's first replay also runs eagerly and is compared.
 
-With the setting ``verify`` on (``TORCHNEURON_VERIFY=1``), the first time a region's
-executable would run, its captured graph runs eagerly on clones of the same input
+With the setting ``ae_verify_first_replay`` (on by default: an intermittent wrong output
+of a first replay is known and not yet explained, see issue 8) or ``verify`` on, the
+first time a region's executable would run, its captured graph runs eagerly on clones of the same input
 buffers and the same random state (``compiler.verify.run_verified``). Agreeing, the
 executable's results are used and the region is trusted from then on. Differing, the
 mismatch is logged and counted (``compiler.stats()`` failure ``verify:verify-mismatch``),
@@ -21,6 +22,7 @@ import torch.fx as fx
 from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import random
 from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
+from torchneuron.hardware.settings import get_value
 
 __all__ = ["run_checked"]
 
@@ -29,7 +31,8 @@ def run_checked(region: Any, inputs: list[torch.Tensor],
                 run: Callable[[list[torch.Tensor]], list[Any]], index: int) -> list[Any]:
     """``run(inputs)``, checked against the region's graph on its first run when the
     ``verify`` setting is on. Sets ``region.mismatch`` when the two differ."""
-    if region.verified or region.graph is None or not verify_enabled():
+    if region.verified or region.graph is None or not (
+            verify_enabled() or get_value("ae_verify_first_replay")):
         return run(inputs)
     region.verified = True
     gen = random.generator(index)
