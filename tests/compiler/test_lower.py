@@ -68,3 +68,57 @@ def test_parse_failed_op_messages() -> None:
     assert parse_failed_op("failed to legalize operation 'torch.constant.int'")[1] == (
         "dangling-scalar")
     assert parse_failed_op("something else") == (None, "lowering-failed")
+
+
+def _reused_id_tensor(gone: int) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+    """A new tensor that Python placed at the address (``id``) of a dead one, if any."""
+    keep = []
+    for _ in range(10_000):
+        t = torch.ones(3, dtype=torch.uint8)
+        if id(t) == gone:
+            return t, keep
+        keep.append(t)  # held, so the next try gets another address
+    return None, keep
+
+
+def test_literal_tracker_never_reuses_a_dead_tensors_constant() -> None:
+    """Torch-MLIR's importer keys imported constants by ``id``; a bool constant goes
+    through a temporary uint8 copy, so a later constant at the same address got the first
+    one's values (the key gradient of attention landed in the value slot). Ours starts a
+    new entry unless the remembered object is the same live object."""
+    from torchneuron.compiler.literal_tracker import LiveRefTracker
+
+    tracker = LiveRefTracker()
+    first = torch.zeros(3, dtype=torch.uint8)
+    tracker.track(first).value = "first's constant"
+    assert tracker.track(first).value == "first's constant"  # the same live object: reused
+    gone = id(first)
+    del first
+    second, _keep = _reused_id_tensor(gone)
+    if second is None:
+        pytest.skip("Python did not reuse the address of the dead tensor")
+    assert tracker.track(second).is_empty
+
+
+class _Masks(torch.nn.Module):
+    """Bool constants of one shape (as attention's select_backward masks become)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        for i in range(n):
+            self.register_buffer(f"m{i}", torch.rand(3, 4, generator=g) > 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        for i, m in enumerate(self.buffers()):
+            out = out + torch.where(m, x * (i + 1), 0.0)
+        return out
+
+
+def test_bool_constants_lower_to_their_own_values() -> None:
+    shlo = pytest.importorskip("torchneuron.compiler.stablehlo")
+    model, x = _Masks(8), torch.randn(3, 4)
+    gm = make_fx(model)(x)
+    results = shlo.interpret(shlo.parse_module(lower_to_stablehlo(gm, [x])), [x])
+    torch.testing.assert_close(results[0], model(x))

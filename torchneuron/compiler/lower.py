@@ -65,6 +65,8 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
     import torch_mlir.fx as tmfx
     from torch_mlir.extras.fx_importer import FxImporter
 
+    from torchneuron.compiler.literal_tracker import LiveRefTracker
+
     _ensure_meta(gm, example_inputs)
     # No dialect is loaded up front (loading all of them took ~40 ms per lowering, about
     # a third of a small graph's lowering); the passes load the ones they need.
@@ -77,7 +79,7 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
         return True
 
     handle = context.attach_diagnostic_handler(on_diagnostic)
-    importer = FxImporter(context=context)
+    importer = FxImporter(context=context, py_attr_tracker=LiveRefTracker())
     try:
         module = _import_and_lower(tmfx, importer, gm, func_name)
     except Exception as e:  # torch_mlir raises plain Exception / RuntimeError
