@@ -541,9 +541,11 @@ class Runtime:
                 return out
             if rp.exit_reason is not None:
                 break
+        reason = rp.exit_reason
         if rp.region is not first:
             self._adopt(rp, first)
-        if rp.exit_reason is None:
+            rp.exit_reason = reason
+        if reason is None:
             self.finish_as_variant(rp)
         return MISMATCH
 
