@@ -15,7 +15,12 @@ segments are closed, so that replays chain piece after piece. A region seen
 ``ae_hot_threshold`` times (in different steps) is captured and compiled in the
 background; at a start point (the segment is empty), the
 longest ready region whose first op matches and whose modeled compile has finished on the
-simulated clock replays.
+simulated clock replays. Several regions may share that first op (a block's forward
+followed by the next block, and the last block's; AdamW's update of a block and of the
+other parameters), and which one the stream is shows only ops later: a replay whose next
+op mismatches goes on as another ready variant from its start that agrees with it on
+every op so far, or ends as the one that stops there (``switch_variant``), before it
+side-exits.
 """
 
 from __future__ import annotations
@@ -538,6 +543,7 @@ class Runtime:
             out = rp.try_defer(func, args, kwargs)
             if out is not MISMATCH:
                 self.counts["variant_switches"] += 1
+                alt.switched_in += 1
                 return out
             if rp.exit_reason is not None:
                 break
@@ -556,6 +562,7 @@ class Runtime:
             if len(alt) == rp.pos:
                 self._adopt(rp, alt)
                 self.counts["variant_switches"] += 1
+                alt.switched_in += 1
                 rp.finish()
                 return True
         return False
