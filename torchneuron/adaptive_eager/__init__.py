@@ -94,7 +94,7 @@ def regions() -> list[Region]:
 
 def stats() -> dict[str, Any]:
     """Counters: ops recorded and deferred, regions, compilations, replays, side exits,
-    fallback reasons (reason -> count), regions by state, the wall-clock stall."""
+    variant switches (``Runtime.switch_variant``), fallback reasons (reason -> count), regions by state, the wall-clock stall."""
     c = _runtime.counts
     by_state: dict[str, int] = {}
     for r in _runtime.regions.values():
@@ -109,6 +109,8 @@ def stats() -> dict[str, Any]:
         "cache_hits": c["cache_hits"],
         "replays": c["replays"],
         "side_exits": c["side_exits"],
+        # a replay that went on as another variant from its start instead of exiting
+        "variant_switches": c["variant_switches"],
         "fallback_reasons": dict(sorted(_runtime.reasons.items())),
         "regions_by_state": dict(sorted(by_state.items())),
         "compile_wall_stall_s": round(_runtime.wall_stall_s, 6),
@@ -121,7 +123,7 @@ def explain() -> str:
     s = stats()
     head = (f"adaptive eager: {s['ops_recorded']} ops recorded, {s['regions_detected']} regions, "
             f"{s['compilations']} compilations, {s['replays']} replays, "
-            f"{s['side_exits']} side exits")
+            f"{s['side_exits']} side exits, {s['variant_switches']} variant switches")
     lines = [head]
     for reason, n in s["fallback_reasons"].items():
         lines.append(f"  fallback {reason} x{n}: {Reason(reason).message}")

@@ -76,6 +76,7 @@ class Region:
         self.compile_latency_ns = 0
         self.wall_stall_s = 0.0
         self.replays = 0
+        self.switched_in = 0  # replays that began as another variant (``switch_variant``)
         self.first_replay_ns: int | None = None
         self.exits: Counter[Reason] = Counter()
         self.exit_positions: Counter[int] = Counter()
@@ -123,7 +124,9 @@ class Region:
             + (" (periodic)" if self.periodic else "")
             + (f"; a block repeated {self.copies}x back to back" if self.copies > 1 else ""),
             f"  executable: {exe.name + f' ({exe.num_kernels} kernels, {exe.device_ns} ns)' if exe else 'none'}"
-            f"; replays {self.replays}; modeled compile {self.compile_latency_ns} ns"
+            f"; replays {self.replays}"
+            + (f" ({self.switched_in} went on from another variant)" if self.switched_in else "")
+            + f"; modeled compile {self.compile_latency_ns} ns"
             + (f"; lifted scalars {len(self.plan.lifted)}" if getattr(self.plan, "lifted", None)
                else "")
             + (f", ready at {self.ready_at_ns} ns" if self.ready_at_ns is not None else ""),

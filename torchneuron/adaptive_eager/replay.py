@@ -167,6 +167,22 @@ class Replay:
     def complete(self) -> bool:
         return self.pos == len(self.region.sigs)
 
+    def adopt(self, region: Any) -> None:
+        """Go on as a replay of ``region``, another variant from the same start whose
+        signatures up to ``pos`` are this region's (``Runtime.switch_variant``): the ops
+        deferred so far matched it too, with the same input slots, value ids and lifted
+        scalar numbers. Input slots a failed check of the op at ``pos`` handed out are
+        taken back first."""
+        used = 1 + max((w for g in self.guards[:self.pos] for w in g.flow if type(w) is int),
+                       default=-1)
+        for t in self.ext[used:]:
+            del self.slots[vid_of(t)]
+        del self.ext[used:]
+        self.exit_reason = None
+        self.region = region
+        self.plan = region.plan
+        self.guards = guards_of(region, _INDEX_CHECKS)
+
     # --- deferral -------------------------------------------------------------------------
     def try_defer(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Pending results of ``func`` if it matches the next recorded op, else MISMATCH."""
@@ -252,7 +268,7 @@ class Replay:
         if not self.done:
             if self.complete:
                 self.finish()
-            else:
+            elif not self.runtime.finish_as_variant(self):
                 self.side_exit(Reason.EARLY_READ)
 
     def _release_marks(self) -> None:

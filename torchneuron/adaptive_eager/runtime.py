@@ -15,7 +15,12 @@ segments are closed, so that replays chain piece after piece. A region seen
 ``ae_hot_threshold`` times (in different steps) is captured and compiled in the
 background; at a start point (the segment is empty), the
 longest ready region whose first op matches and whose modeled compile has finished on the
-simulated clock replays.
+simulated clock replays. Several regions may share that first op (a block's forward
+followed by the next block, and the last block's; AdamW's update of a block and of the
+other parameters), and which one the stream is shows only ops later: a replay whose next
+op mismatches goes on as another ready variant from its start that agrees with it on
+every op so far, or ends as the one that stops there (``switch_variant``), before it
+side-exits.
 """
 
 from __future__ import annotations
@@ -131,11 +136,14 @@ class Runtime:
                     rp.finish()
                 else:
                     out = rp.try_defer(func, args, kwargs)
+                    if out is MISMATCH:
+                        out = self.switch_variant(rp, func, args, kwargs)
                     if out is not MISMATCH:
                         return out
-                    rp.side_exit(rp.exit_reason or (
-                        Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
-                        else Reason.GUARD_MISMATCH))
+                    if not rp.done:
+                        rp.side_exit(rp.exit_reason or (
+                            Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
+                            else Reason.GUARD_MISMATCH))
             if _is_read(func, args, kwargs):
                 self.end_segment()
                 return func(*args, **kwargs)
@@ -162,7 +170,7 @@ class Runtime:
                 if rp is not None:
                     if rp.complete:
                         rp.finish()
-                    else:
+                    elif not self.finish_as_variant(rp):
                         rp.side_exit(Reason.HOST_COPY_INTO_INPUT)
                 else:
                     self.end_segment()
@@ -495,6 +503,70 @@ class Runtime:
             self.replay.side_exit(self.replay.exit_reason or Reason.GUARD_MISMATCH)
         return out
 
+    def _variants(self, rp: Replay) -> list[Region]:
+        """Ready regions from the replaying region's start that agree with it on every op
+        matched so far (so they match the stream as far as it went), longest first."""
+        region, k = rp.region, rp.pos
+        prefix = region.sigs[:k]
+        core = get_core(self.index)
+        out = []
+        for r in self.by_start.get(_start_key(region.sigs[0]), ()):
+            if r is region or len(r) < k or r.sigs[:k] != prefix:
+                continue
+            if r.state is State.COMPILING and r.ready_at_ns is not None and core.now >= r.ready_at_ns:
+                self.publish(r)
+            if r.state is State.READY:
+                out.append(r)
+        out.sort(key=lambda r: (len(r), len(r.plan.lifted)), reverse=True)
+        return out
+
+    def _adopt(self, rp: Replay, region: Region) -> None:
+        rp.region.to(State.READY)
+        region.to(State.REPLAYING)
+        rp.adopt(region)
+
+    def switch_variant(self, rp: Replay, func: Any, args: tuple, kwargs: dict) -> Any:
+        """The next op does not match the replaying region: go on as another variant from
+        the same start that matched the stream so far and takes this op too (several
+        regions share a start, such as a transformer's block and the block that ends the
+        forward, and which one the stream is becomes known only ops later), or end as a
+        variant that stops here. Deferral has run nothing yet, so the choice costs
+        nothing. Returns the op's result, or MISMATCH: then ``rp`` either finished as a
+        shorter variant or is left open to side-exit as the region it started as."""
+        if rp.exit_reason is not None:  # the op itself is refused (an index out of range)
+            return MISMATCH
+        first = rp.region
+        for alt in self._variants(rp):
+            if len(alt) == rp.pos:
+                continue
+            self._adopt(rp, alt)
+            out = rp.try_defer(func, args, kwargs)
+            if out is not MISMATCH:
+                self.counts["variant_switches"] += 1
+                alt.switched_in += 1
+                return out
+            if rp.exit_reason is not None:
+                break
+        reason = rp.exit_reason
+        if rp.region is not first:
+            self._adopt(rp, first)
+            rp.exit_reason = reason
+        if reason is None:
+            self.finish_as_variant(rp)
+        return MISMATCH
+
+    def finish_as_variant(self, rp: Replay) -> bool:
+        """End the replay where it stands, as the ready region that is exactly the ops
+        matched so far (the block without the ops that followed it elsewhere), if any."""
+        for alt in self._variants(rp):
+            if len(alt) == rp.pos:
+                self._adopt(rp, alt)
+                self.counts["variant_switches"] += 1
+                alt.switched_in += 1
+                rp.finish()
+                return True
+        return False
+
     def publish(self, region: Region) -> None:
         """The simulated compile is done: take the real result (waiting if it is late)."""
         exe, err, stall = background.wait(region.future)
@@ -578,7 +650,7 @@ class Runtime:
             if rp is not None:
                 if rp.complete:
                     rp.finish()
-                else:
+                elif not self.finish_as_variant(rp):
                     rp.side_exit(Reason.SYNC_INSIDE)
             self.end_segment()
 
