@@ -106,3 +106,32 @@ def test_verified_dropout_graph_agrees_and_keeps_the_random_stream() -> None:
     torch.testing.assert_close(after_compiled, after_eager)
     assert tc.stats()["failures"] == 0, tc.explain()
     torch._dynamo.reset()
+
+
+def test_inputs_that_alias_stay_aliased_in_the_reference() -> None:
+    """A weight and its transposed view both enter one graph, which updates the weight in
+    place (a training step). Cloned one by one, the reference would read the view's old
+    values after the update and flag the right executable as wrong."""
+    import torch.fx as fx
+
+    def step(w: torch.Tensor, wt: torch.Tensor) -> tuple[torch.Tensor]:
+        w.add_(1.0)
+        return (wt * 2,)
+
+    gm = fx.symbolic_trace(step)
+    w = torch.randn(3, 4)
+    args = [w, w.t()]
+    outs, mismatch = verify.run_verified("aliased", gm, args, lambda a: list(gm(*a)))
+    assert mismatch is None, mismatch
+    torch.testing.assert_close(outs[0], (w * 2).t())
+
+
+def test_clone_preserving_aliases_copies_each_storage_once() -> None:
+    base = torch.arange(12.0)
+    a, b, c = base.view(3, 4), base[4:8], torch.ones(2)
+    ca, cb, cc = verify.clone_preserving_aliases([a, b, c])
+    assert ca.untyped_storage().data_ptr() == cb.untyped_storage().data_ptr()
+    assert ca.untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
+    ca[1, 0] = -1.0
+    assert cb[0].item() == -1.0 and b[0].item() == 4.0  # the copy aliases, the original is untouched
+    torch.testing.assert_close(cc, c)

@@ -1,7 +1,9 @@
 """Verification of replays: a region's first replay also runs eagerly and is compared.
 
-With the setting ``ae_verify_first_replay`` (on by default: an intermittent wrong output
-of a first replay is known and not yet explained, see issue 8) or ``verify`` on, the
+With the setting ``ae_verify_first_replay`` (on by default: adaptive eager swaps
+executables in without the user asking, and a wrong lowering - such as the one Torch-MLIR's
+importer made when it gave a bool constant a dead constant's values, see
+``compiler/literal_tracker.py`` - must be refused on its first use) or ``verify`` on, the
 first time a region's executable would run, its captured graph runs eagerly on clones of the same input
 buffers and the same random state (``compiler.verify.run_verified``). Agreeing, the
 executable's results are used and the region is trusted from then on. Differing, the
