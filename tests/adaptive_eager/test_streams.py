@@ -72,7 +72,7 @@ _OPS = ["add", "mul", "tanh", "relu", "matmul", "view", "transpose", "iadd", "sy
         "external_write"]
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(prog=st.lists(st.sampled_from(_OPS), min_size=3, max_size=8),
        diverge=st.integers(0, 5), steps=st.integers(4, 6))
 def test_random_programs_give_eager_results(prog: list[str], diverge: int, steps: int) -> None:
