@@ -147,3 +147,32 @@ def test_a_region_that_would_not_pay_is_not_compiled() -> None:
     s = ae.stats()
     assert s["compilations"] == 0 and s["replays"] == 0, s
     assert s["fallback_reasons"].get("no-gain", 0) >= 1, s
+
+
+def test_values_nobody_holds_are_not_materialized() -> None:
+    # The step's ~40 ops make ~30 intermediates (activations, gradients); the user holds
+    # only the loss at the region's end (zero_grad drops the gradients before the
+    # ``.item()``), so the compiled region returns the loss alone and writes back the
+    # parameters and momentum buffers in place.
+    def loop(device: str) -> dict:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        x, y = torch.randn(8, 16).to(device), torch.randn(8, 4).to(device)
+        losses = []
+        for _ in range(STEPS):
+            loss = F.mse_loss(m(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return {"losses": torch.tensor(losses), **m.state_dict()}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(eager, adaptive)
+    region = next((r for r in ae.regions() if r.replays), None)
+    assert region is not None, ae.explain()
+    outputs = next(n for n in region.graph.graph.nodes if n.op == "output").args[0]
+    assert len(region) > 30 and len(outputs) == 1, (len(region), outputs)
