@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import torchneuron.adaptive_eager as ae
-from tests.adaptive_eager.harness import assert_same, run
+from tests.adaptive_eager.harness import ReplayLog, assert_same, run
 
 STEPS = 8
 K = 5  # the step that diverges (regions replay from step 3)
@@ -156,3 +157,38 @@ def test_an_error_inside_a_replayed_region_points_at_the_users_line(case: str) -
     assert s["replays"] >= 1 and s["side_exits"] >= 1, ae.explain()  # step K was replaying
     assert len(eager["_errors"]) == 1 and adaptive["_errors"] == eager["_errors"]
     assert adaptive["_errors"][0][2] == _line_of(f"# <- {case}"), adaptive["_errors"]
+
+
+@pytest.mark.parametrize("case", ["no-grad", "autocast"])
+def test_grad_mode_or_autocast_changing_at_step_k(case: str) -> None:
+    # The guard checks grad mode and autocast state with each op: step K, run under
+    # ``no_grad`` or ``autocast``, does not replay (its first op already differs, so no
+    # replay starts and nothing is deferred) and gives eager's values, dtypes and
+    # requires_grad; the steps after it replay again.
+    log = ReplayLog()
+
+    def loop(device: str) -> dict:
+        g = torch.Generator().manual_seed(9)
+        w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
+        outs, flags = [], []
+        for step in range(STEPS):
+            x = torch.randn(4, 8, generator=g).to(device)
+            if step != K:
+                ctx = contextlib.nullcontext()
+            elif case == "no-grad":
+                ctx = torch.no_grad()
+            else:
+                ctx = torch.autocast(device if device == "neuron" else "cpu", dtype=torch.bfloat16)
+            with ctx:
+                y = (x @ w).tanh() * 2
+            flags.append((y.requires_grad, str(y.dtype)))
+            outs.append(y.detach().float().cpu().flatten())
+            outs.append(torch.tensor([y.float().sum().item()]))
+            log.mark(step)
+        return {"outs": torch.cat(outs), "_flags": flags}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert adaptive["_flags"] == eager["_flags"]
+    assert_same(eager, adaptive)
+    assert log.steps and K not in log.steps and K + 1 in log.steps, (log.steps, ae.explain())
