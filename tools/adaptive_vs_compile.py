@@ -105,7 +105,8 @@ def main() -> None:
         first = replayed[0] if replayed else None
         at = sum(times[:first]) if first is not None else None
         print(f"{a.latency_run}: first replay at step {first}, simulated {at} ns; "
-              f"steady {steady(times)} ns/step")
+              f"steady {steady(times)} ns/step; main-thread wall stall waiting for "
+              f"compiles {ae.stats()['compile_wall_stall_s']:.3f} s")
         print(ae.explain())
         return
     if a.layers:

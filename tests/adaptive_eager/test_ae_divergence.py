@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import traceback
+from pathlib import Path
+
 import pytest
 import torch
 
 import torchneuron.adaptive_eager as ae
-from tests.adaptive_eager.harness import assert_same, run
+from tests.adaptive_eager.harness import ReplayLog, assert_same, run
 
 STEPS = 8
 K = 5  # the step that diverges (regions replay from step 3)
@@ -115,3 +119,76 @@ def test_host_copy_into_a_tensor_the_region_used(when: str) -> None:
         assert s["fallback_reasons"].get("host-copy-into-region-input") == 1, ae.explain()
     else:  # the segment is cut at the copy when recorded: no replay ever holds it
         assert "host-copy-into-region-input" not in s["fallback_reasons"], ae.explain()
+
+
+def _line_of(marker: str) -> int:
+    """The line of this file that holds ``marker`` (once)."""
+    lines = [n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+             if text.rstrip().endswith(marker)]
+    assert len(lines) == 1, marker
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["index-out-of-range", "shape-error"])
+def test_an_error_inside_a_replayed_region_points_at_the_users_line(case: str) -> None:
+    # Issue 8: an error raised by a deferred op has eager's type and message and points
+    # at the user's line that issued it, not at the region's end (the ``.item()``).
+    def loop(device: str) -> dict:
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4).to(device)
+        errors = []
+        for step in range(STEPS):
+            bad = step == K
+            idx = torch.tensor([1, 2, 12 if bad and case == "index-out-of-range" else 3])
+            try:
+                h = emb(idx.to(device))  # <- index-out-of-range
+                w = torch.ones(3 if bad and case == "shape-error" else 4, 2, device=device)
+                h = (h * 2) @ w  # <- shape-error
+                h.relu().sum().item()
+            except (IndexError, RuntimeError) as e:
+                frames = [f.lineno for f in traceback.extract_tb(e.__traceback__)
+                          if f.filename == __file__]
+                errors.append((type(e).__name__, str(e).splitlines()[0], frames[-1]))
+        return {"_errors": errors}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    s = ae.stats()
+    assert s["replays"] >= 1 and s["side_exits"] >= 1, ae.explain()  # step K was replaying
+    assert len(eager["_errors"]) == 1 and adaptive["_errors"] == eager["_errors"]
+    assert adaptive["_errors"][0][2] == _line_of(f"# <- {case}"), adaptive["_errors"]
+
+
+@pytest.mark.parametrize("case", ["no-grad", "autocast"])
+def test_grad_mode_or_autocast_changing_at_step_k(case: str) -> None:
+    # The guard checks grad mode and autocast state with each op: step K, run under
+    # ``no_grad`` or ``autocast``, does not replay (its first op already differs, so no
+    # replay starts and nothing is deferred) and gives eager's values, dtypes and
+    # requires_grad; the steps after it replay again.
+    log = ReplayLog()
+
+    def loop(device: str) -> dict:
+        g = torch.Generator().manual_seed(9)
+        w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
+        outs, flags = [], []
+        for step in range(STEPS):
+            x = torch.randn(4, 8, generator=g).to(device)
+            if step != K:
+                ctx = contextlib.nullcontext()
+            elif case == "no-grad":
+                ctx = torch.no_grad()
+            else:
+                ctx = torch.autocast(device if device == "neuron" else "cpu", dtype=torch.bfloat16)
+            with ctx:
+                y = (x @ w).tanh() * 2
+            flags.append((y.requires_grad, str(y.dtype)))
+            outs.append(y.detach().float().cpu().flatten())
+            outs.append(torch.tensor([y.float().sum().item()]))
+            log.mark(step)
+        return {"outs": torch.cat(outs), "_flags": flags}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert adaptive["_flags"] == eager["_flags"]
+    assert_same(eager, adaptive)
+    assert log.steps and K not in log.steps and K + 1 in log.steps, (log.steps, ae.explain())

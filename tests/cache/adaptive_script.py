@@ -18,7 +18,8 @@ y = torch.randn(8, 4, device="neuron")
 core = torchneuron.hardware.get_core(0)
 adaptive_eager.enable()
 losses, times = [], []
-for _ in range(8):
+first_replay = None
+for step in range(8):
     t0 = core.synchronize()
     loss = torch.nn.functional.mse_loss(m(x), y)
     loss.backward()
@@ -26,7 +27,10 @@ for _ in range(8):
     opt.zero_grad()
     losses.append(loss.item())
     times.append(core.synchronize() - t0)
+    if first_replay is None and adaptive_eager.stats()["replays"]:
+        first_replay = step
 adaptive_eager.disable()
 s = adaptive_eager.stats()
 print(json.dumps({"losses": losses, "times": times, "compilations": s["compilations"],
-                  "cache_hits": s["cache_hits"], "replays": s["replays"]}))
+                  "cache_hits": s["cache_hits"], "replays": s["replays"],
+                  "first_replay_step": first_replay}))

@@ -56,7 +56,8 @@ _MESSAGES = {
     Reason.NO_GAIN: "the predicted host saving per replay is below "
     "TORCHNEURON_AE_MIN_GAIN_NS; not compiled",
     Reason.TOO_MANY_VARIANTS: "the start point already has TORCHNEURON_AE_MAX_VARIANTS "
-    "compiled variants",
+    "compiled variants, or 4x as many recorded ones (a shape that changes every step, such "
+    "as a growing KV cache); new variants there run eagerly",
     Reason.BACKED_OFF: "the region exited too often; replay skipped for a while (back-off)",
     Reason.BLACKLISTED: "the region exited too often after back-offs; never replayed again",
     Reason.COMPILE_PENDING: "its modeled compile had not finished on the simulated clock",
