@@ -32,10 +32,12 @@ from . import (  # noqa: F401  (importing registers the op families)
     _ops_reduce,
     _ops_shape,
     _ops_sort,
+    _specialize_math,
 )
 from ._dtypes import TORCH_DTYPES
+from ._fuse import Fused, fuse
 from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
-from ._simplify import simplify
+from ._simplify import _region_reads, simplify
 from ._specialize import specialize
 from .ir import Function, Module, Operation, TensorType
 
@@ -114,9 +116,10 @@ class _Block:
         body, returns = simplify(
             ops if end is None else ops[:end], None if end is None else ops[end].operands
         )
+        body = fuse(body, returns, _region_reads(ops, set()))
         self.returns = returns
         for op, operands in body:
-            fn = OPS.get(op.name)
+            fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
                 (op.name in _CONSTANT_OPS and not operands)
                 or (bool(operands) and op.name not in _NEVER_HOISTED

@@ -1,0 +1,129 @@
+"""Load-time fusions (``stablehlo._fuse``) and the dot_general/select specializations
+(``stablehlo._specialize_math``) give the op-by-op interpreter's bits, are used on the
+programs the lowering really produces, and fall back to the op-by-op run where the fast
+call could differ (NaN windows, out-of-range indices).
+
+Why: they replace what runs for every compiled max-pooling, matmul and select; a drift
+would silently change every such program's numbers. Each case compares the fast run
+with the same program run op by op (fusions and specializers off), bit for bit, and
+with eager PyTorch on CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchneuron.compiler.pipeline import compile_graph
+from torchneuron.compiler.stablehlo import _fuse, _specialize, prepare
+from torchneuron.compiler.stablehlo._fuse import Fused
+
+aten = torch.ops.aten
+
+
+def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[str]]:  # noqa: ANN001
+    """(fast, op-by-op) results of ``fn``'s compiled program, and the fused ops used."""
+    module = compile_graph(fn, args)._module()
+    fast_prepared = prepare(module)
+    fast = fast_prepared.run(args)
+    body = fast_prepared.block(module.functions[module.entry].body)
+    fused = [s.op.name for s in body.steps if isinstance(s.op, Fused)]
+    with monkeypatch.context() as m:
+        m.setattr(_fuse, "_FUSIONS", ())
+        m.setattr(_specialize, "SPECIALIZERS", {})
+        slow = prepare(module).run(args)
+    return fast, slow, fused
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype.is_floating_point:
+        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.view(width), b.view(width))
+    return torch.equal(a, b)
+
+
+def _pool_input(shape: tuple[int, ...], case: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, shape, generator=g).float()  # many ties
+    flat = x.view(-1)
+    if case == "signed_zeros":
+        flat[::3] = -0.0
+        flat[1::3] = 0.0
+    elif case == "nan":
+        flat[5] = float("nan")
+        flat[17] = float("nan")
+    elif case == "neg_inf":
+        flat[: flat.numel() // 2] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("case", ["ties", "signed_zeros", "nan", "neg_inf"])
+@pytest.mark.parametrize(
+    "shape,kernel,stride",
+    [((2, 3, 8, 8), 2, 2), ((2, 3, 9, 7), 3, 2), ((1, 2, 6, 9), (2, 3), (1, 2))],
+)
+def test_max_pool_forward_is_fused_and_exact(shape, kernel, stride, case, monkeypatch) -> None:  # noqa: ANN001
+    x = _pool_input(shape, case)
+    fast, slow, fused = _runs(lambda t: F.max_pool2d_with_indices(t, kernel, stride), [x],
+                              monkeypatch)  # fmt: skip
+    assert "torchneuron.fused.max_pool_window" in fused
+    assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
+    ref_v, ref_i = F.max_pool2d_with_indices(x, kernel, stride)
+    assert _same_bits(fast[0], ref_v) or case == "nan"
+    if case != "nan":  # ATen reports the last NaN of a window, the program the first
+        assert torch.equal(fast[1], ref_i)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_max_pool_backward_is_fused_and_exact(overlap: bool, monkeypatch) -> None:  # noqa: ANN001
+    k, s = (3, 2) if overlap else (2, 2)
+    x = _pool_input((2, 3, 9, 9), "ties")
+    _, idx = F.max_pool2d_with_indices(x, k, s)
+    g = torch.randn(idx.shape, generator=torch.Generator().manual_seed(1))
+
+    def bwd(g: torch.Tensor, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return aten.max_pool2d_with_indices_backward(g, x, [k, k], [s, s], [0, 0], [1, 1],
+                                                     False, i)  # fmt: skip
+
+    fast, slow, fused = _runs(bwd, [g, x, idx], monkeypatch)
+    assert "torchneuron.fused.max_pool_scatter" in fused
+    assert _same_bits(fast[0], slow[0])
+    torch.testing.assert_close(fast[0], bwd(g, x, idx))
+    bad = idx.clone()
+    bad.view(-1)[0] = 10_000  # out of range: the scatter drops it; the fusion must too
+    fast, slow, _ = _runs(bwd, [g, x, bad], monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+
+
+@pytest.mark.parametrize(
+    "fn,shapes",
+    [
+        (lambda a, b: a @ b, [(16, 64), (64, 128)]),
+        (lambda a, b: a @ b.t(), [(16, 64), (128, 64)]),
+        (torch.bmm, [(3, 5, 7), (3, 7, 4)]),
+        (lambda a, b: torch.einsum("bhqd,bhkd->bhqk", a, b), [(2, 2, 8, 4), (2, 2, 8, 4)]),
+    ],
+)
+def test_dot_general_specialization_is_exact(fn, shapes, monkeypatch) -> None:  # noqa: ANN001
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(s, generator=g) for s in shapes]
+    fast, slow, _ = _runs(fn, args, monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+    torch.testing.assert_close(fast[0], fn(*args))
+
+
+@pytest.mark.parametrize("n", [100, 8192])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_select_specialization_is_exact(n: int, dtype: torch.dtype, monkeypatch) -> None:  # noqa: ANN001
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, generator=g).to(dtype)
+    b = torch.randn(n, generator=g).to(dtype)
+    c = torch.randn(n, generator=g)
+    if dtype.is_floating_point:
+        a[:7] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), -0.0, 1])
+        b[:7] = torch.tensor([0.0, 0.0, -0.0, float("nan"), 2.0, -0.0, -0.0])
+    fn = lambda p, x, y: torch.where(p > 0, x, y)  # noqa: E731
+    fast, slow, _ = _runs(fn, [c, a, b], monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+    assert _same_bits(fast[0], fn(c, a, b))
