@@ -127,3 +127,32 @@ def test_select_specialization_is_exact(n: int, dtype: torch.dtype, monkeypatch)
     fast, slow, _ = _runs(fn, [c, a, b], monkeypatch)
     assert _same_bits(fast[0], slow[0])
     assert _same_bits(fast[0], fn(c, a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_elementwise_specialization_is_exact(dtype: torch.dtype, monkeypatch) -> None:  # noqa: ANN001
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = torch.maximum((a + b) * b - a / b, torch.minimum(a, b)) ** 2
+        return torch.exp(-c).sqrt() + torch.rsqrt(c.abs()) + torch.log(c) * torch.tanh(a) \
+            + torch.sigmoid(b)
+
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(5, 7, generator=g).to(dtype) for _ in range(2))
+    a[0, :3] = torch.tensor([float("nan"), -0.0, float("inf")])
+    fast, slow, _ = _runs(fn, [a, b], monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+
+
+def test_a_prepared_program_runs_again_from_its_kept_constants(monkeypatch) -> None:  # noqa: ANN001
+    """The second and later runs start from the first run's constants: same results."""
+    x = _pool_input((2, 3, 8, 8), "ties")
+    module = compile_graph(lambda t: F.max_pool2d_with_indices(t * 2 + 1, 2), [x])._module()
+    p = prepare(module)
+    first = p.run([x])
+    block = p.block(module.functions[module.entry].body)
+    assert block.consts and len(block.hot) < len(block.steps)
+    for _ in range(2):
+        assert all(_same_bits(a, b) for a, b in zip(p.run([x]), first, strict=True))
+    y = x.flip(-1).contiguous()
+    assert all(_same_bits(a, b) for a, b in zip(p.run([y]), prepare(module).run([y]),
+                                                strict=True))  # fmt: skip

@@ -128,3 +128,53 @@ def select(pred: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     if a.numel() < _SELECT_BITS_MIN or itype is None or a.dtype.is_complex:
         return torch.where(pred, a, b)
     return _bits_select(pred, a, b, itype)
+
+
+# --- float elementwise ops: the torch call alone --------------------------------------------
+# The generic elementwise implementations widen unsigned operands and convert the result
+# to the declared dtype on every call; with float operands of the result's dtype both are
+# no-ops, so the same torch function is called directly (same kernel, same bits).
+_FLOAT_BINARY = {
+    "stablehlo.add": torch.add,
+    "stablehlo.subtract": torch.sub,
+    "stablehlo.multiply": torch.mul,
+    "stablehlo.divide": torch.div,
+    "stablehlo.maximum": torch.maximum,
+    "stablehlo.minimum": torch.minimum,
+    "stablehlo.power": torch.pow,
+}
+_FLOAT_UNARY = {
+    "stablehlo.negate": torch.neg,
+    "stablehlo.abs": torch.abs,
+    "stablehlo.exponential": torch.exp,
+    "stablehlo.log": torch.log,
+    "stablehlo.logistic": torch.sigmoid,
+    "stablehlo.tanh": torch.tanh,
+    "stablehlo.sqrt": torch.sqrt,
+    "stablehlo.rsqrt": torch.rsqrt,
+}
+
+
+def _all_float(op: Operation) -> torch.dtype | None:
+    """The common dtype of ``op``'s operands and result if it is one real float dtype."""
+    dts = {TORCH_DTYPES.get(t.dtype) for t in (*op.operand_types, *op.result_types)}
+    if len(dts) != 1:
+        return None
+    dt = dts.pop()
+    return dt if dt is not None and dt.is_floating_point else None
+
+
+@specializer(*_FLOAT_BINARY)
+def _float_binary(op: Operation) -> OpFn | None:
+    if len(op.operands) != 2 or _all_float(op) is None:
+        return None
+    fn = _FLOAT_BINARY[op.name]
+    return lambda op, args, run: [fn(args[0], args[1])]
+
+
+@specializer(*_FLOAT_UNARY)
+def _float_unary(op: Operation) -> OpFn | None:
+    if len(op.operands) != 1 or _all_float(op) is None:
+        return None
+    fn = _FLOAT_UNARY[op.name]
+    return lambda op, args, run: [fn(args[0])]

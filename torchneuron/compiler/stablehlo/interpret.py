@@ -66,12 +66,14 @@ def _unsupported(op: Operation) -> OpFn:
 class _Step:
     """One op, resolved: its implementation and what to check about its results."""
 
-    __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks")
+    __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks", "hoisted",
+                 "single")  # fmt: skip
 
     def __init__(
         self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool, operands: tuple[str, ...]
     ) -> None:
         self.op = op
+        self.hoisted = hoist
         # resolved once: constants cached, other ops specialized to their attributes
         self.fn = _constant(fn, owner) if hoist else specialize(op, fn)
         self.operands = operands  # after ``simplify``'s aliasing
@@ -85,6 +87,10 @@ class _Step:
         # (name, dtype, shape, declared type) per result, for the loop's checks
         self.checks = tuple(zip(self.results, self.dtypes, self.shapes, op.result_types,
                                 strict=False))  # fmt: skip
+        # the common case, checked inline by the loop: one result of known dtype and shape
+        self.single = (
+            len(self.checks) == 1 and self.dtypes[0] is not None and self.shapes[0] is not None
+        )
 
 
 def _constant(fn: OpFn, owner: Prepared) -> OpFn:
@@ -104,13 +110,20 @@ def _constant(fn: OpFn, owner: Prepared) -> OpFn:
 
 
 class _Block:
-    """A block's prepared steps and the names its return op hands back."""
+    """A block's prepared steps and the names its return op hands back.
 
-    __slots__ = ("steps", "returns")
+    After its first complete run, the values of its hoisted steps (constants and what is
+    computed from constants only) are kept in ``consts`` and later runs start from them
+    and run only the other steps (``hot``).
+    """
+
+    __slots__ = ("steps", "returns", "consts", "hot")
 
     def __init__(self, ops: list[Operation], owner: Prepared) -> None:
         self.steps: list[_Step] = []
         self.returns: tuple[str, ...] | None = None
+        self.consts: dict[str, Any] | None = None
+        self.hot: list[_Step] = []
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
         body, returns = simplify(
@@ -130,6 +143,7 @@ class _Block:
             self.steps.append(
                 _Step(op, fn if fn is not None else _unsupported(op), owner, hoist, operands)
             )
+        self.hot = [s for s in self.steps if not s.hoisted]
 
 
 class Prepared:
@@ -231,7 +245,13 @@ class _Interpreter:
         self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
         tensor = torch.Tensor
-        for step in block.steps:
+        consts = block.consts
+        if consts is None:
+            steps = block.steps
+        else:
+            env.update(consts)
+            steps = block.hot
+        for step in steps:
             op = step.op
             try:
                 results = step.fn(op, [env[o] for o in step.operands], self)
@@ -241,6 +261,14 @@ class _Interpreter:
                 raise StableHLOExecutionError(
                     f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
                 ) from e
+            if step.single and len(results) == 1:  # one result: the checks inline
+                value = results[0]
+                if isinstance(value, tensor) and (
+                    value.dtype != step.dtypes[0] or (check_shapes and value.shape != step.shapes[0])
+                ):
+                    _check(op, value, step.checks[0][3], check_shapes)  # explain or accept
+                env[step.results[0]] = value
+                continue
             checks = step.checks
             if len(results) != len(checks):
                 raise StableHLOExecutionError(
@@ -255,6 +283,8 @@ class _Interpreter:
                 env[name] = value
         if block.returns is None:
             raise StableHLOExecutionError("block ended without a return op")
+        if consts is None:  # first complete run: keep what every later run starts from
+            block.consts = {r: env[r] for s in block.steps if s.hoisted for r in s.results}
         return [env[o] for o in block.returns]
 
 
