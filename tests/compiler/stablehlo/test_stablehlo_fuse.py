@@ -23,12 +23,14 @@ aten = torch.ops.aten
 
 
 def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[str]]:  # noqa: ANN001
-    """(fast, op-by-op) results of ``fn``'s compiled program, and the fused ops used."""
+    """(fast, op-by-op) results of ``fn``'s compiled program, and the fused ops and
+    specialized callables (by name) its steps use."""
     module = compile_graph(fn, args)._module()
     fast_prepared = prepare(module)
     fast = fast_prepared.run(args)
     body = fast_prepared.block(module.functions[module.entry].body)
     fused = [s.op.name for s in body.steps if isinstance(s.op, Fused)]
+    fused += [getattr(s.fn, "__name__", "") for s in body.steps]
     with monkeypatch.context() as m:
         m.setattr(_fuse, "_FUSIONS", ())
         m.setattr(_specialize, "SPECIALIZERS", {})
@@ -156,3 +158,28 @@ def test_a_prepared_program_runs_again_from_its_kept_constants(monkeypatch) -> N
     y = x.flip(-1).contiguous()
     assert all(_same_bits(a, b) for a, b in zip(p.run([y]), prepare(module).run([y]),
                                                 strict=True))  # fmt: skip
+
+
+@pytest.mark.parametrize("out_of_range", [False, True])
+def test_row_and_element_gather_scatter_specializations_are_exact(out_of_range: bool,
+                                                                  monkeypatch) -> None:  # noqa: ANN001
+    """Embedding lookup (row gather), its gradient (row scatter-add, repeated rows) and
+    cross-entropy's target pick (element gather) against the generic implementations."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(11, 6, generator=g)
+    idx = torch.randint(0, 11, (4, 9), generator=g)  # repeats: the add order matters
+    if out_of_range:
+        idx[0, 0], idx[1, 3] = 11, -2  # gather clamps; scatter drops
+    grad = torch.randn(4, 9, 6, generator=g)
+    take = lambda w, i: aten.embedding(w, i)  # noqa: E731
+    add = lambda g_, i: aten.embedding_dense_backward(g_, i, 11, -1, False)  # noqa: E731
+    pick = lambda x, t: x.gather(1, t[:, None])  # noqa: E731
+    for fn, args, name in (
+        (take, [w, idx], "take_rows"), (add, [grad, idx], "add_rows"),
+        (pick, [torch.randn(5, 7, generator=g), torch.randint(0, 7, (5,))], "take_elements"),
+    ):  # fmt: skip
+        fast, slow, used = _runs(fn, args, monkeypatch)
+        assert name in used
+        assert _same_bits(fast[0], slow[0])
+        if not out_of_range:
+            torch.testing.assert_close(fast[0], fn(*args))

@@ -32,6 +32,7 @@ from . import (  # noqa: F401  (importing registers the op families)
     _ops_reduce,
     _ops_shape,
     _ops_sort,
+    _specialize_index,
     _specialize_math,
 )
 from ._dtypes import TORCH_DTYPES
