@@ -11,6 +11,8 @@ with eager PyTorch on CPU.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,6 +22,7 @@ from torchneuron.compiler.stablehlo import _fuse, _specialize, prepare
 from torchneuron.compiler.stablehlo._fuse import Fused
 
 aten = torch.ops.aten
+_interpret = importlib.import_module("torchneuron.compiler.stablehlo.interpret")
 
 
 def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[str]]:  # noqa: ANN001
@@ -33,6 +36,7 @@ def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[s
     fused += [getattr(s.fn, "__name__", "") for s in body.steps]
     with monkeypatch.context() as m:
         m.setattr(_fuse, "_FUSIONS", ())
+        m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
         m.setattr(_specialize, "SPECIALIZERS", {})
         slow = prepare(module).run(args)
     return fast, slow, fused
@@ -183,3 +187,27 @@ def test_row_and_element_gather_scatter_specializations_are_exact(out_of_range: 
         assert _same_bits(fast[0], slow[0])
         if not out_of_range:
             torch.testing.assert_close(fast[0], fn(*args))
+
+
+def test_broadcasts_are_absorbed_into_elementwise_readers(monkeypatch) -> None:  # noqa: ANN001
+    """BatchNorm-like per-channel arithmetic: the broadcasts go, the bits stay."""
+
+    def fn(x: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = (x - m[:, None, None]) * torch.rsqrt(v[:, None, None] + 1e-5)
+        return y, torch.maximum(y, m[:, None, None]), (x > m[:, None, None]), m + v
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(2, 3, 4, 5, generator=g), torch.randn(3, generator=g),
+            torch.rand(3, generator=g)]  # fmt: skip
+    module = compile_graph(fn, args)._module()
+    ops = module.functions[module.entry].body
+    p = prepare(module)
+    fast = p.run(args)
+    n_bcast = sum(o.name == "stablehlo.broadcast_in_dim" for o in ops)
+    kept = sum(s.op.name == "stablehlo.broadcast_in_dim" for s in p.block(ops).steps)
+    assert n_bcast > 0 and kept < n_bcast
+    with monkeypatch.context() as m:
+        m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
+        slow = prepare(module).run(args)
+    assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
+    assert all(a.shape == b.shape for a, b in zip(fast, fn(*args), strict=True))

@@ -35,6 +35,7 @@ from . import (  # noqa: F401  (importing registers the op families)
     _specialize_index,
     _specialize_math,
 )
+from ._absorb import absorb_broadcasts
 from ._dtypes import TORCH_DTYPES
 from ._fuse import Fused, fuse
 from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
@@ -130,7 +131,8 @@ class _Block:
         body, returns = simplify(
             ops if end is None else ops[:end], None if end is None else ops[end].operands
         )
-        body = fuse(body, returns, _region_reads(ops, set()))
+        pinned = _region_reads(ops, set())
+        body = absorb_broadcasts(fuse(body, returns, pinned), returns, pinned)
         self.returns = returns
         for op, operands in body:
             fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
