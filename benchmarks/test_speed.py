@@ -109,15 +109,16 @@ def _report() -> Iterator[None]:
     print("\n".join(lines))
 
 
-def _warm_up_to_replay(ae: object, step: object) -> bool:
-    """Step until one step replays and records nothing (at most ``ADAPTIVE_WARMUP``)."""
-    for _ in range(ADAPTIVE_WARMUP):
+def _warm_up_to_replay(ae: object, step: object) -> int | None:
+    """Step until one step replays and records nothing (at most ``ADAPTIVE_WARMUP``);
+    returns how many steps that took (None: never)."""
+    for n in range(1, ADAPTIVE_WARMUP + 1):
         before = ae.stats()  # type: ignore[attr-defined]
         step()  # type: ignore[operator]
         after = ae.stats()  # type: ignore[attr-defined]
         if after["replays"] > before["replays"] and after["ops_recorded"] == before["ops_recorded"]:
-            return True
-    return False
+            return n
+    return None
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -151,9 +152,9 @@ def test_training_step_wall_time(benchmark, name: str, mode: str) -> None:  # no
             after = ae.stats()
             rp = (after["replays"] - before["replays"]) / ROUNDS
             rec = (after["ops_recorded"] - before["ops_recorded"]) / ROUNDS
-            _steady[name] = (f"{rp:.2f} replays, {rec:.0f} ops recorded"
-                             f" (steady state {'reached' if warm else 'not reached'} in"
-                             f" {WARMUP + ADAPTIVE_WARMUP} warm-up steps)")  # fmt: skip
+            reached = (f"first steady step: {WARMUP + warm}" if warm is not None
+                       else f"no steady step in {WARMUP + ADAPTIVE_WARMUP} warm-up steps")
+            _steady[name] = f"{rp:.2f} replays, {rec:.0f} ops recorded ({reached})"
     finally:
         if ae is not None:
             ae.disable()
