@@ -37,6 +37,7 @@ def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[s
     with monkeypatch.context() as m:
         m.setattr(_fuse, "_FUSIONS", ())
         m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
+        m.setattr(_interpret, "absorb_transposes", lambda body, returns, pinned: body)
         m.setattr(_specialize, "SPECIALIZERS", {})
         slow = prepare(module).run(args)
     return fast, slow, fused
@@ -109,9 +110,13 @@ def test_max_pool_backward_is_fused_and_exact(overlap: bool, monkeypatch) -> Non
         (lambda a, b: a @ b.t(), [(16, 64), (128, 64)]),
         (torch.bmm, [(3, 5, 7), (3, 7, 4)]),
         (lambda a, b: torch.einsum("bhqd,bhkd->bhqk", a, b), [(2, 2, 8, 4), (2, 2, 8, 4)]),
+        (lambda a, b: torch.einsum("qbhd,kbhd->bhqk", a, b), [(8, 2, 3, 4), (5, 2, 3, 4)]),
+        (lambda a, b: (a.transpose(0, 1) @ b).transpose(1, 2) @ a.transpose(0, 1),
+         [(4, 3, 5), (3, 5, 5)]),
     ],
 )
 def test_dot_general_specialization_is_exact(fn, shapes, monkeypatch) -> None:  # noqa: ANN001
+    """Specialized, with transposes folded into its dimension numbers, same bits."""
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(s, generator=g) for s in shapes]
     fast, slow, _ = _runs(fn, args, monkeypatch)
@@ -211,3 +216,13 @@ def test_broadcasts_are_absorbed_into_elementwise_readers(monkeypatch) -> None: 
         slow = prepare(module).run(args)
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     assert all(a.shape == b.shape for a, b in zip(fast, fn(*args), strict=True))
+
+
+def test_a_weight_transpose_is_folded_into_dot_general() -> None:
+    w, x = torch.randn(6, 4), torch.randn(3, 4)
+    module = compile_graph(lambda x, w: x @ w.t(), [x, w])._module()
+    ops = module.functions[module.entry].body
+    p = prepare(module)
+    torch.testing.assert_close(p.run([x, w])[0], x @ w.t())
+    assert any(o.name == "stablehlo.transpose" for o in ops)
+    assert not any(s.op.name == "stablehlo.transpose" for s in p.block(ops).steps)

@@ -1,4 +1,4 @@
-"""Load-time absorption of broadcasts into the elementwise ops that read them.
+"""Load-time absorption of broadcasts and transposes into the ops that read them.
 
 Why: StableHLO has no implicit broadcasting, so the lowering writes every
 ``x - mean`` with a per-channel ``mean`` as ``broadcast_in_dim`` + ``subtract``;
@@ -15,11 +15,12 @@ keeps its declared full shape (its other operand has it), which the interpreter 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from ._registry import ints
 from .ir import Operation
 
-__all__ = ["absorb_broadcasts"]
+__all__ = ["absorb_broadcasts", "absorb_transposes"]
 
 Body = list[tuple[Operation, tuple[str, ...]]]
 
@@ -83,3 +84,60 @@ def absorb_broadcasts(body: Body, returns: tuple[str, ...] | None, pinned: set[s
         (op, tuple(absorbed.get(o, o) for o in operands))
         for i, (op, operands) in enumerate(body) if i not in drop
     ]  # fmt: skip
+
+
+def absorb_transposes(body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> Body:
+    """``body`` with each transpose read only by one ``dot_general`` folded into that
+    op's dimension numbers (the op then reads the transpose's operand).
+
+    Why: every linear layer's weight, and attention's heads, reach ``dot_general``
+    through a ``transpose``; ``dot_general`` permutes its operands anyway, and
+    ``x.permute(p).permute(q)`` is the view ``x.permute(p[q])``: the same ``bmm`` on the
+    same elements. Done only when the free dims keep their order, so the result's
+    layout is unchanged.
+    """
+    readers: dict[str, int] = defaultdict(int)
+    for _, operands in body:
+        for o in operands:
+            readers[o] += 1
+    kept_out = set(returns or ()) | pinned
+    producer = {op.results[0]: (i, op, operands) for i, (op, operands) in enumerate(body)
+                if len(op.results) == 1}  # fmt: skip
+    drop: set[int] = set()
+    out = list(body)
+    for i, (op, operands) in enumerate(body):
+        if op.name != "stablehlo.dot_general" or len(operands) != 2:
+            continue
+        dn = dict(op.attributes["dot_dimension_numbers"])
+        new_operands = list(operands)
+        types = list(op.operand_types)
+        changed = False
+        for side, (b_key, c_key) in enumerate((
+            ("lhs_batching_dimensions", "lhs_contracting_dimensions"),
+            ("rhs_batching_dimensions", "rhs_contracting_dimensions"),
+        )):  # fmt: skip
+            hit = producer.get(operands[side])
+            if (
+                hit is None or hit[1].name != "stablehlo.transpose" or len(hit[2]) != 1
+                or readers[operands[side]] != 1 or operands[side] in kept_out
+                or operands[0] == operands[1]
+            ):  # fmt: skip
+                continue
+            perm = ints(hit[1], "permutation")
+            b, c = list(dn.get(b_key, [])), list(dn[c_key])
+            free = [d for d in range(len(perm)) if d not in b and d not in c]
+            moved = [perm[d] for d in free]
+            if moved != sorted(moved):
+                continue
+            dn[b_key], dn[c_key] = [perm[d] for d in b], [perm[d] for d in c]
+            new_operands[side] = hit[2][0]
+            types[side] = hit[1].operand_types[0]
+            drop.add(hit[0])
+            changed = True
+        if changed:
+            new_op = replace(op, operand_types=types,
+                             attributes={**op.attributes, "dot_dimension_numbers": dn})  # fmt: skip
+            out[i] = (new_op, tuple(new_operands))
+    if not drop:
+        return body
+    return [entry for i, entry in enumerate(out) if i not in drop]

@@ -35,7 +35,7 @@ from . import (  # noqa: F401  (importing registers the op families)
     _specialize_index,
     _specialize_math,
 )
-from ._absorb import absorb_broadcasts
+from ._absorb import absorb_broadcasts, absorb_transposes
 from ._dtypes import TORCH_DTYPES
 from ._fuse import Fused, fuse
 from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
@@ -133,6 +133,7 @@ class _Block:
         )
         pinned = _region_reads(ops, set())
         body = absorb_broadcasts(fuse(body, returns, pinned), returns, pinned)
+        body = absorb_transposes(body, returns, pinned)
         self.returns = returns
         for op, operands in body:
             fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
@@ -161,6 +162,12 @@ class Prepared:
         self._inputs = [
             (name, tt, TORCH_DTYPES.get(tt.dtype)) for name, tt in fn.args
         ]  # fmt: skip
+        # per input, (dtype, torch.Size) when both are static: checked with two compares
+        self._exact = [
+            (want, torch.Size(tt.shape)) if want is not None and all(d >= 0 for d in tt.shape)
+            else None
+            for _, tt, want in self._inputs
+        ]  # fmt: skip
 
     def block(self, ops: list[Operation]) -> _Block:
         """The prepared form of ``ops`` (a function body or an op's region), built once."""
@@ -172,7 +179,10 @@ class Prepared:
     def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Run the entry function on CPU tensors; returns fresh contiguous outputs."""
         args = list(inputs)
-        for i, ((name, tt, want), x) in enumerate(zip(self._inputs, args, strict=False)):
+        for i, (exact, x) in enumerate(zip(self._exact, args, strict=False)):
+            if exact is not None and x.dtype == exact[0] and x.shape == exact[1]:
+                continue  # the common case: a static input of the declared type
+            name, tt, want = self._inputs[i]
             if want is not None and x.dtype != want:
                 raise StableHLOExecutionError(
                     f"input {i} (%{name}) has dtype {x.dtype}, the program expects {tt}"
@@ -190,10 +200,12 @@ class Prepared:
         result = []
         for o in outs:  # never hand back storage shared with an input or another output
             o = o.contiguous()
-            if o.numel() and o.untyped_storage().data_ptr() in seen:
-                o = o.clone()
             if o.numel():
-                seen.add(o.untyped_storage().data_ptr())
+                ptr = o.untyped_storage().data_ptr()
+                if ptr in seen:
+                    o = o.clone()
+                    ptr = o.untyped_storage().data_ptr()
+                seen.add(ptr)
             result.append(o)
         return result
 
