@@ -78,8 +78,9 @@ def _dot_general(op: Operation) -> OpFn | None:
     return dot_general
 
 
-# Below this many elements torch's ``where`` is the faster of the two (one call).
-_SELECT_BITS_MIN = 4096
+# Below this many elements torch's ``where`` is the faster of the two (measured: at 4096
+# elements where takes 3.5 µs and the bit form 8 µs; at 6000 both about 9 µs).
+_SELECT_BITS_MIN = 6000
 _SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
