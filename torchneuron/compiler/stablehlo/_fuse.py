@@ -6,8 +6,9 @@ strided slice per window position, a concatenate, a reshape and a two-result red
 (max with its first index, over the window dim); its backward becomes a concatenate
 of iotas with the saved index and a scatter-add. On the CNN training loop these runs
 took more wall time than the rest of the executable. Here, once per block, each such
-run is recognised and replaced by one ``Fused`` op computing the run's results with a
-strided ``unfold`` + ``max`` (forward) or a ``scatter_add_`` (backward).
+run is recognised and replaced by one ``Fused`` op computing the run's results from
+strided views of the input (one compare and two selects per window position, no
+copies; forward) or with one ``scatter_add_`` (backward).
 
 Rules every fusion keeps:
 
@@ -154,7 +155,7 @@ def _max_pool_forward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]]
     if len(sources) != 1:
         return None
     src = sources.pop()
-    src_t = g_type(body, g, src)
+    src_t = _type_of(body, g, src)
     if src_t is None or len(src_t.shape) != len(piece_t.shape):
         return None
     rank = len(src_t.shape)
@@ -287,7 +288,7 @@ def _max_pool_backward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]
     return _make(sc, outer, run_ops, scatter_add, "max_pool_scatter"), run_ids
 
 
-def g_type(body: Body, g: _Graph, name: str) -> Any:
+def _type_of(body: Body, g: _Graph, name: str) -> Any:
     """The declared type of value ``name`` (None for a block argument: unknown here)."""
     hit = g.producer.get(name)
     if hit is None:

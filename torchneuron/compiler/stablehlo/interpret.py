@@ -7,11 +7,17 @@ Each result is checked against its declared type, so an op implementation that
 drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing numerics.
 
 Why ``prepare`` then ``run``: an executable runs the same program every training step.
-``prepare`` resolves, once, each op to its implementation, its operand and result
-names and the dtype and shape its results must have; constants, and every op computed
-from constants only (a broadcast scalar, a reshaped mask), are computed on first use
-and kept, so such runs of ops cost no call at all afterwards. Running is then a
-straight loop over prepared steps with no table lookups or attribute parsing. ``interpret(module, inputs)`` is
+``prepare`` works on each block once, in this order: ``_simplify`` turns no-op ops into
+aliases; ``_fuse`` replaces runs of ops that are one torch call (max-pooling forward and
+backward) by one op; ``_absorb`` drops broadcasts that torch's implicit broadcasting does
+and folds transposes into the ``dot_general`` reading them; then each op is resolved to
+its implementation (``_specialize*``: attributes read once), its operand and result
+names and the dtype and shape its results must have. Constants, and every op computed
+from constants only (a broadcast scalar, a reshaped mask), are computed on the first run
+and kept; later runs start from them and run only the other steps, a straight loop with
+no table lookups or attribute parsing. None of this touches the program (the compiler's
+cost model reads the program, so simulated times never depend on it), and every step
+gives the bits the op-by-op implementations give. ``interpret(module, inputs)`` is
 ``prepare(module).run(inputs)``; ``Executable`` keeps its prepared program.
 """
 
