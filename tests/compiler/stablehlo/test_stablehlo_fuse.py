@@ -75,6 +75,7 @@ def test_max_pool_forward_is_fused_and_exact(shape, kernel, stride, case, monkey
     fast, slow, fused = _runs(lambda t: F.max_pool2d_with_indices(t, kernel, stride), [x],
                               monkeypatch)  # fmt: skip
     assert "torchneuron.fused.max_pool_window" in fused
+    assert "torchneuron.fused.one_hot_lookup" in fused  # window position -> flat index
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     ref_v, ref_i = F.max_pool2d_with_indices(x, kernel, stride)
     assert _same_bits(fast[0], ref_v) or case == "nan"
@@ -226,3 +227,23 @@ def test_a_weight_transpose_is_folded_into_dot_general() -> None:
     torch.testing.assert_close(p.run([x, w])[0], x @ w.t())
     assert any(o.name == "stablehlo.transpose" for o in ops)
     assert not any(s.op.name == "stablehlo.transpose" for s in p.block(ops).steps)
+
+
+@pytest.mark.parametrize("positions", [[0, 1, 2, 3], [0, 2, 1, 3]])
+@pytest.mark.parametrize("out_of_range", [False, True])
+def test_one_hot_lookup_is_exact(positions: list[int], out_of_range: bool, monkeypatch) -> None:  # noqa: ANN001
+    """sum_k(where(i == p_k, table_k, 0)): a gather when p is 0..K-1, else the op-by-op
+    run; an index matching no position gives 0."""
+    g = torch.Generator().manual_seed(0)
+    i = torch.randint(0, 4, (3, 1, 5), generator=g)
+    if out_of_range:
+        i[0, 0, 0], i[1, 0, 2] = 4, -1
+    table = torch.randint(-50, 50, (3, 4, 5), generator=g)
+
+    def fn(i: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        pos = torch.tensor(positions).reshape(1, 4, 1)
+        return torch.where(i.expand(3, 4, 5) == pos, table, 0).sum(1)
+
+    fast, slow, used = _runs(fn, [i, table], monkeypatch)
+    assert "torchneuron.fused.one_hot_lookup" in used
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[0], fn(i, table))

@@ -288,6 +288,94 @@ def _max_pool_backward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]
     return _make(sc, outer, run_ops, scatter_add, "max_pool_scatter"), run_ids
 
 
+# --- a one-hot select summed over a dim: a lookup --------------------------------------------
+
+
+def _one_hot_lookup(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]] | None:
+    """``reduce_add_d(select(i == arange_d, table, 0))`` over integers: ``table`` at ``i``.
+
+    Max-pooling with indices turns each window's position of the maximum into its flat
+    input index this way (compare the position with every window position, select that
+    position's offset, sum). With ``i`` constant along ``d`` (broadcast from size 1),
+    exactly one term is nonzero when ``0 <= i < K`` and none otherwise, so the sum is
+    one ``gather`` (integers: exact in any order). The ``arange``, zeros and init operands
+    are checked by value on the first run (they are constants, kept by the interpreter,
+    so the check is redone only if another tensor arrives); if they are not what this
+    needs, the original ops run.
+    """
+    red, operands = body[at]
+    if red.name != "stablehlo.reduce" or len(operands) != 2 or len(red.results) != 1:
+        return None
+    from ._ops_reduce import simple_body
+
+    dims = ints(red, "dimensions")
+    dt = red.operand_types[0].dtype
+    if simple_body(red) != "stablehlo.add" or len(dims) != 1 or dt not in ("i32", "i64",
+                                                                           "si32", "si64"):
+        return None
+    d = dims[0]
+    sel = g.op(operands[0], "stablehlo.select")
+    if sel is None:
+        return None
+    full = tuple(sel[1].result_types[0].shape)
+    cmp = g.op(sel[2][0], "stablehlo.compare")
+    if (
+        cmp is None or cmp[1].attributes.get("comparison_direction") != "EQ"
+        or not all(s >= 0 for s in full) or tuple(sel[1].operand_types[1].shape) != full
+        or tuple(sel[1].operand_types[2].shape) != full
+        or cmp[1].operand_types[0].dtype not in ("i32", "i64", "si32", "si64")
+    ):  # fmt: skip
+        return None
+    for side in (0, 1):  # which compare operand is the index broadcast along d
+        bc = g.op(cmp[2][side], "stablehlo.broadcast_in_dim")
+        if bc is None or len(bc[2]) != 1:
+            continue
+        src_shape = tuple(bc[1].operand_types[0].shape)
+        if (
+            len(src_shape) != len(full) or src_shape[d] != 1
+            or ints(bc[1], "broadcast_dimensions") != list(range(len(full)))
+            or any(s != f for i, (s, f) in enumerate(zip(src_shape, full, strict=True))
+                   if i != d)
+        ):  # fmt: skip
+            continue
+        run_ids = sorted({bc[0], cmp[0], sel[0], at})
+        if not g.closed(body, run_ids, at):
+            continue
+        run_ops = [body[i] for i in run_ids]
+        outer = (bc[2][0], cmp[2][1 - side], sel[2][1], sel[2][2], operands[1])
+        slow = _fallback(run_ops, outer)
+        lookup = _lookup(full, d, tuple(red.result_types[0].shape), slow)
+        return _make(red, outer, run_ops, lookup, "one_hot_lookup"), run_ids
+    return None
+
+
+def _lookup(full: tuple[int, ...], d: int, out_shape: tuple[int, ...], slow: OpFn) -> OpFn:
+    """The fused callable of ``_one_hot_lookup``."""
+    k = full[d]
+    arange_view = [1] * len(full)
+    arange_view[d] = k
+    checked: list[Any] = [None, False]  # [the constants last checked, whether they fit]
+
+    def lookup(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+        idx, ar, table, zero, init = args
+        if checked[0] is None or any(a is not b for a, b in zip(checked[0], args[1:],
+                                                                strict=True)):  # fmt: skip
+            expect = torch.arange(k, dtype=ar.dtype).reshape(arange_view).expand(full)
+            checked[:] = [tuple(args[1:]), bool(
+                torch.equal(ar.expand(full), expect) and not bool(zero.any())
+                and int(init) == 0 and table.dtype == zero.dtype
+            )]  # fmt: skip
+        if not checked[1]:
+            return slow(op, args, run)
+        i = idx.to(torch.int64)
+        if int(i.min()) >= 0 and int(i.max()) < k:  # the usual case: every index hits
+            return [table.expand(full).gather(d, i).reshape(out_shape)]
+        picked = table.expand(full).gather(d, i.clamp(0, k - 1))
+        return [torch.where((i >= 0) & (i < k), picked, 0).to(table.dtype).reshape(out_shape)]
+
+    return lookup
+
+
 def _type_of(body: Body, g: _Graph, name: str) -> Any:
     """The declared type of value ``name`` (None for a block argument: unknown here)."""
     hit = g.producer.get(name)
@@ -320,6 +408,7 @@ def _make(last: Operation, outer: tuple[str, ...], run_ops: Body, impl: OpFn,
 _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], ...] = (
     _max_pool_forward,
     _max_pool_backward,
+    _one_hot_lookup,
 )
 
 
