@@ -156,7 +156,9 @@ def _max_pool_forward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]]
         return None
     src = sources.pop()
     src_t = _type_of(body, g, src)
-    if src_t is None or len(src_t.shape) != len(piece_t.shape):
+    if src_t is None or len(src_t.shape) != len(piece_t.shape) or not all(
+        s >= 0 for s in (*src_t.shape, *values_t.shape, *red.result_types[0].shape)
+    ):  # static shapes only: the window views are built from them
         return None
     rank = len(src_t.shape)
     first = chains[0]
@@ -239,7 +241,8 @@ def _max_pool_backward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]
     r = len(shape)
     idx_t, upd_t = sc.operand_types[1], sc.operand_types[2]
     if (
-        r < 1 or not all(s >= 0 for s in shape) or list(dn.get("update_window_dims", []))
+        r < 1 or not all(s >= 0 for s in (*shape, *idx_t.shape, *upd_t.shape))
+        or list(dn.get("update_window_dims", []))
         or dn.get("input_batching_dims") or list(dn["inserted_window_dims"]) != list(range(r))
         or list(dn["scattered_dims_to_operand_dims"]) != list(range(r))
         or int(dn["index_vector_dim"]) != len(idx_t.shape) - 1 or idx_t.shape[-1] != r
