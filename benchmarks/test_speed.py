@@ -7,7 +7,9 @@ PyTorch, eagerly on the device, under ``torch.compile(backend="neuron")`` and, o
 ``torchneuron.adaptive_eager`` exists, under adaptive eager; then it prints one table
 with the wall µs per aten op (step time / aten ops the step dispatches, counted by a
 dispatch mode in an untimed step) of CPU and eager side by side, and the ms per step
-of every mode. The simulated times of the same loops are pinned by
+of every mode. Adaptive eager is warmed up until a step replays without recording (its
+steady state), and the table says how many replays and recorded ops the timed rounds
+had, so its column is the replay cost whenever steady state is reached. The simulated times of the same loops are pinned by
 ``tests/hardware/test_sim_times.py``.
 
 On a loaded machine wall medians swing by 2x between runs; ``make bench-speed
@@ -38,11 +40,14 @@ from tests import loops  # noqa: E402
 torch.set_num_threads(1)
 
 WARMUP = 3  # compiles happen here (and eager signatures are first seen)
+# adaptive eager: warm up until a step replays without recording (steady state), at most
+ADAPTIVE_WARMUP = 30
 ROUNDS = 15
 MODES = ("cpu", "eager", "compiled", "adaptive")
 
 _step_s: dict[tuple[str, str], float] = {}
 _ops: dict[tuple[str, str], int] = {}
+_steady: dict[str, str] = {}  # loop -> what adaptive eager did during the timed rounds
 
 
 class _CountOps(TorchDispatchMode):
@@ -98,7 +103,22 @@ def _report() -> Iterator[None]:
                 for m in MODES
             ]
             lines.append(f"{'':<16}" + "".join(f"{r:>11}" for r in ratios))
+    if _steady:
+        lines += ["", "adaptive eager during the timed rounds (per round: replays, ops recorded)"]
+        lines += [f"{name:<16}{_steady[name]}" for name in loops.LOOPS if name in _steady]
     print("\n".join(lines))
+
+
+def _warm_up_to_replay(ae: object, step: object) -> int | None:
+    """Step until one step replays and records nothing (at most ``ADAPTIVE_WARMUP``);
+    returns how many steps that took (None: never)."""
+    for n in range(1, ADAPTIVE_WARMUP + 1):
+        before = ae.stats()  # type: ignore[attr-defined]
+        step()  # type: ignore[operator]
+        after = ae.stats()  # type: ignore[attr-defined]
+        if after["replays"] > before["replays"] and after["ops_recorded"] == before["ops_recorded"]:
+            return n
+    return None
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -118,13 +138,23 @@ def test_training_step_wall_time(benchmark, name: str, mode: str) -> None:  # no
     try:
         for _ in range(WARMUP):
             loop.step()
+        if ae is not None:
+            warm = _warm_up_to_replay(ae, loop.step)
         if mode in ("cpu", "eager"):
             with _CountOps() as counter:
                 loop.step()
             _ops[(name, mode)] = counter.n
         benchmark.group = f"step: {name}"
         benchmark.extra_info["ops_per_step"] = _ops.get((name, mode))
+        before = ae.stats() if ae is not None else None
         benchmark.pedantic(loop.step, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+        if ae is not None:
+            after = ae.stats()
+            rp = (after["replays"] - before["replays"]) / ROUNDS
+            rec = (after["ops_recorded"] - before["ops_recorded"]) / ROUNDS
+            reached = (f"first steady step: {WARMUP + warm}" if warm is not None
+                       else f"no steady step in {WARMUP + ADAPTIVE_WARMUP} warm-up steps")
+            _steady[name] = f"{rp:.2f} replays, {rec:.0f} ops recorded ({reached})"
     finally:
         if ae is not None:
             ae.disable()

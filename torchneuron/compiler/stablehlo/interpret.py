@@ -7,11 +7,17 @@ Each result is checked against its declared type, so an op implementation that
 drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing numerics.
 
 Why ``prepare`` then ``run``: an executable runs the same program every training step.
-``prepare`` resolves, once, each op to its implementation, its operand and result
-names and the dtype and shape its results must have; constants, and every op computed
-from constants only (a broadcast scalar, a reshaped mask), are computed on first use
-and kept, so such runs of ops cost no call at all afterwards. Running is then a
-straight loop over prepared steps with no table lookups or attribute parsing. ``interpret(module, inputs)`` is
+``prepare`` works on each block once, in this order: ``_simplify`` turns no-op ops into
+aliases; ``_fuse`` replaces runs of ops that are one torch call (max-pooling forward and
+backward) by one op; ``_absorb`` drops broadcasts that torch's implicit broadcasting does
+and folds transposes into the ``dot_general`` reading them; then each op is resolved to
+its implementation (``_specialize*``: attributes read once), its operand and result
+names and the dtype and shape its results must have. Constants, and every op computed
+from constants only (a broadcast scalar, a reshaped mask), are computed on the first run
+and kept; later runs start from them and run only the other steps, a straight loop with
+no table lookups or attribute parsing. None of this touches the program (the compiler's
+cost model reads the program, so simulated times never depend on it), and every step
+gives the bits the op-by-op implementations give. ``interpret(module, inputs)`` is
 ``prepare(module).run(inputs)``; ``Executable`` keeps its prepared program.
 """
 
@@ -32,10 +38,14 @@ from . import (  # noqa: F401  (importing registers the op families)
     _ops_reduce,
     _ops_shape,
     _ops_sort,
+    _specialize_index,
+    _specialize_math,
 )
+from ._absorb import absorb_broadcasts, absorb_transposes
 from ._dtypes import TORCH_DTYPES
+from ._fuse import Fused, fuse
 from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
-from ._simplify import simplify
+from ._simplify import _region_reads, simplify
 from ._specialize import specialize
 from .ir import Function, Module, Operation, TensorType
 
@@ -64,12 +74,14 @@ def _unsupported(op: Operation) -> OpFn:
 class _Step:
     """One op, resolved: its implementation and what to check about its results."""
 
-    __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks")
+    __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks", "hoisted",
+                 "single")  # fmt: skip
 
     def __init__(
         self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool, operands: tuple[str, ...]
     ) -> None:
         self.op = op
+        self.hoisted = hoist
         # resolved once: constants cached, other ops specialized to their attributes
         self.fn = _constant(fn, owner) if hoist else specialize(op, fn)
         self.operands = operands  # after ``simplify``'s aliasing
@@ -83,6 +95,10 @@ class _Step:
         # (name, dtype, shape, declared type) per result, for the loop's checks
         self.checks = tuple(zip(self.results, self.dtypes, self.shapes, op.result_types,
                                 strict=False))  # fmt: skip
+        # the common case, checked inline by the loop: one result of known dtype and shape
+        self.single = (
+            len(self.checks) == 1 and self.dtypes[0] is not None and self.shapes[0] is not None
+        )
 
 
 def _constant(fn: OpFn, owner: Prepared) -> OpFn:
@@ -102,21 +118,31 @@ def _constant(fn: OpFn, owner: Prepared) -> OpFn:
 
 
 class _Block:
-    """A block's prepared steps and the names its return op hands back."""
+    """A block's prepared steps and the names its return op hands back.
 
-    __slots__ = ("steps", "returns")
+    After its first complete run, the values of its hoisted steps (constants and what is
+    computed from constants only) are kept in ``consts`` and later runs start from them
+    and run only the other steps (``hot``).
+    """
+
+    __slots__ = ("steps", "returns", "consts", "hot")
 
     def __init__(self, ops: list[Operation], owner: Prepared) -> None:
         self.steps: list[_Step] = []
         self.returns: tuple[str, ...] | None = None
+        self.consts: dict[str, Any] | None = None
+        self.hot: list[_Step] = []
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
         body, returns = simplify(
             ops if end is None else ops[:end], None if end is None else ops[end].operands
         )
+        pinned = _region_reads(ops, set())
+        body = absorb_broadcasts(fuse(body, returns, pinned), returns, pinned)
+        body = absorb_transposes(body, returns, pinned)
         self.returns = returns
         for op, operands in body:
-            fn = OPS.get(op.name)
+            fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
                 (op.name in _CONSTANT_OPS and not operands)
                 or (bool(operands) and op.name not in _NEVER_HOISTED
@@ -127,6 +153,7 @@ class _Block:
             self.steps.append(
                 _Step(op, fn if fn is not None else _unsupported(op), owner, hoist, operands)
             )
+        self.hot = [s for s in self.steps if not s.hoisted]
 
 
 class Prepared:
@@ -141,6 +168,12 @@ class Prepared:
         self._inputs = [
             (name, tt, TORCH_DTYPES.get(tt.dtype)) for name, tt in fn.args
         ]  # fmt: skip
+        # per input, (dtype, torch.Size) when both are static: checked with two compares
+        self._exact = [
+            (want, torch.Size(tt.shape)) if want is not None and all(d >= 0 for d in tt.shape)
+            else None
+            for _, tt, want in self._inputs
+        ]  # fmt: skip
 
     def block(self, ops: list[Operation]) -> _Block:
         """The prepared form of ``ops`` (a function body or an op's region), built once."""
@@ -152,7 +185,10 @@ class Prepared:
     def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Run the entry function on CPU tensors; returns fresh contiguous outputs."""
         args = list(inputs)
-        for i, ((name, tt, want), x) in enumerate(zip(self._inputs, args, strict=False)):
+        for i, (exact, x) in enumerate(zip(self._exact, args, strict=False)):
+            if exact is not None and x.dtype == exact[0] and x.shape == exact[1]:
+                continue  # the common case: a static input of the declared type
+            name, tt, want = self._inputs[i]
             if want is not None and x.dtype != want:
                 raise StableHLOExecutionError(
                     f"input {i} (%{name}) has dtype {x.dtype}, the program expects {tt}"
@@ -170,10 +206,12 @@ class Prepared:
         result = []
         for o in outs:  # never hand back storage shared with an input or another output
             o = o.contiguous()
-            if o.numel() and o.untyped_storage().data_ptr() in seen:
-                o = o.clone()
             if o.numel():
-                seen.add(o.untyped_storage().data_ptr())
+                ptr = o.untyped_storage().data_ptr()
+                if ptr in seen:
+                    o = o.clone()
+                    ptr = o.untyped_storage().data_ptr()
+                seen.add(ptr)
             result.append(o)
         return result
 
@@ -228,7 +266,13 @@ class _Interpreter:
         self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
         tensor = torch.Tensor
-        for step in block.steps:
+        consts = block.consts
+        if consts is None:
+            steps = block.steps
+        else:
+            env.update(consts)
+            steps = block.hot
+        for step in steps:
             op = step.op
             try:
                 results = step.fn(op, [env[o] for o in step.operands], self)
@@ -238,6 +282,14 @@ class _Interpreter:
                 raise StableHLOExecutionError(
                     f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
                 ) from e
+            if step.single and len(results) == 1:  # one result: the checks inline
+                value = results[0]
+                if isinstance(value, tensor) and (
+                    value.dtype != step.dtypes[0] or (check_shapes and value.shape != step.shapes[0])
+                ):
+                    _check(op, value, step.checks[0][3], check_shapes)  # explain or accept
+                env[step.results[0]] = value
+                continue
             checks = step.checks
             if len(results) != len(checks):
                 raise StableHLOExecutionError(
@@ -252,6 +304,8 @@ class _Interpreter:
                 env[name] = value
         if block.returns is None:
             raise StableHLOExecutionError("block ended without a return op")
+        if consts is None:  # first complete run: keep what every later run starts from
+            block.consts = {r: env[r] for s in block.steps if s.hoisted for r in s.results}
         return [env[o] for o in block.returns]
 
 

@@ -1,0 +1,249 @@
+"""Load-time fusions (``stablehlo._fuse``) and the dot_general/select specializations
+(``stablehlo._specialize_math``) give the op-by-op interpreter's bits, are used on the
+programs the lowering really produces, and fall back to the op-by-op run where the fast
+call could differ (NaN windows, out-of-range indices).
+
+Why: they replace what runs for every compiled max-pooling, matmul and select; a drift
+would silently change every such program's numbers. Each case compares the fast run
+with the same program run op by op (fusions and specializers off), bit for bit, and
+with eager PyTorch on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchneuron.compiler.pipeline import compile_graph
+from torchneuron.compiler.stablehlo import _fuse, _specialize, prepare
+from torchneuron.compiler.stablehlo._fuse import Fused
+
+aten = torch.ops.aten
+_interpret = importlib.import_module("torchneuron.compiler.stablehlo.interpret")
+
+
+def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[str]]:  # noqa: ANN001
+    """(fast, op-by-op) results of ``fn``'s compiled program, and the fused ops and
+    specialized callables (by name) its steps use."""
+    module = compile_graph(fn, args)._module()
+    fast_prepared = prepare(module)
+    fast = fast_prepared.run(args)
+    body = fast_prepared.block(module.functions[module.entry].body)
+    fused = [s.op.name for s in body.steps if isinstance(s.op, Fused)]
+    fused += [getattr(s.fn, "__name__", "") for s in body.steps]
+    with monkeypatch.context() as m:
+        m.setattr(_fuse, "_FUSIONS", ())
+        m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
+        m.setattr(_interpret, "absorb_transposes", lambda body, returns, pinned: body)
+        m.setattr(_specialize, "SPECIALIZERS", {})
+        slow = prepare(module).run(args)
+    return fast, slow, fused
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype.is_floating_point:
+        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.view(width), b.view(width))
+    return torch.equal(a, b)
+
+
+def _pool_input(shape: tuple[int, ...], case: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, shape, generator=g).float()  # many ties
+    flat = x.view(-1)
+    if case == "signed_zeros":
+        flat[::3] = -0.0
+        flat[1::3] = 0.0
+    elif case == "nan":
+        flat[5] = float("nan")
+        flat[17] = float("nan")
+    elif case == "neg_inf":
+        flat[: flat.numel() // 2] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("case", ["ties", "signed_zeros", "nan", "neg_inf"])
+@pytest.mark.parametrize(
+    "shape,kernel,stride",
+    [((2, 3, 8, 8), 2, 2), ((2, 3, 9, 7), 3, 2), ((1, 2, 6, 9), (2, 3), (1, 2))],
+)
+def test_max_pool_forward_is_fused_and_exact(shape, kernel, stride, case, monkeypatch) -> None:  # noqa: ANN001
+    x = _pool_input(shape, case)
+    fast, slow, fused = _runs(lambda t: F.max_pool2d_with_indices(t, kernel, stride), [x],
+                              monkeypatch)  # fmt: skip
+    assert "torchneuron.fused.max_pool_window" in fused
+    assert "torchneuron.fused.one_hot_lookup" in fused  # window position -> flat index
+    assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
+    ref_v, ref_i = F.max_pool2d_with_indices(x, kernel, stride)
+    assert _same_bits(fast[0], ref_v) or case == "nan"
+    if case != "nan":  # ATen reports the last NaN of a window, the program the first
+        assert torch.equal(fast[1], ref_i)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_max_pool_backward_is_fused_and_exact(overlap: bool, monkeypatch) -> None:  # noqa: ANN001
+    k, s = (3, 2) if overlap else (2, 2)
+    x = _pool_input((2, 3, 9, 9), "ties")
+    _, idx = F.max_pool2d_with_indices(x, k, s)
+    g = torch.randn(idx.shape, generator=torch.Generator().manual_seed(1))
+
+    def bwd(g: torch.Tensor, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return aten.max_pool2d_with_indices_backward(g, x, [k, k], [s, s], [0, 0], [1, 1],
+                                                     False, i)  # fmt: skip
+
+    fast, slow, fused = _runs(bwd, [g, x, idx], monkeypatch)
+    assert "torchneuron.fused.max_pool_scatter" in fused
+    assert _same_bits(fast[0], slow[0])
+    torch.testing.assert_close(fast[0], bwd(g, x, idx))
+    bad = idx.clone()
+    bad.view(-1)[0] = 10_000  # out of range: the scatter drops it; the fusion must too
+    fast, slow, _ = _runs(bwd, [g, x, bad], monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+
+
+@pytest.mark.parametrize(
+    "fn,shapes",
+    [
+        (lambda a, b: a @ b, [(16, 64), (64, 128)]),
+        (lambda a, b: a @ b.t(), [(16, 64), (128, 64)]),
+        (torch.bmm, [(3, 5, 7), (3, 7, 4)]),
+        (lambda a, b: torch.einsum("bhqd,bhkd->bhqk", a, b), [(2, 2, 8, 4), (2, 2, 8, 4)]),
+        (lambda a, b: torch.einsum("qbhd,kbhd->bhqk", a, b), [(8, 2, 3, 4), (5, 2, 3, 4)]),
+        (lambda a, b: (a.transpose(0, 1) @ b).transpose(1, 2) @ a.transpose(0, 1),
+         [(4, 3, 5), (3, 5, 5)]),
+    ],
+)
+def test_dot_general_specialization_is_exact(fn, shapes, monkeypatch) -> None:  # noqa: ANN001
+    """Specialized, with transposes folded into its dimension numbers, same bits."""
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(s, generator=g) for s in shapes]
+    fast, slow, _ = _runs(fn, args, monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+    torch.testing.assert_close(fast[0], fn(*args))
+
+
+@pytest.mark.parametrize("n", [100, 8192])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_select_specialization_is_exact(n: int, dtype: torch.dtype, monkeypatch) -> None:  # noqa: ANN001
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, generator=g).to(dtype)
+    b = torch.randn(n, generator=g).to(dtype)
+    c = torch.randn(n, generator=g)
+    if dtype.is_floating_point:
+        a[:7] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), -0.0, 1])
+        b[:7] = torch.tensor([0.0, 0.0, -0.0, float("nan"), 2.0, -0.0, -0.0])
+    fn = lambda p, x, y: torch.where(p > 0, x, y)  # noqa: E731
+    fast, slow, _ = _runs(fn, [c, a, b], monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+    assert _same_bits(fast[0], fn(c, a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_elementwise_specialization_is_exact(dtype: torch.dtype, monkeypatch) -> None:  # noqa: ANN001
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = torch.maximum((a + b) * b - a / b, torch.minimum(a, b)) ** 2
+        return torch.exp(-c).sqrt() + torch.rsqrt(c.abs()) + torch.log(c) * torch.tanh(a) \
+            + torch.sigmoid(b)
+
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(5, 7, generator=g).to(dtype) for _ in range(2))
+    a[0, :3] = torch.tensor([float("nan"), -0.0, float("inf")])
+    fast, slow, _ = _runs(fn, [a, b], monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+
+
+def test_a_prepared_program_runs_again_from_its_kept_constants(monkeypatch) -> None:  # noqa: ANN001
+    """The second and later runs start from the first run's constants: same results."""
+    x = _pool_input((2, 3, 8, 8), "ties")
+    module = compile_graph(lambda t: F.max_pool2d_with_indices(t * 2 + 1, 2), [x])._module()
+    p = prepare(module)
+    first = p.run([x])
+    block = p.block(module.functions[module.entry].body)
+    assert block.consts and len(block.hot) < len(block.steps)
+    for _ in range(2):
+        assert all(_same_bits(a, b) for a, b in zip(p.run([x]), first, strict=True))
+    y = x.flip(-1).contiguous()
+    assert all(_same_bits(a, b) for a, b in zip(p.run([y]), prepare(module).run([y]),
+                                                strict=True))  # fmt: skip
+
+
+@pytest.mark.parametrize("out_of_range", [False, True])
+def test_row_and_element_gather_scatter_specializations_are_exact(out_of_range: bool,
+                                                                  monkeypatch) -> None:  # noqa: ANN001
+    """Embedding lookup (row gather), its gradient (row scatter-add, repeated rows) and
+    cross-entropy's target pick (element gather) against the generic implementations."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(11, 6, generator=g)
+    idx = torch.randint(0, 11, (4, 9), generator=g)  # repeats: the add order matters
+    if out_of_range:
+        idx[0, 0], idx[1, 3] = 11, -2  # gather clamps; scatter drops
+    grad = torch.randn(4, 9, 6, generator=g)
+    take = lambda w, i: aten.embedding(w, i)  # noqa: E731
+    add = lambda g_, i: aten.embedding_dense_backward(g_, i, 11, -1, False)  # noqa: E731
+    pick = lambda x, t: x.gather(1, t[:, None])  # noqa: E731
+    for fn, args, name in (
+        (take, [w, idx], "take_rows"), (add, [grad, idx], "add_rows"),
+        (pick, [torch.randn(5, 7, generator=g), torch.randint(0, 7, (5,))], "take_elements"),
+    ):  # fmt: skip
+        fast, slow, used = _runs(fn, args, monkeypatch)
+        assert name in used
+        assert _same_bits(fast[0], slow[0])
+        if not out_of_range:
+            torch.testing.assert_close(fast[0], fn(*args))
+
+
+def test_broadcasts_are_absorbed_into_elementwise_readers(monkeypatch) -> None:  # noqa: ANN001
+    """BatchNorm-like per-channel arithmetic: the broadcasts go, the bits stay."""
+
+    def fn(x: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = (x - m[:, None, None]) * torch.rsqrt(v[:, None, None] + 1e-5)
+        return y, torch.maximum(y, m[:, None, None]), (x > m[:, None, None]), m + v
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(2, 3, 4, 5, generator=g), torch.randn(3, generator=g),
+            torch.rand(3, generator=g)]  # fmt: skip
+    module = compile_graph(fn, args)._module()
+    ops = module.functions[module.entry].body
+    p = prepare(module)
+    fast = p.run(args)
+    n_bcast = sum(o.name == "stablehlo.broadcast_in_dim" for o in ops)
+    kept = sum(s.op.name == "stablehlo.broadcast_in_dim" for s in p.block(ops).steps)
+    assert n_bcast > 0 and kept < n_bcast
+    with monkeypatch.context() as m:
+        m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
+        slow = prepare(module).run(args)
+    assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
+    assert all(a.shape == b.shape for a, b in zip(fast, fn(*args), strict=True))
+
+
+def test_a_weight_transpose_is_folded_into_dot_general() -> None:
+    w, x = torch.randn(6, 4), torch.randn(3, 4)
+    module = compile_graph(lambda x, w: x @ w.t(), [x, w])._module()
+    ops = module.functions[module.entry].body
+    p = prepare(module)
+    torch.testing.assert_close(p.run([x, w])[0], x @ w.t())
+    assert any(o.name == "stablehlo.transpose" for o in ops)
+    assert not any(s.op.name == "stablehlo.transpose" for s in p.block(ops).steps)
+
+
+@pytest.mark.parametrize("positions", [[0, 1, 2, 3], [0, 2, 1, 3]])
+@pytest.mark.parametrize("out_of_range", [False, True])
+def test_one_hot_lookup_is_exact(positions: list[int], out_of_range: bool, monkeypatch) -> None:  # noqa: ANN001
+    """sum_k(where(i == p_k, table_k, 0)): a gather when p is 0..K-1, else the op-by-op
+    run; an index matching no position gives 0."""
+    g = torch.Generator().manual_seed(0)
+    i = torch.randint(0, 4, (3, 1, 5), generator=g)
+    if out_of_range:
+        i[0, 0, 0], i[1, 0, 2] = 4, -1
+    table = torch.randint(-50, 50, (3, 4, 5), generator=g)
+
+    def fn(i: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        pos = torch.tensor(positions).reshape(1, 4, 1)
+        return torch.where(i.expand(3, 4, 5) == pos, table, 0).sum(1)
+
+    fast, slow, used = _runs(fn, [i, table], monkeypatch)
+    assert "torchneuron.fused.one_hot_lookup" in used
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[0], fn(i, table))
