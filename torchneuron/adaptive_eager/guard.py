@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.adaptive_eager.lift import MARK
 from torchneuron.adaptive_eager.recorder import slot
 from torchneuron.adaptive_eager.signature import describe
 from torchneuron.device.tensor import NeuronTensor
@@ -33,7 +34,7 @@ from torchneuron.dispatch.opfacts import op_facts
 __all__ = ["OpGuard", "Output", "guards_of", "match"]
 
 # Expected kinds of one argument leaf.
-_TENSOR, _FLOAT, _EXACT, _NONE, _SEQ, _GENERAL = range(6)
+_TENSOR, _FLOAT, _EXACT, _NONE, _SEQ, _GENERAL, _LIFTED = range(7)
 _EXACT_TYPES = {"int": int, "bool": bool, "str": str}
 _FAIL = object()
 
@@ -84,8 +85,8 @@ def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
     flow = tuple(r[1] if r[0] == "x" else values.setdefault(r, (r[1], r[2])) for r in refs)
     desc = static[0]  # ("U", (("U", args), ("K", kwargs)))
     args_desc, kwargs_desc = desc[1]
-    args = tuple(_compile(d) for d in args_desc[1])
-    kwargs = tuple((k, _compile(d)) for k, d in kwargs_desc[1])
+    args = tuple(_compile_top(d) for d in args_desc[1])
+    kwargs = tuple((k, _compile_top(d)) for k, d in kwargs_desc[1])
     outputs: list[Output | None] = []
     for k, out in enumerate(outs):
         if out is None:
@@ -112,6 +113,13 @@ def _compile_leaf(d: tuple) -> tuple | None:
     return None
 
 
+def _compile_top(d: tuple) -> tuple:
+    """The expectation for a top-level argument: lifted scalars are only there."""
+    if d[0] == MARK:
+        return (_LIFTED, d[1])
+    return _compile(d)
+
+
 def _compile(d: tuple) -> tuple:
     """The expectation for one argument recorded as description ``d``."""
     leaf = _compile_leaf(d)
@@ -124,7 +132,7 @@ def _compile(d: tuple) -> tuple:
     return (_GENERAL, d)
 
 
-def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
+def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list) -> Any:
     """The template of argument leaf ``a`` if it is what ``e`` expects, else ``_FAIL``."""
     kind = e[0]
     if kind == _TENSOR:
@@ -140,10 +148,15 @@ def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
         return a if type(a) is e[1] and a == e[2] else _FAIL
     if kind == _NONE:
         return None if a is None else _FAIL
+    if kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
+        if type(a) is not float:
+            return _FAIL
+        lifted.append((e[1], repr(a)))
+        return a
     return _FAIL
 
 
-def _arg(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
+def _arg(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list) -> Any:
     kind = e[0]
     if kind == _SEQ:
         tp, items = e[1], e[2]
@@ -151,7 +164,7 @@ def _arg(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
             return _FAIL
         out = []
         for x, ex in zip(a, items, strict=True):
-            t = _leaf(ex, x, tensors)
+            t = _leaf(ex, x, tensors, lifted)
             if t is _FAIL:
                 return _FAIL
             out.append(t)
@@ -162,21 +175,26 @@ def _arg(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
         except Exception:  # noqa: BLE001 - not what was recorded, whatever it is
             return _FAIL
         return t if d == e[1] else _FAIL
-    return _leaf(e, a, tensors)
+    return _leaf(e, a, tensors, lifted)
 
 
-def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) -> Any:
+def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
+          lifted: list[tuple[int, str]] | None = None) -> Any:
     """The argument template of a call that ``static_of`` describes exactly as ``g``'s
     recorded op (its tensor arguments appended to ``tensors`` in the same order), or
-    None if this quick check cannot tell (the caller then checks the general way)."""
+    None if this quick check cannot tell (the caller then checks the general way).
+    A float where the region lifted scalar n is appended to ``lifted`` as (n, its repr):
+    the call matches only if ``lift.accept`` takes those values too."""
     expected = g.args
+    if lifted is None:
+        lifted = []
     if expected is None or len(args) != len(expected) or len(kwargs) != len(g.kwargs):  # type: ignore[arg-type]
         return None
     if torch.is_grad_enabled() is not g.grad or torch.is_autocast_enabled() is not g.autocast:
         return None
     atemp = []
     for e, a in zip(expected, args, strict=True):
-        t = _arg(e, a, tensors)
+        t = _arg(e, a, tensors, lifted)
         if t is _FAIL:
             return None
         atemp.append(t)
@@ -185,7 +203,7 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) ->
         for (name, e), (k, a) in zip(g.kwargs, kwargs.items(), strict=True):  # type: ignore[arg-type]
             if k != name:
                 return None
-            t = _arg(e, a, tensors)
+            t = _arg(e, a, tensors, lifted)
             if t is _FAIL:
                 return None
             ktemp[k] = t
