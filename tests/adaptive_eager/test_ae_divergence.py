@@ -32,6 +32,13 @@ def _program(case: str):
                     h = torch.sigmoid(h)
                 if case == "shape-change" and step == K:
                     h = h[:2]
+                if case == "swapped":  # two pending values trade places (and metadata)
+                    z = (h.t() * 2).t()  # h's shape, other strides and values
+                    if step == K:
+                        torch.utils.swap_tensors(h, z)
+                    del z
+                if case == "data-set" and step == K:  # same shape, other strides
+                    h.data = h.t().contiguous().t() * 3
                 if case == "intermediate-read" and step == K:
                     outs.append(torch.tensor([h.sum().item()]))
                 if case == "host-data" and step == K:
@@ -76,7 +83,8 @@ def test_out_of_range_index_raises_eagers_error() -> None:
 
 
 @pytest.mark.parametrize("case", ["branch", "different-op", "shape-change", "intermediate-read",
-                                  "input-mutated", "exception", "host-data"])
+                                  "input-mutated", "exception", "host-data", "swapped",
+                                  "data-set"])
 def test_divergence_gives_eager_results_and_errors(case: str) -> None:
     eager = run(_program(case), "neuron")
     adaptive = run(_program(case), "neuron", adaptive=True)
@@ -86,7 +94,8 @@ def test_divergence_gives_eager_results_and_errors(case: str) -> None:
         assert len(eager["_errors"]) == 1
     s = ae.stats()
     assert s["replays"] >= 1, ae.explain()
-    if case in ("different-op", "intermediate-read", "exception", "host-data", "branch"):
+    if case in ("different-op", "intermediate-read", "exception", "host-data", "branch",
+                "swapped", "data-set"):
         assert s["side_exits"] >= 1, ae.explain()
         assert sum(s["fallback_reasons"].values()) >= s["side_exits"]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torchneuron  # noqa: F401
-from torchneuron.adaptive_eager import guard, signature
+from torchneuron.adaptive_eager import guard, lift, signature
 from torchneuron.adaptive_eager.recorder import static_of
 from torchneuron.adaptive_eager.signature import Unsupported, describe, rebuild, region_key
 
@@ -137,3 +137,24 @@ def test_region_key_hashes_the_printed_signature(n: int) -> None:
     signature._region_keys.clear()
     signature._sig_texts.clear()
     assert region_key(sigs) == hashlib.sha256(repr(sigs).encode()).hexdigest()[:24]
+
+
+def test_guard_takes_any_float_where_a_scalar_is_lifted() -> None:
+    # what ``lift.guard`` takes at a lifted position (a float, any value), the quick check
+    # takes too, handing the value on; anything else is left to the general check
+    x = torch.randn(3, 4, device="neuron")
+    func = torch.ops.aten.add.Tensor
+    static, _template, tensors = static_of(func, (x, x), {"alpha": 0.5})
+    desc = ("U", (static[0][1][0], ("K", (("alpha", (lift.MARK, 0)),))))
+    sig = (func, (desc,) + static[1:] + ("single",), (("x", 0), ("x", 0)), (None,))
+    g = guard._guard(0, sig, set())
+    got: list = []
+    assert guard.match(g, (x, x), {"alpha": -2.5}, [], got) is not None
+    assert got == [(0, "-2.5")]
+    values: dict = {}
+    assert lift.accept(got, values, [torch.float32]) and values == {0: -2.5}
+    assert not lift.accept([(0, "1e39")], {}, [torch.float32])  # beyond float32: eager raises
+    for alpha in (2, True, None):
+        assert guard.match(g, (x, x), {"alpha": alpha}, [], []) is None
+        assert not lift.guard(static_of(func, (x, x), {"alpha": alpha})[0], g.static,
+                              ((("k", "alpha"), 0),), {}, [torch.float32])

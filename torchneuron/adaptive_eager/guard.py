@@ -12,10 +12,12 @@ builds nothing but the argument template.
 
 ``match`` is sound, never lenient: it accepts an op only if ``static_of`` would describe
 it exactly as recorded (the exact Python types included; a subclass of ``float`` or of
-``NeuronTensor`` is left to the general check). Anything it does not accept, the caller
+``NeuronTensor`` is left to the general check), except where the region lifted a float
+to an input: there it takes any float, as ``lift.guard`` does, and hands the values on
+for ``lift.accept``'s range check. A value the replay itself handed out is taken without
+reading its metadata back (see ``match``). Anything it does not accept, the caller
 checks the general way, so a guard never refuses an op the general check would take
-either (the general path also keeps what other checks build on it, such as scalars
-lifted to graph inputs).
+either.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.adaptive_eager.lift import MARK
 from torchneuron.adaptive_eager.recorder import slot
 from torchneuron.adaptive_eager.signature import describe
 from torchneuron.device.tensor import NeuronTensor
@@ -33,7 +36,7 @@ from torchneuron.dispatch.opfacts import op_facts
 __all__ = ["OpGuard", "Output", "guards_of", "match"]
 
 # Expected kinds of one argument leaf.
-_TENSOR, _FLOAT, _EXACT, _NONE, _SEQ, _GENERAL = range(6)
+_TENSOR, _FLOAT, _EXACT, _NONE, _SEQ, _GENERAL, _LIFTED = range(7)
 _EXACT_TYPES = {"int": int, "bool": bool, "str": str}
 _FAIL = object()
 
@@ -84,8 +87,8 @@ def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
     flow = tuple(r[1] if r[0] == "x" else values.setdefault(r, (r[1], r[2])) for r in refs)
     desc = static[0]  # ("U", (("U", args), ("K", kwargs)))
     args_desc, kwargs_desc = desc[1]
-    args = tuple(_compile(d) for d in args_desc[1])
-    kwargs = tuple((k, _compile(d)) for k, d in kwargs_desc[1])
+    args = tuple(_compile_top(d) for d in args_desc[1])
+    kwargs = tuple((k, _compile_top(d)) for k, d in kwargs_desc[1])
     outputs: list[Output | None] = []
     for k, out in enumerate(outs):
         if out is None:
@@ -112,6 +115,13 @@ def _compile_leaf(d: tuple) -> tuple | None:
     return None
 
 
+def _compile_top(d: tuple) -> tuple:
+    """The expectation for a top-level argument: lifted scalars are only there."""
+    if d[0] == MARK:
+        return (_LIFTED, d[1])
+    return _compile(d)
+
+
 def _compile(d: tuple) -> tuple:
     """The expectation for one argument recorded as description ``d``."""
     leaf = _compile_leaf(d)
@@ -124,13 +134,17 @@ def _compile(d: tuple) -> tuple:
     return (_GENERAL, d)
 
 
-def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
+def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list, own: tuple) -> Any:
     """The template of argument leaf ``a`` if it is what ``e`` expects, else ``_FAIL``."""
     kind = e[0]
     if kind == _TENSOR:
-        if (type(a) is not NeuronTensor or a.dtype is not e[4] or a.storage_offset() != e[3]
-                or a.stride() != e[2] or a.shape != e[1]):
+        if type(a) is not NeuronTensor:
             return _FAIL
+        p = a._pending
+        if type(p) is not own[0] or p.replay is not own[1]:  # else: see ``match``
+            if (a.dtype is not e[4] or a.storage_offset() != e[3] or a.stride() != e[2]
+                    or a.shape != e[1]):
+                return _FAIL
         tensors.append(a)
         return slot(len(tensors) - 1)
     if kind == _FLOAT:
@@ -140,10 +154,15 @@ def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
         return a if type(a) is e[1] and a == e[2] else _FAIL
     if kind == _NONE:
         return None if a is None else _FAIL
+    if kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
+        if type(a) is not float:
+            return _FAIL
+        lifted.append((e[1], repr(a)))
+        return a
     return _FAIL
 
 
-def _arg(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
+def _arg(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list, own: tuple) -> Any:
     kind = e[0]
     if kind == _SEQ:
         tp, items = e[1], e[2]
@@ -151,7 +170,7 @@ def _arg(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
             return _FAIL
         out = []
         for x, ex in zip(a, items, strict=True):
-            t = _leaf(ex, x, tensors)
+            t = _leaf(ex, x, tensors, lifted, own)
             if t is _FAIL:
                 return _FAIL
             out.append(t)
@@ -162,21 +181,34 @@ def _arg(e: tuple, a: Any, tensors: list[torch.Tensor]) -> Any:
         except Exception:  # noqa: BLE001 - not what was recorded, whatever it is
             return _FAIL
         return t if d == e[1] else _FAIL
-    return _leaf(e, a, tensors)
+    return _leaf(e, a, tensors, lifted, own)
 
 
-def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) -> Any:
+def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
+          lifted: list[tuple[int, str]] | None = None, own: tuple = (None, None)) -> Any:
     """The argument template of a call that ``static_of`` describes exactly as ``g``'s
     recorded op (its tensor arguments appended to ``tensors`` in the same order), or
-    None if this quick check cannot tell (the caller then checks the general way)."""
+    None if this quick check cannot tell (the caller then checks the general way).
+    A float where the region lifted scalar n is appended to ``lifted`` as (n, its repr):
+    the call matches only if ``lift.accept`` takes those values too.
+
+    ``own``: (the type of a replay's pending values, the replay). A tensor holding a value
+    the replay handed out itself is taken without reading its metadata back: the value
+    was made with the metadata recorded for it, and nothing the replay accepts changes
+    that (an op that changed a tensor's metadata in place is never recorded, and
+    ``swap_tensors`` moves a value's producer along with the metadata). The caller must
+    then check the dataflow: that this is the very value recorded here, so the metadata
+    recorded here is its own."""
     expected = g.args
+    if lifted is None:
+        lifted = []
     if expected is None or len(args) != len(expected) or len(kwargs) != len(g.kwargs):  # type: ignore[arg-type]
         return None
     if torch.is_grad_enabled() is not g.grad or torch.is_autocast_enabled() is not g.autocast:
         return None
     atemp = []
     for e, a in zip(expected, args, strict=True):
-        t = _arg(e, a, tensors)
+        t = _arg(e, a, tensors, lifted, own)
         if t is _FAIL:
             return None
         atemp.append(t)
@@ -185,7 +217,7 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) ->
         for (name, e), (k, a) in zip(g.kwargs, kwargs.items(), strict=True):  # type: ignore[arg-type]
             if k != name:
                 return None
-            t = _arg(e, a, tensors)
+            t = _arg(e, a, tensors, lifted, own)
             if t is _FAIL:
                 return None
             ktemp[k] = t

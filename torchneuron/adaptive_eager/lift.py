@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "blind_key", "sites", "lifted_dtypes", "guard", "scalar_inputs", "emit",
+__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
            "MARK"]
 
 aten = torch.ops.aten
@@ -256,6 +256,14 @@ def guard(static: tuple, static_r: tuple, found: tuple, values: dict[int, float]
         got.append((n, d[1]))
     if (_replace(static[0], subs), static[1], static[2]) != static_r[:3]:
         return False
+    return accept(got, values, dtypes)
+
+
+def accept(got: list[tuple[int, str]], values: dict[int, float],
+           dtypes: list[torch.dtype]) -> bool:
+    """Whether the floats ``got`` ((n, repr) for lifted scalar n) can be lifted: finite
+    values within the dtype's range (ATen raises converting a larger Scalar: eager must
+    run to raise it). Stores the values."""
     for n, r in got:
         v = float(r)
         if math.isfinite(v) and abs(v) > torch.finfo(dtypes[n]).max:

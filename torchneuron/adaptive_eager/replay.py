@@ -51,10 +51,17 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
     in-place update of ``weight``): otherwise a write through one would be missed by the
     other, so the region runs eagerly."""
     ptrs = [b.untyped_storage().data_ptr() for b in inputs]
+    sharing: dict[int, list[int]] = {}  # storage -> the slots on it: linear, not pairwise
+    for a, p in enumerate(ptrs):
+        sharing.setdefault(p, []).append(a)
+    last_ref = plan.last_ref
     for s in plan.written_slots:
-        for a, p in enumerate(ptrs):
-            if a != s and p == ptrs[s] and plan.last_ref.get(a, -1) >= plan.first_write[s]:
-                return True
+        group = sharing[ptrs[s]]
+        if len(group) > 1:
+            first = plan.first_write[s]
+            for a in group:
+                if a != s and last_ref.get(a, -1) >= first:
+                    return True
     return False
 
 
@@ -190,7 +197,8 @@ class Replay:
         if func is not g.func:
             return MISMATCH
         tensors: list[torch.Tensor] = []
-        template = match(g, args, kwargs, tensors)
+        got: list[tuple[int, str]] = []
+        template = match(g, args, kwargs, tensors, got, (_Value, self))
         if template is None:  # not the guard's quick yes: the general check decides
             try:
                 static, template, tensors = static_of(func, args, kwargs)
@@ -198,6 +206,8 @@ class Replay:
                 return MISMATCH
             if static != g.static and not self._lifted_match(static, g.static):
                 return MISMATCH
+        elif got and not lift.accept(got, self.scalars, self.plan.lifted):
+            return MISMATCH
         if len(tensors) != len(g.flow):
             return MISMATCH
         same_flow = True
