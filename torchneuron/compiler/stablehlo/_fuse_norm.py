@@ -1,20 +1,21 @@
-"""Load-time fusion of a normalization's batch variance: one step instead of eleven.
+"""Load-time fusion of a normalization's variance: one step instead of eleven.
 
-Why: BatchNorm's training forward lowers its biased batch variance of a float32 input
-``x`` to eleven StableHLO ops, computed in float64 as eager PyTorch does::
+Why: BatchNorm's training forward and LayerNorm's forward lower the biased variance of
+a float32 input ``x`` (over the batch and spatial dims, or the normalized trailing dims)
+to eleven StableHLO ops, computed in float64 as eager PyTorch does::
 
     X = convert_f64(x); s = reduce_add(X, 0, dims); m = divide(reshape(s), N)
     d = subtract(X, broadcast(m)); q = reduce_add(multiply(d, d), 0, dims)
     var = convert_f32(divide(reshape(q), N))
 
-On the CNN training loop each is a step of the interpreter (with its lookups and
+On the zoo's training loops each is a step of the interpreter (with its lookups and
 checks) on every training step, and four of them allocate a whole activation in
 float64. Here the run is one fused op making the same torch calls in the same order
 (``sum`` with ``keepdim`` instead of sum-then-reshape, implicit broadcasting instead of
 the broadcast, in place on the fresh float64 copy): the same bits as the op-by-op run,
 in about a quarter of its wall time. ``torch.var_mean`` was measured and rejected: its
 Welford pass over non-leading dims is four times slower than the two sums, and it
-rounds differently.
+accumulates in another order (not the same bits).
 
 Only this exact form is fused: a float widened to float64 and rounded back to the
 same dtype, the same reduced dims in both reduces, each sum's reshape and divisor in

@@ -8,6 +8,10 @@ is used. Running them costs a call each on every run. Here, once per block:
 - an op that returns its operand unchanged is dropped; its result becomes an alias
   of the operand (later ops read the operand instead);
 - a reshape of a reshape reads the first reshape's operand (same values, one view);
+- a multiply by a splat constant one of the result's own type (``addmm``'s ``beta`` and
+  ``alpha`` of 1 lower to two of them per linear layer) is an alias of its other
+  operand: ``x * 1`` is ``x`` bit for bit in every float and integer dtype (a signalling
+  NaN would come out quiet; torch never makes one);
 - a pure shape op (reshape, broadcast, transpose, slice, convert) whose results are
   no longer read by anyone is dropped.
 
@@ -59,6 +63,26 @@ def _is_identity(op: Operation) -> bool:
     return False
 
 
+def _times_one(op: Operation, operands: tuple[str, ...],
+               producer: dict[str, tuple[Operation, tuple[str, ...]]]) -> str | None:
+    """The operand ``op`` returns unchanged if it multiplies it by a splat one."""
+    if op.name != "stablehlo.multiply" or len(operands) != 2 or op.regions:
+        return None
+    dst = op.result_types[0]
+    if not _static(dst.shape) or dst.dtype in ("i1", "complex<f32>", "complex<f64>"):
+        return None
+    for side in (0, 1):
+        src = producer.get(operands[1 - side])
+        if (
+            src is not None and src[0].name == "stablehlo.constant" and not src[1]
+            and op.operand_types[side] == dst
+        ):  # fmt: skip
+            value = src[0].attributes.get("value")
+            if isinstance(value, dict) and "splat" in value and value["splat"] == 1:
+                return operands[side]
+    return None
+
+
 def _region_reads(ops: list[Operation], out: set[str]) -> set[str]:
     """Every name read by an op inside a region of ``ops`` (at any depth)."""
     for op in ops:
@@ -83,6 +107,10 @@ def simplify(
         operands = tuple(alias.get(o, o) for o in op.operands)
         if _is_identity(op) and op.results[0] not in pinned:
             alias[op.results[0]] = operands[0]
+            continue
+        same = _times_one(op, operands, producer)
+        if same is not None and op.results[0] not in pinned:
+            alias[op.results[0]] = same
             continue
         if op.name == "stablehlo.reshape" and len(operands) == 1 and _static(
             op.result_types[0].shape
