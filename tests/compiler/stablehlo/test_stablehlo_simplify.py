@@ -109,3 +109,30 @@ def test_multiply_by_a_splat_one_is_not_run(monkeypatch) -> None:  # noqa: ANN00
         assert torch.equal(a.view(torch.int32), w.view(torch.int32))
     assert torch.equal((x * 1.0 + b).view(torch.int32), got[0].view(torch.int32))
     assert got[2].data_ptr() != x.data_ptr()  # an aliased output is still a fresh tensor
+
+
+_UNTRANSPOSE = """func.func @main(%x: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<3x2x4xf32>, tensor<4x3x2xf32>) {
+  %0 = stablehlo.transpose %x, dims = [2, 0, 1] : (tensor<2x3x4xf32>) -> tensor<4x2x3xf32>
+  %1 = stablehlo.transpose %0, dims = [1, 2, 0] : (tensor<4x2x3xf32>) -> tensor<2x3x4xf32>
+  %2 = stablehlo.transpose %0, dims = [2, 1, 0] : (tensor<4x2x3xf32>) -> tensor<3x2x4xf32>
+  %3 = stablehlo.transpose %x, dims = [2, 1, 0] : (tensor<2x3x4xf32>) -> tensor<4x3x2xf32>
+  return %1, %2, %3 : tensor<2x3x4xf32>, tensor<3x2x4xf32>, tensor<4x3x2xf32>
+}"""
+
+
+def test_a_transpose_undoing_a_transpose_is_not_run(monkeypatch) -> None:  # noqa: ANN001
+    """``%1`` undoes ``%0``: an alias of ``%x``; ``%2`` composes to another permutation
+    and still runs; the values are those of the op-by-op run and of torch."""
+    module = parse_module(_UNTRANSPOSE)
+    prepared = prepare(module)
+    x = torch.randn(2, 3, 4)
+    got = prepared.run([x])
+    block = prepared.block(module.functions[module.entry].body)
+    assert [s.op.name for s in block.steps].count("stablehlo.transpose") == 3  # %0, %2, %3
+    with monkeypatch.context() as m:
+        m.setattr(_simplify, "_untranspose", lambda op, operands, producer: None)
+        want = prepare(parse_module(_UNTRANSPOSE)).run([x])
+    for a, w in zip(got, want, strict=True):
+        assert torch.equal(a, w)
+    assert torch.equal(got[0], x) and got[0].data_ptr() != x.data_ptr()
+    assert torch.equal(got[1], x.permute(2, 0, 1).permute(2, 1, 0))
