@@ -136,3 +136,24 @@ def test_a_transpose_undoing_a_transpose_is_not_run(monkeypatch) -> None:  # noq
         assert torch.equal(a, w)
     assert torch.equal(got[0], x) and got[0].data_ptr() != x.data_ptr()
     assert torch.equal(got[1], x.permute(2, 0, 1).permute(2, 1, 0))
+
+
+_RESHAPE_BACK = """func.func @main(%x: tensor<6xf32>) -> (tensor<6xf32>, tensor<3x2xf32>) {
+  %0 = stablehlo.reshape %x : (tensor<6xf32>) -> tensor<1x6xf32>
+  %1 = stablehlo.reshape %0 : (tensor<1x6xf32>) -> tensor<6xf32>
+  %2 = stablehlo.add %1, %1 : tensor<6xf32>
+  %3 = stablehlo.reshape %0 : (tensor<1x6xf32>) -> tensor<3x2xf32>
+  return %2, %3 : tensor<6xf32>, tensor<3x2xf32>
+}"""
+
+
+def test_a_reshape_back_to_the_original_shape_is_not_run() -> None:
+    """``reshape(reshape(x))`` with ``x``'s own shape is ``x``; one to another shape runs."""
+    module = parse_module(_RESHAPE_BACK)
+    prepared = prepare(module)
+    x = torch.randn(6)
+    got = prepared.run([x])
+    block = prepared.block(module.functions[module.entry].body)
+    assert [s.op.name for s in block.steps] == ["stablehlo.add", "stablehlo.reshape"]
+    assert block.steps[0].operands == (module.functions[module.entry].args[0][0],) * 2
+    assert torch.equal(got[0], x + x) and torch.equal(got[1], x.reshape(3, 2))

@@ -7,7 +7,8 @@ is used. Running them costs a call each on every run. Here, once per block:
 
 - an op that returns its operand unchanged is dropped; its result becomes an alias
   of the operand (later ops read the operand instead);
-- a reshape of a reshape reads the first reshape's operand (same values, one view);
+- a reshape of a reshape reads the first reshape's operand (same values, one view),
+  and is an alias of it when it gives that operand's own shape back;
 - a transpose undoing the transpose it reads (the permutations compose to the identity)
   is an alias of that transpose's operand;
 - a multiply by a splat constant one of the result's own type (``addmm``'s ``beta`` and
@@ -136,6 +137,12 @@ def simplify(
             src = producer.get(operands[0])
             if src is not None and src[0].name == "stablehlo.reshape" and len(src[1]) == 1:
                 operands = src[1]  # reshape(reshape(x)) == reshape(x)
+                if (
+                    src[0].operand_types[0] == op.result_types[0]
+                    and op.results[0] not in pinned
+                ):  # fmt: skip
+                    alias[op.results[0]] = operands[0]  # ... == x: back to x's shape
+                    continue
         for r in op.results:
             producer[r] = (op, operands)
         kept.append((op, operands))
