@@ -8,7 +8,8 @@ of iotas with the saved index and a scatter-add. On the CNN training loop these 
 took more wall time than the rest of the executable. Here, once per block, each such
 run is recognised and replaced by one ``Fused`` op computing the run's results from
 strided views of the input (one compare and two selects per window position, no
-copies; forward) or with one ``scatter_add_`` (backward).
+copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
+BatchNorm's batch variance (the same torch calls, in one step).
 
 Rules every fusion keeps:
 
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ._fuse_norm import batch_variance
 from ._registry import OPS, OpFn, Runner, ints
 from ._specialize import specialize
 from ._specialize_math import select
@@ -412,6 +414,7 @@ _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], .
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
+    batch_variance,
 )
 
 

@@ -7,7 +7,14 @@ is used. Running them costs a call each on every run. Here, once per block:
 
 - an op that returns its operand unchanged is dropped; its result becomes an alias
   of the operand (later ops read the operand instead);
-- a reshape of a reshape reads the first reshape's operand (same values, one view);
+- a reshape of a reshape reads the first reshape's operand (same values, one view),
+  and is an alias of it when it gives that operand's own shape back;
+- a transpose undoing the transpose it reads (the permutations compose to the identity)
+  is an alias of that transpose's operand;
+- a multiply by a splat constant one of the result's own type (``addmm``'s ``beta`` and
+  ``alpha`` of 1 lower to two of them per linear layer) is an alias of its other
+  operand: ``x * 1`` is ``x`` bit for bit in every float and integer dtype (a signalling
+  NaN would come out quiet; torch never makes one);
 - a pure shape op (reshape, broadcast, transpose, slice, convert) whose results are
   no longer read by anyone is dropped.
 
@@ -59,6 +66,42 @@ def _is_identity(op: Operation) -> bool:
     return False
 
 
+def _times_one(op: Operation, operands: tuple[str, ...],
+               producer: dict[str, tuple[Operation, tuple[str, ...]]]) -> str | None:
+    """The operand ``op`` returns unchanged if it multiplies it by a splat one."""
+    if op.name != "stablehlo.multiply" or len(operands) != 2 or op.regions:
+        return None
+    dst = op.result_types[0]
+    if not _static(dst.shape) or dst.dtype in ("i1", "complex<f32>", "complex<f64>"):
+        return None
+    for side in (0, 1):
+        src = producer.get(operands[1 - side])
+        if (
+            src is not None and src[0].name == "stablehlo.constant" and not src[1]
+            and op.operand_types[side] == dst
+        ):  # fmt: skip
+            value = src[0].attributes.get("value")
+            if isinstance(value, dict) and "splat" in value and value["splat"] == 1:
+                return operands[side]
+    return None
+
+
+def _untranspose(op: Operation, operands: tuple[str, ...],
+                 producer: dict[str, tuple[Operation, tuple[str, ...]]]) -> str | None:
+    """The value ``op`` returns unchanged if it undoes the transpose it reads."""
+    if op.name != "stablehlo.transpose" or len(operands) != 1:
+        return None
+    src = producer.get(operands[0])
+    if src is None or src[0].name != "stablehlo.transpose" or len(src[1]) != 1:
+        return None
+    outer, inner = ints(op, "permutation"), ints(src[0], "permutation")
+    if len(outer) != len(inner) or [inner[i] for i in outer] != list(range(len(outer))):
+        return None
+    if src[0].operand_types[0] != op.result_types[0] or not _static(op.result_types[0].shape):
+        return None
+    return src[1][0]
+
+
 def _region_reads(ops: list[Operation], out: set[str]) -> set[str]:
     """Every name read by an op inside a region of ``ops`` (at any depth)."""
     for op in ops:
@@ -84,12 +127,22 @@ def simplify(
         if _is_identity(op) and op.results[0] not in pinned:
             alias[op.results[0]] = operands[0]
             continue
+        same = _times_one(op, operands, producer) or _untranspose(op, operands, producer)
+        if same is not None and op.results[0] not in pinned:
+            alias[op.results[0]] = same
+            continue
         if op.name == "stablehlo.reshape" and len(operands) == 1 and _static(
             op.result_types[0].shape
         ):
             src = producer.get(operands[0])
             if src is not None and src[0].name == "stablehlo.reshape" and len(src[1]) == 1:
                 operands = src[1]  # reshape(reshape(x)) == reshape(x)
+                if (
+                    src[0].operand_types[0] == op.result_types[0]
+                    and op.results[0] not in pinned
+                ):  # fmt: skip
+                    alias[op.results[0]] = operands[0]  # ... == x: back to x's shape
+                    continue
         for r in op.results:
             producer[r] = (op, operands)
         kept.append((op, operands))

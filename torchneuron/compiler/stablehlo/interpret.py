@@ -9,9 +9,9 @@ drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing nume
 Why ``prepare`` then ``run``: an executable runs the same program every training step.
 ``prepare`` works on each block once, in this order: ``_simplify`` turns no-op ops into
 aliases; ``_fuse`` replaces runs of ops that are one torch call (max-pooling forward and
-backward) by one op; ``_absorb`` drops broadcasts that torch's implicit broadcasting does
-and folds transposes into the ``dot_general`` reading them; then each op is resolved to
-its implementation (``_specialize*``: attributes read once), its operand and result
+backward) or a few (BatchNorm's batch variance, ``_fuse_norm``) by one op; ``_absorb``
+drops broadcasts that torch's implicit broadcasting does and folds transposes into the
+``dot_general`` reading them; then each op is resolved to its implementation (``_specialize*``: attributes read once), its operand and result
 names and the dtype and shape its results must have. Constants, and every op computed
 from constants only (a broadcast scalar, a reshaped mask), are computed on the first run
 and kept; later runs start from them and run only the other steps, a straight loop with
