@@ -88,6 +88,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
@@ -98,7 +99,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
-            FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS]
+            FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS]
 
 
 # --------------------------------------------------------------------------- random
@@ -322,6 +323,14 @@ def kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
     vals, idx = torch.sort(x, dim=dim)  # sort.stable has no lowering
     v, i = vals.narrow(dim, k - 1, 1), idx.narrow(dim, k - 1, 1)
     return (v, i) if keepdim or x.dim() == 0 else (v.squeeze(dim), i.squeeze(dim))
+
+
+@_register(aten.sort.stable)
+def sort_stable(x: torch.Tensor, *, stable: bool | None = None, dim: int = -1,
+                descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sort.default``: its lowering (``stablehlo.sort``) runs as a stable sort, so equal
+    keys keep their order whether or not ``stable`` was asked for."""
+    return aten.sort.default(x, dim, descending)
 
 
 @_register(aten.median.default)
