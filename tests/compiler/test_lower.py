@@ -68,3 +68,29 @@ def test_parse_failed_op_messages() -> None:
     assert parse_failed_op("failed to legalize operation 'torch.constant.int'")[1] == (
         "dangling-scalar")
     assert parse_failed_op("something else") == (None, "lowering-failed")
+
+
+def test_literal_tracker_never_hands_a_freed_tensors_constant_to_another() -> None:
+    """Torch-MLIR caches constants by id(); bool constants go through a temporary copy, so
+    a freed temporary's id came back with the previous constant's data (a wrong constant,
+    or a type error when shapes differ). The tracker we hand it pins what it tracks."""
+    from torchneuron.compiler.lower import _pinning_tracker
+
+    tracker = _pinning_tracker()
+    for i in range(200):
+        mapping = tracker.track(torch.full((4,), i, dtype=torch.uint8))  # freed right after
+        assert mapping.is_empty, f"constant {i} was given an earlier constant's entry"
+        mapping.value = i
+
+
+def test_lu_graph_with_many_bool_constants_lowers_in_the_worker() -> None:
+    """The LU decomposition holds many same-shape bool masks: through the worker these
+    collided before the tracker fix ('torch.vtensor.literal' type mismatch)."""
+    from torchneuron.compiler import compile_graph
+
+    a = torch.randn(3, 4, 4)
+    for fn in (torch.linalg.lu, torch.linalg.lu_factor_ex, torch.linalg.det):
+        got = compile_graph(fn, [a], in_process=False).run([a])
+        want = torch.utils._pytree.tree_leaves(fn(a))
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-4)

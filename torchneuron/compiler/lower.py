@@ -77,7 +77,7 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
         return True
 
     handle = context.attach_diagnostic_handler(on_diagnostic)
-    importer = FxImporter(context=context)
+    importer = FxImporter(context=context, py_attr_tracker=_pinning_tracker())
     try:
         module = _import_and_lower(tmfx, importer, gm, func_name)
     except Exception as e:  # torch_mlir raises plain Exception / RuntimeError
@@ -98,6 +98,30 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
     finally:
         handle.detach()
     return module.operation.get_asm(large_elements_limit=None)
+
+
+def _pinning_tracker() -> Any:
+    """A literal tracker that keeps every tensor it has seen alive for the import.
+
+    Torch-MLIR's importer caches each tensor constant's MLIR attribute by ``id()`` of the
+    tensor and never forgets it, and it converts a bool constant to a *temporary* uint8
+    copy before that look-up. Once a temporary is freed, the next bool constant's copy
+    can get the same id and is given the first one's data: an error when the shapes
+    differ, a silently wrong constant when they agree. Pinning the tensors makes ids
+    unique for the whole import.
+    """
+    from torch_mlir.extras.fx_importer import RefTracker
+
+    class _Pinning(RefTracker):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self._pinned: list[Any] = []
+
+        def track(self, referrent: Any) -> Any:
+            self._pinned.append(referrent)
+            return super().track(referrent)
+
+    return _Pinning()
 
 
 def _import_and_lower(tmfx: Any, importer: Any, gm: fx.GraphModule, func_name: str) -> Any:
