@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from torchneuron.compiler import CompileError, compile_graph
+from torchneuron.compiler import compile_graph
 
 _g = torch.Generator().manual_seed(0)
 A = torch.randn(3, 4, 4, generator=_g)
@@ -66,9 +66,45 @@ def test_lu_family_compiles_to_eagers_numbers(name: str) -> None:
             assert torch.equal(g, w)  # pivots, info
 
 
-@pytest.mark.parametrize("fn", [torch.linalg.inv, lambda a: torch.linalg.solve(a, B)])
-def test_calls_that_raise_on_a_singular_matrix_are_refused(fn: Callable[..., Any]) -> None:
-    """Eager raises for a singular input (``_linalg_check_errors`` on info); a compiled
-    graph cannot, so these stay eager."""
-    with pytest.raises(CompileError, match="_linalg_check_errors"):
-        compile_graph(fn, [A])
+_N = A @ A.mT + torch.eye(4)
+_N[1, 2, 2] = -5.0  # batch 1 is not positive definite at column 3
+
+
+RAISING: dict[str, tuple[Callable[..., Any], list[torch.Tensor]]] = {
+    "inv": (torch.linalg.inv, [S]),
+    "solve": (lambda a: torch.linalg.solve(a, B), [S]),
+    "lu_factor": (torch.linalg.lu_factor, [S]),
+    "linalg.cholesky": (torch.linalg.cholesky, [_N]),
+    "cholesky": (torch.cholesky, [_N]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RAISING))
+def test_a_failed_factorization_raises_eagers_error(name: str) -> None:
+    """Eager raises on a singular / non-PD input (``_linalg_check_errors`` on info): the
+    check is lifted out of the graph and run after the executable, same error, same text;
+    a good input gives eager's numbers."""
+    fn, inputs = RAISING[name]
+    with pytest.raises(Exception) as eager:  # noqa: PT011 - the type is eager's, whatever it is
+        fn(*inputs)
+    exe = compile_graph(fn, inputs, name=name)
+    with pytest.raises(type(eager.value)) as compiled:
+        exe.run(inputs)
+    assert str(compiled.value) == str(eager.value)
+    good = [A @ A.mT + torch.eye(4)] + inputs[1:]
+    for g, w in zip(compile_graph(fn, good).run(good), pytree.tree_leaves(fn(*good)), strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_ex_of_a_non_pd_matrix_is_lapacks_partial_result(upper: bool) -> None:
+    """potf2 stops at the first non-positive pivot: info names it, the pivot value is
+    stored, later columns keep the input (the sweep found NaNs and info 0 here)."""
+    nan = torch.full((1, 3, 3), float("nan"))
+    x = torch.cat([_N, _N[:1]])
+    for inp in (x, nan):
+        fn = (lambda a: torch.linalg.cholesky_ex(a, upper=True)) if upper else torch.linalg.cholesky_ex
+        got = compile_graph(fn, [inp]).run([inp])
+        want = fn(inp)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5, equal_nan=True)
+        assert torch.equal(got[1], want[1])

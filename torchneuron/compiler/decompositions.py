@@ -635,10 +635,17 @@ def _tri_solve(a: torch.Tensor, b: torch.Tensor, upper: bool, unit: bool = False
     return torch.stack(rows, dim=-2)  # type: ignore[arg-type]
 
 
-def _cholesky(a: torch.Tensor) -> torch.Tensor:
+def _cholesky(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, info) as LAPACK's potf2 leaves them: column j's pivot a_jj - |L[j, :j]|^2 must
+    be positive (and not NaN); at the first one that is not, that value is stored on the
+    diagonal, info = j + 1, and every later column keeps the input's values. The strict
+    upper triangle is zero (ATen's tril_)."""
     n = a.shape[-1]
+    info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     if n == 0:
-        return a.clone()
+        return a.clone(), info
+    rows = torch.arange(n, device=a.device)
+    failed = torch.zeros(a.shape[:-2], dtype=torch.bool, device=a.device)
     cols: list[torch.Tensor] = []
     for j in range(n):
         prev = torch.stack(cols, dim=-1) if cols else None  # (..., n, j)
@@ -647,32 +654,52 @@ def _cholesky(a: torch.Tensor) -> torch.Tensor:
         if prev is not None:
             diag = diag - (prev[..., j, :] ** 2).sum(-1)
             below = below - (prev @ prev[..., j, :].unsqueeze(-1)).squeeze(-1)
-        d = torch.sqrt(diag)
-        mask = torch.arange(n, device=a.device) > j
-        col = torch.where(mask, below / d.unsqueeze(-1), 0.0 * below)
-        cols.append(torch.where(torch.arange(n, device=a.device) == j, d.unsqueeze(-1), col))
-    return torch.stack(cols, dim=-1)
+        ok = (diag > 0) & ~failed
+        d = torch.sqrt(torch.where(ok, diag, 1.0))
+        done = torch.where((rows > j) & ok.unsqueeze(-1), below / d.unsqueeze(-1), torch.zeros_like(below))
+        done = torch.where(rows == j, d.unsqueeze(-1), done)
+        kept = torch.where(rows > j, a[..., :, j], torch.zeros_like(below))  # untouched input column
+        kept = torch.where((rows == j) & ~failed.unsqueeze(-1), diag.unsqueeze(-1),
+                           torch.where(rows == j, a[..., :, j], kept))
+        cols.append(torch.where(ok.unsqueeze(-1), done, kept))
+        info = torch.where(~failed & ~ok, j + 1, info)
+        failed = failed | ~ok
+    return torch.stack(cols, dim=-1), info
 
 
 def _small(a: torch.Tensor) -> bool:
     return a.dim() >= 2 and a.shape[-1] <= _MAX_UNROLL and a.dtype.is_floating_point
 
 
+def _cholesky_ex(a: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    # upper reads only the upper triangle, as LAPACK does (the lower one may be anything)
+    if upper:
+        low, info = _cholesky(a.transpose(-2, -1))
+        return low.transpose(-2, -1), info
+    return _cholesky(a)
+
+
 @_register(aten.cholesky.default)
 def cholesky(a: torch.Tensor, upper: bool = False) -> Any:
+    """Raises like eager on a matrix that is not positive definite: the check on info is
+    lifted out of the graph by prepare and runs after the executable."""
     if not _small(a):
         return NotImplemented
-    # upper reads only the upper triangle, as LAPACK does (the lower one may be anything)
-    return _cholesky(a.transpose(-2, -1)).transpose(-2, -1) if upper else _cholesky(a)
+    low, info = _cholesky_ex(a, upper)
+    aten._linalg_check_errors(info, "cholesky", is_matrix=a.dim() == 2)
+    return low
 
 
 @_register(aten.linalg_cholesky_ex.default)
 def linalg_cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = False) -> Any:
-    """info is 0 (we cannot report a failed pivot; non-PD input gives NaNs)."""
-    if not _small(a) or check_errors:
+    """info as LAPACK reports it (first failing column, 1-based); with ``check_errors`` the
+    check is traced as its own op (lifted out of the graph by prepare)."""
+    if not _small(a):
         return NotImplemented
-    info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
-    return cholesky(a, upper), info
+    low, info = _cholesky_ex(a, upper)
+    if check_errors:
+        aten._linalg_check_errors(info, "linalg.cholesky_ex", is_matrix=a.dim() == 2)
+    return low, info
 
 
 @_register(aten.cholesky_solve.default)
