@@ -154,3 +154,19 @@ def test_conv_transpose_with_uneven_output_padding_compiles_like_eager() -> None
 
     got = compile_graph(fn, [x, w, b]).run([x, w, b])[0]
     torch.testing.assert_close(got, fn(x, w, b))
+
+
+def test_any_all_of_uint8_and_over_several_dims_are_eagers() -> None:
+    """any of uint8 gave the largest element (any([0, 3]) was 3; ATen gives 1), and
+    any / all over several dims had no lowering; an empty dim list is elementwise."""
+    from torchneuron.compiler import compile_graph
+
+    aten = torch.ops.aten
+    u = torch.tensor([[0, 3, 2], [0, 0, 0]], dtype=torch.uint8)
+    fns = [lambda t: aten.any.dim(t, 1), lambda t: aten.any.default(t),
+           lambda t: aten.all.default(t + 1), lambda t: aten.any.dims(t, [0, 1], True),
+           lambda t: aten.all.dims(t, None), lambda t: aten.any.dims(t, []),
+           lambda t: t.bool().all(dim=(0, 1))]
+    for fn in fns:
+        got, want = compile_graph(fn, [u]).run([u])[0], fn(u)
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)

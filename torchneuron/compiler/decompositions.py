@@ -93,6 +93,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_qr import QR_DECOMPOSITIONS
     from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
@@ -101,7 +102,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
 
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
-            LU_DECOMPOSITIONS]
+            LU_DECOMPOSITIONS, QR_DECOMPOSITIONS]
 
 
 # --------------------------------------------------------------------------- random
@@ -325,6 +326,48 @@ def kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
     vals, idx = torch.sort(x, dim=dim)  # sort.stable has no lowering
     v, i = vals.narrow(dim, k - 1, 1), idx.narrow(dim, k - 1, 1)
     return (v, i) if keepdim or x.dim() == 0 else (v.squeeze(dim), i.squeeze(dim))
+
+
+def _bool_dims(single: Any, whole: Any, x: torch.Tensor, dim: Sequence[int] | None,
+               keepdim: bool) -> Any:
+    """any / all over several dims (no lowering): one single-dim reduction per dim, last
+    dim first so the remaining dim numbers stay valid. ``None`` reduces every dim; an empty
+    list none (elementwise != 0). uint8 stays uint8, as in ATen."""
+    if x.dim() == 0:
+        return NotImplemented
+    if x.dtype == torch.uint8:
+        return _bool_dims(single, whole, x != 0, dim, keepdim).to(torch.uint8)
+    if dim is not None and len(dim) == 0:
+        return x != 0
+    if dim is None:
+        out = whole(x)
+        return out.reshape([1] * x.dim()) if keepdim else out
+    out = x
+    for d in sorted({d % x.dim() for d in dim}, reverse=True):
+        out = single(out, d, keepdim)
+    return out
+
+
+def _uint8_as_bool(op: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """any / all of uint8 give uint8 0 / 1 in ATen; the lowering gave the max (any of
+    [0, 3] was 3). Reduced as bool, then converted back."""
+    if x.dtype != torch.uint8:
+        return NotImplemented
+    return op(x != 0, *args, **kwargs).to(torch.uint8)
+
+
+for _bool_op in (aten.any.default, aten.any.dim, aten.all.default, aten.all.dim):
+    OWN_DECOMPOSITIONS[_bool_op] = lambda x, *a, _op=_bool_op, **k: _uint8_as_bool(_op, x, *a, **k)
+
+
+@_register(aten.any.dims)
+def any_dims(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False) -> Any:
+    return _bool_dims(aten.any.dim, aten.any.default, x, dim, keepdim)
+
+
+@_register(aten.all.dims)
+def all_dims(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False) -> Any:
+    return _bool_dims(aten.all.dim, aten.all.default, x, dim, keepdim)
 
 
 @_register(aten.sort.stable)
