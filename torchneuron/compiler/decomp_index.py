@@ -1,0 +1,178 @@
+"""Scatter / index reductions, and 0-d forms of gather and scatter, that do not lower.
+
+Torch-MLIR lowers ``scatter_add`` and plain ``scatter`` but not the other reductions
+(``scatter_reduce`` amax / amin / prod, ``index_reduce``, ``scatter(reduce=...)``). Each
+output position along ``dim`` receives the elements whose index names it, so the
+reduction is written densely: a one-hot comparison of the index with every position,
+the reduction's identity where it does not hit, one reduce over the index's extent, then
+combined with the input (``include_self``) or put in its place. The same elements meet
+the same operation, so results are eager's up to the order of a product or sum (float
+rounding). The one-hot has (positions x index elements) entries: above 2^22 the op stays
+eager. Gather and scatter of a 0-d tensor (the lowering wants rank >= 1) go through a
+1-element view.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["INDEX_DECOMPOSITIONS"]
+
+aten = torch.ops.aten
+INDEX_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
+_MAX_ONE_HOT = 1 << 22
+
+
+def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for op in ops:
+            INDEX_DECOMPOSITIONS[op] = fn
+        return fn
+
+    return wrap
+
+
+def _identity(reduce: str, dtype: torch.dtype) -> float:
+    if reduce == "amax":
+        return -math.inf
+    if reduce == "amin":
+        return math.inf
+    return 1.0 if reduce == "prod" else 0.0
+
+
+def _dense(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str,
+           include_self: bool) -> Any:
+    """scatter_reduce(x, dim, index, src, reduce, include_self) for a floating x with
+    reduce in amax / amin / prod / mean / sum, or NotImplemented when too large."""
+    if not x.dtype.is_floating_point or x.dim() == 0:
+        return NotImplemented
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if index.numel() * n > _MAX_ONE_HOT or index.numel() == 0:
+        return NotImplemented
+    ext = tuple(index.shape)
+    s = src[tuple(slice(0, e) for e in ext)]  # only the part the index covers is read
+    idx = index.movedim(dim, -1).unsqueeze(-2)  # (..., 1, L)
+    val = s.movedim(dim, -1).unsqueeze(-2)
+    pos = torch.arange(n, device=x.device).reshape(n, 1)
+    hit = idx == pos  # (..., n, L)
+    ident = _identity(reduce, x.dtype)
+    picked = torch.where(hit, val, ident)
+    count = hit.sum(-1)  # (..., n)
+    if reduce == "amax":
+        part = picked.amax(-1)
+    elif reduce == "amin":
+        part = picked.amin(-1)
+    elif reduce == "prod":
+        part = picked.prod(-1)
+    else:
+        part = picked.sum(-1)
+    part, count = part.movedim(-1, dim), count.movedim(-1, dim)
+    # back to x's shape: dims other than ``dim`` may be shorter in the index
+    pad: list[int] = []
+    for d in reversed(range(x.dim())):
+        pad += [0, 0] if d == dim else [0, x.shape[d] - ext[d]]
+    part = aten.constant_pad_nd(part, pad, ident)
+    count = aten.constant_pad_nd(count, pad, 0)
+    base = x
+    if reduce == "amax":
+        combined = torch.maximum(base, part) if include_self else part
+    elif reduce == "amin":
+        combined = torch.minimum(base, part) if include_self else part
+    elif reduce == "prod":
+        combined = base * part if include_self else part
+    elif reduce == "sum":
+        combined = base + part if include_self else part
+    else:  # mean: ATen divides by the count of what was summed (self counts once)
+        total = base + part if include_self else part
+        combined = total / (count + 1 if include_self else count.clamp(min=1)).to(x.dtype)
+    return torch.where(count > 0, combined, x)
+
+
+@_register(aten.scatter_reduce.two)
+def scatter_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str,
+                   include_self: bool = True) -> Any:
+    """sum / mean: the scatter_add form in decompositions.py; others densely."""
+    if reduce in ("sum", "mean"):
+        from torchneuron.compiler.decompositions import scatter_reduce as via_scatter_add
+
+        return via_scatter_add(x, dim, index, src, reduce, include_self)
+    if x.dim() == 0:
+        return scatter_reduce(x.reshape(1), 0, index.reshape(1), src.reshape(1), reduce,
+                              include_self).reshape(())
+    return _dense(x, dim, index, src, reduce, include_self)
+
+
+@_register(aten.index_reduce.default)
+def index_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor,
+                 reduce: str, *, include_self: bool = True) -> Any:
+    """index_reduce is scatter_reduce with the 1-d index spread along ``dim``."""
+    if x.dim() == 0:
+        return index_reduce(x.reshape(1), 0, index.reshape(1), source.reshape(1), reduce,
+                            include_self=include_self).reshape(())
+    dim = dim % x.dim()
+    shape = [1] * source.dim()
+    shape[dim] = index.numel()
+    full = index.reshape(shape).expand(source.shape)
+    return _dense(x, dim, full, source, reduce, include_self)
+
+
+@_register(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_with_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any, *,
+                        reduce: str) -> Any:
+    """scatter(..., reduce="add" / "multiply"): every hit combines with the input."""
+    value = src if isinstance(src, torch.Tensor) else torch.full(index.shape, src, dtype=x.dtype,
+                                                                  device=x.device)
+    if x.dim() == 0:
+        return scatter_with_reduce(x.reshape(1), 0, index.reshape(-1), value.reshape(-1),
+                                   reduce=reduce).reshape(())
+    if reduce == "add":
+        return torch.scatter_add(x, dim, index, value.to(x.dtype))
+    if reduce == "multiply":
+        return _dense(x, dim, index, value.to(x.dtype), "prod", True)
+    return NotImplemented
+
+
+@_register(aten.gather.default)
+def gather(x: torch.Tensor, dim: int, index: torch.Tensor, *, sparse_grad: bool = False) -> Any:
+    if x.dim() != 0:
+        return NotImplemented
+    return aten.gather.default(x.reshape(1), 0, index.reshape(-1)).reshape(index.shape)
+
+
+@_register(aten.scatter_add.default)
+def scatter_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> Any:
+    if x.dim() != 0:
+        return NotImplemented
+    return aten.scatter_add.default(x.reshape(1), 0, index.reshape(-1), src.reshape(-1)
+                                    ).reshape(())
+
+
+@_register(aten.searchsorted.Tensor)
+def searchsorted(seq: torch.Tensor, values: torch.Tensor, *, out_int32: bool = False,
+                 right: bool = False, side: str | None = None, sorter: Any = None) -> Any:
+    """With a ``sorter``: the sequence put in order first (a gather), then as without."""
+    from torchneuron.compiler.decompositions import searchsorted as plain
+
+    if sorter is not None:
+        seq = torch.gather(seq, -1, sorter)
+    return plain(seq, values, out_int32=out_int32, right=right, side=side)
+
+
+@_register(aten.searchsorted.Scalar)
+def searchsorted_scalar(seq: torch.Tensor, value: Any, *, out_int32: bool = False,
+                        right: bool = False, side: str | None = None, sorter: Any = None) -> Any:
+    v = torch.scalar_tensor(value, dtype=seq.dtype, device=seq.device)
+    return searchsorted(seq, v, out_int32=out_int32, right=right, side=side, sorter=sorter)
+
+
+@_register(aten.scatter.src, aten.scatter.value)
+def scatter_0d(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any) -> Any:
+    if x.dim() != 0:
+        return NotImplemented
+    value = src.reshape(-1) if isinstance(src, torch.Tensor) else src
+    return aten.scatter(x.reshape(1), 0, index.reshape(-1), value).reshape(())
