@@ -176,3 +176,25 @@ def scatter_0d(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any) -> Any:
         return NotImplemented
     value = src.reshape(-1) if isinstance(src, torch.Tensor) else src
     return aten.scatter(x.reshape(1), 0, index.reshape(-1), value).reshape(())
+
+
+@_register(aten.as_strided_scatter.default)
+def as_strided_scatter(x: torch.Tensor, src: torch.Tensor, size: Any, stride: Any,
+                       storage_offset: int | None = None) -> Any:
+    """``src`` written at the storage positions the strided view names (a scatter into the
+    flattened input; sizes and strides are static, so the positions are computed here).
+    Only for a contiguous input whose view does not overlap itself (eager's copy into an
+    overlapping view depends on its loop order): otherwise the op stays eager."""
+    if not x.is_contiguous() or x.numel() == 0:
+        return NotImplemented
+    offset = storage_offset or 0
+    positions = [offset]
+    for n, st in zip(size, stride, strict=True):
+        positions = [p + i * st for p in positions for i in range(n)]
+    if len(set(positions)) != len(positions) or any(p >= x.numel() or p < 0 for p in positions):
+        return NotImplemented
+    flat = x.reshape(-1)
+    if not positions:
+        return x.clone()
+    idx = torch.tensor(positions, dtype=torch.int64, device=x.device)
+    return flat.scatter(0, idx, src.reshape(-1).to(x.dtype)).reshape(x.shape)
