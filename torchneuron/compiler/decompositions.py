@@ -480,7 +480,8 @@ def _cheb(x: torch.Tensor, n: torch.Tensor | float, kind: str) -> torch.Tensor:
     th = torch.acos(torch.clamp(x, -1 + 1e-7, 1 - 1e-7))
     t = torch.acosh(torch.where(inside, 2.0 + 0 * x, torch.abs(x)))
     if kind == "t":
-        a, b = torch.cos(n * th), torch.cosh(n * t) * sgn
+        # ATen: cos(n acos x), unclamped (no division here needs the clamp)
+        a, b = torch.cos(n * torch.acos(torch.where(inside, x, 0.0))), torch.cosh(n * t) * sgn
         edge = torch.where(x > 0, 1.0, torch.where(odd, -1.0, 1.0))
     elif kind == "u":
         a = torch.sin((n + 1) * th) / torch.sin(th)
