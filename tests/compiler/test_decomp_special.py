@@ -47,6 +47,10 @@ CASES: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]] = 
     "i1": (torch.special.i1, _grid(-100, 100)),
     "i1e": (torch.special.i1e, _grid(-100, 100)),
     "spherical_bessel_j0": (torch.special.spherical_bessel_j0, _grid(-20, 20)),
+    "k0": (torch.special.modified_bessel_k0, _grid(-3, 120)),
+    "k1": (torch.special.modified_bessel_k1, _grid(-3, 120)),
+    "k0e": (torch.special.scaled_modified_bessel_k0, _grid(-3, 120)),
+    "k1e": (torch.special.scaled_modified_bessel_k1, _grid(-3, 120)),
 }
 
 
@@ -70,7 +74,7 @@ def test_integer_input_promotes_like_eager() -> None:
         torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
-@pytest.mark.parametrize("op", [torch.special.zeta, torch.special.erfcx])
+@pytest.mark.parametrize("op", [torch.special.zeta, torch.special.erfcx], ids=["zeta", "erfcx"])
 def test_unbounded_kernels_are_refused_not_approximated(op: Callable[..., torch.Tensor]) -> None:
     """zeta loops about -q times for negative q; erfcx is a bespoke fit: both run eagerly."""
     from torchneuron.compiler import CompileError
