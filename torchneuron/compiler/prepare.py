@@ -27,7 +27,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchneuron.compiler.corrections import refuse_degenerate_variances
+from torchneuron.compiler.corrections import fix_degenerate_variances
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
@@ -159,7 +159,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
 
     gm = _trace(flat_fn, trace_inputs)
     _reject_symbolic(gm)
-    refuse_degenerate_variances(gm)
+    fix_degenerate_variances(gm)
     n_in = len(trace_inputs)
     wb_sources = _extract_write_backs(gm)
     gm, specs = legalize_random_ops(gm)
