@@ -60,3 +60,30 @@ def test_index_reduction_compiles_to_eagers_numbers(name: str) -> None:
     want = fn(*inputs)
     assert got.shape == want.shape and got.dtype == want.dtype
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_embedding_max_norm_renormalizes_the_named_rows_in_place_like_eager() -> None:
+    import torch.nn.functional as F
+
+    w = torch.randn(7, 4, generator=_g) * 2
+    idx = torch.tensor([[1, 3], [3, 6]])
+
+    def fn(i: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.embedding(i, weight, max_norm=1.5)
+
+    w_eager, w_comp = w.clone(), w.clone()
+    want = fn(idx, w_eager)
+    got = compile_graph(fn, [idx, w.clone()]).run([idx, w_comp])[0]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(w_comp, w_eager)  # rows 1, 3, 6 scaled, the rest untouched
+
+
+def test_take_with_a_0d_index_and_embedding_flags() -> None:
+    x, i = torch.randn(3, 4, generator=_g), torch.tensor(-2)
+    assert torch.equal(compile_graph(torch.take, [x, i]).run([x, i])[0], torch.take(x, i))
+    w, idx = torch.randn(5, 3, generator=_g), torch.tensor([[0, 4], [4, 2]])
+
+    def emb(j: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(j, weight, scale_grad_by_freq=True)
+
+    assert torch.equal(compile_graph(emb, [idx, w]).run([idx, w])[0], emb(idx, w))

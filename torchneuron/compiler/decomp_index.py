@@ -198,3 +198,37 @@ def as_strided_scatter(x: torch.Tensor, src: torch.Tensor, size: Any, stride: An
         return x.clone()
     idx = torch.tensor(positions, dtype=torch.int64, device=x.device)
     return flat.scatter(0, idx, src.reshape(-1).to(x.dtype)).reshape(x.shape)
+
+
+@_register(aten.embedding_renorm.default)
+def embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: float,
+                     norm_type: float) -> Any:
+    """ATen's embedding_renorm_: each row some index names, whose norm exceeds max_norm,
+    is scaled by max_norm / (norm + 1e-7). Rows are matched to indices densely."""
+    rows = weight.shape[0]
+    if indices.numel() * rows > _MAX_ONE_HOT or not weight.dtype.is_floating_point:
+        return NotImplemented
+    named = (indices.reshape(-1, 1) == torch.arange(rows, device=weight.device)).any(0)
+    norm = torch.linalg.vector_norm(weight, ord=norm_type, dim=-1)
+    scale = torch.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1.0)
+    return weight * scale.unsqueeze(-1).to(weight.dtype)
+
+
+@_register(aten.embedding.default)
+def embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int = -1,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> Any:
+    """The flags change only the backward (its own op keeps them); the lowering refuses
+    them on the forward, which is the same gather."""
+    if not scale_grad_by_freq and not sparse:
+        return NotImplemented
+    return aten.embedding.default(weight, indices, padding_idx, False, False)
+
+
+@_register(aten.take.default)
+def take(x: torch.Tensor, index: torch.Tensor) -> Any:
+    """Flat gather with negative indices wrapped (a 0-d index became a data-dependent
+    item() in PyTorch's own decomposition)."""
+    flat = x.reshape(-1)
+    idx = index.reshape(-1)
+    idx = torch.where(idx < 0, idx + flat.numel(), idx)
+    return torch.gather(flat, 0, idx).reshape(index.shape)
