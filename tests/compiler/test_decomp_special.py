@@ -82,3 +82,17 @@ def test_unbounded_kernels_are_refused_not_approximated(op: Callable[..., torch.
     x = torch.rand(5) + 1.5
     with pytest.raises(CompileError, match="no-lowering|zeta|erfcx"):
         compile_graph((lambda t: op(t, t)) if op is torch.special.zeta else op, [x])
+
+
+@pytest.mark.parametrize("op", [torch.special.hermite_polynomial_h, torch.special.hermite_polynomial_he],
+                         ids=["h", "he"])
+def test_hermite_recurrence_bounded_by_atens_limit(op: Callable[..., torch.Tensor]) -> None:
+    """n is data: the recurrence is unrolled to ATen's float32 limit (128; NaN above),
+    n truncated, 0 below 0, NaN / inf n as -1."""
+    x = torch.cat([torch.linspace(-3, 3, 14), torch.tensor([0.0, float("nan")])])
+    n = torch.tensor([0.0, 1.0, 2.0, 3.0, 5.5, 7.0, -1.0, 127.0, 128.0, 129.0, 300.0,
+                      float("nan"), float("inf"), 20.0, 4.0, 9.0])
+    got = compile_graph(op, [x, n]).run([x, n])[0]
+    want = op(x, n)
+    bad = ~torch.isclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert not bool(bad.any()), (n[bad].tolist(), got[bad].tolist(), want[bad].tolist())

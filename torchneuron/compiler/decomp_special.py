@@ -479,6 +479,49 @@ SPECIAL_DECOMPOSITIONS[aten.special_scaled_modified_bessel_k1.default] = \
     lambda x: _bessel_k(x, 1, True)
 
 
+# --------------------------------------------------------------------------- Hermite
+
+_HERMITE_LIMIT = {torch.float32: 128, torch.float64: 512}  # ATen's getHermitianLimit
+
+
+def _hermite(x: Any, n: Any, physicists: bool) -> Any:
+    """ATen's hermite_polynomial_h / _he: n truncated to an integer (NaN / inf: -1), 0 for
+    n < 0, NaN above the dtype's limit, else the three-term recurrence in x's precision.
+    The limit bounds the loop, so it is unrolled with a mask for the trips n does not take."""
+    if not isinstance(x, torch.Tensor):
+        x = torch.scalar_tensor(x, dtype=n.dtype if isinstance(n, torch.Tensor) else None)
+    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
+    limit = _HERMITE_LIMIT.get(x.dtype)
+    if limit is None:
+        return NotImplemented
+    n = torch.as_tensor(n, device=x.device)
+    n = n.to(x.dtype) if n.dtype.is_floating_point else n.to(torch.int64).to(x.dtype)
+    n = torch.where(torch.isfinite(n), torch.trunc(n), -1.0)
+    x, n = torch.broadcast_tensors(x, n)
+    two_x = x + x
+    p = torch.ones_like(x)
+    q = two_x if physicists else x
+    first = q
+    r = torch.zeros_like(x)
+    for j in range(1, limit):
+        k = 2 * j if physicists else j
+        step = (two_x if physicists else x) * q - k * p
+        active = j < n
+        r = torch.where(active, step, r)
+        p = torch.where(active, q, p)
+        q = torch.where(active, step, q)
+    out = torch.where(n > limit, math.nan, r)
+    out = torch.where(n == 1, first, out)
+    out = torch.where(n == 0, 1.0, out)
+    return torch.where(n < 0, 0.0, out)
+
+
+for _name, _phys in (("special_hermite_polynomial_h", True), ("special_hermite_polynomial_he", False)):
+    _packet = getattr(aten, _name)
+    for _ov in ("default", "x_scalar", "n_scalar"):
+        SPECIAL_DECOMPOSITIONS[getattr(_packet, _ov)] = lambda x, n, p=_phys: _hermite(x, n, p)
+
+
 # --------------------------------------------------------------------------- spherical j0
 
 
