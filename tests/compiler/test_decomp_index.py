@@ -87,3 +87,18 @@ def test_take_with_a_0d_index_and_embedding_flags() -> None:
         return torch.nn.functional.embedding(j, weight, scale_grad_by_freq=True)
 
     assert torch.equal(compile_graph(emb, [idx, w]).run([idx, w])[0], emb(idx, w))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
+def test_segment_reduce_with_empty_segments_and_batches(reduce: str) -> None:
+    data = torch.randn(3, 6, 2, generator=_g)
+    lengths = torch.tensor([[2, 0, 4], [1, 1, 4], [0, 6, 0]])
+    offsets = torch.tensor([0, 2, 2, 6])
+    cases = [
+        (lambda d, n: torch.segment_reduce(d, reduce, lengths=n, axis=1), [data, lengths]),
+        (lambda d, n: torch.segment_reduce(d, reduce, lengths=n, axis=1, initial=0.5), [data, lengths]),
+        (lambda d, o: torch.segment_reduce(d[0], reduce, offsets=o, axis=0), [data, offsets]),
+    ]
+    for fn, inputs in cases:
+        got, want = compile_graph(fn, inputs).run(inputs)[0], fn(*inputs)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)

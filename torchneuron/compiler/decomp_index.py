@@ -232,3 +232,52 @@ def take(x: torch.Tensor, index: torch.Tensor) -> Any:
     idx = index.reshape(-1)
     idx = torch.where(idx < 0, idx + flat.numel(), idx)
     return torch.gather(flat, 0, idx).reshape(index.shape)
+
+
+_SEGMENT_EMPTY = {"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf, "mean": math.nan}
+
+
+@_register(aten.segment_reduce.default)
+def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | None = None,
+                   indices: torch.Tensor | None = None, offsets: torch.Tensor | None = None,
+                   axis: int = 0, unsafe: bool = False, initial: Any = None) -> Any:
+    """Consecutive segments along ``axis`` (lengths / offsets with the leading dims of
+    data as batch dims): a segment-by-position mask, the reduction's identity outside it,
+    one reduce. ``initial`` joins every segment (mean: (initial + sum) / length) and is
+    an empty segment's value; without it an empty segment gives sum 0, prod 1, max -inf,
+    min inf, mean NaN, as ATen."""
+    if indices is not None or not data.dtype.is_floating_point or data.dim() == 0 \
+            or reduce not in _SEGMENT_EMPTY:
+        return NotImplemented
+    axis = axis % data.dim()
+    if lengths is not None:
+        ends = torch.cumsum(lengths, -1)
+        starts = ends - lengths
+    elif offsets is not None:
+        starts, ends = offsets[..., :-1], offsets[..., 1:]
+    else:
+        return NotImplemented
+    if starts.dim() != axis + 1 or starts.numel() * data.numel() > _MAX_ONE_HOT:
+        return NotImplemented
+    n = data.shape[axis]
+    trail = [1] * (data.dim() - axis - 1)
+    pos = torch.arange(n, device=data.device)
+    inside = (pos >= starts.unsqueeze(-1)) & (pos < ends.unsqueeze(-1))  # B + (S, N)
+    mask = inside.reshape(*inside.shape, *trail)
+    count = inside.sum(-1).reshape(*starts.shape, *trail).to(data.dtype)
+    ident = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}[reduce]
+    vals = torch.where(mask, data.unsqueeze(axis), ident)
+    if reduce == "max":
+        out = vals.amax(axis + 1)
+        out = out if initial is None else torch.maximum(out, torch.full_like(out, initial))
+    elif reduce == "min":
+        out = vals.amin(axis + 1)
+        out = out if initial is None else torch.minimum(out, torch.full_like(out, initial))
+    elif reduce == "prod":
+        out = vals.prod(axis + 1) * (1.0 if initial is None else initial)
+    else:
+        out = vals.sum(axis + 1) + (0.0 if initial is None else initial)
+        if reduce == "mean":
+            out = out / count
+    empty = _SEGMENT_EMPTY[reduce] if initial is None else float(initial)
+    return torch.where(count > 0, out, empty)
