@@ -102,3 +102,20 @@ def test_segment_reduce_with_empty_segments_and_batches(reduce: str) -> None:
     for fn, inputs in cases:
         got, want = compile_graph(fn, inputs).run(inputs)[0], fn(*inputs)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_nonzero_static_and_masked_row_assignment() -> None:
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    for size, fill in ((5, -1), (2, 0), (0, -1)):
+        def nz(t: torch.Tensor, s: int = size, f: int = fill) -> torch.Tensor:
+            return torch.nonzero_static(t, size=s, fill_value=f)
+
+        assert torch.equal(compile_graph(nz, [x]).run([x])[0], nz(x))
+    base, mask, row = torch.randn(5, 3, generator=_g), torch.tensor([True, False, True, True, False]), \
+        torch.randn(3, generator=_g)
+    for acc in (False, True):
+        def put(b: torch.Tensor, m: torch.Tensor, r: torch.Tensor, a: bool = acc) -> torch.Tensor:
+            return torch.index_put(b, (m,), r, accumulate=a)
+
+        torch.testing.assert_close(compile_graph(put, [base, mask, row]).run([base, mask, row])[0],
+                                   put(base, mask, row))

@@ -226,8 +226,12 @@ def embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int = -1
 
 @_register(aten.take.default)
 def take(x: torch.Tensor, index: torch.Tensor) -> Any:
-    """Flat gather with negative indices wrapped (a 0-d index became a data-dependent
-    item() in PyTorch's own decomposition)."""
+    """A 0-d index: a flat gather with negative indices wrapped (PyTorch's own
+    decomposition, kept for every other index, made it a data-dependent item())."""
+    if index.dim() != 0:
+        from torch._decomp import decomposition_table as torch_table
+
+        return torch_table[aten.take.default](x, index)
     flat = x.reshape(-1)
     idx = index.reshape(-1)
     idx = torch.where(idx < 0, idx + flat.numel(), idx)
@@ -281,3 +285,44 @@ def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | N
             out = out / count
     empty = _SEGMENT_EMPTY[reduce] if initial is None else float(initial)
     return torch.where(count > 0, out, empty)
+
+
+@_register(aten.nonzero_static.default)
+def nonzero_static(x: torch.Tensor, *, size: int, fill_value: int = -1) -> Any:
+    """The first ``size`` nonzero coordinates in row-major order, ``fill_value`` rows after:
+    each nonzero's rank (a cumulative count) picks its output row with a one-hot sum."""
+    flat = (x != 0).reshape(-1)
+    n = flat.numel()
+    if n * max(size, 1) > _MAX_ONE_HOT:
+        return NotImplemented
+    rank = torch.cumsum(flat.to(torch.int64), 0) - 1
+    rows = torch.arange(size, device=x.device).reshape(size, 1)
+    hit = flat & (rank == rows)  # (size, n): row r takes the nonzero of rank r
+    coords = torch.stack(torch.unravel_index(torch.arange(n, device=x.device), x.shape), dim=-1) \
+        if x.dim() else torch.zeros(n, 0, dtype=torch.int64, device=x.device)
+    picked = (hit.unsqueeze(-1) * coords.unsqueeze(0)).sum(1)  # (size, ndim)
+    found = hit.any(1, keepdim=True)
+    return torch.where(found, picked, torch.full_like(picked, fill_value))
+
+
+@_register(aten.index_put.default)
+def index_put_mask(x: torch.Tensor, indices: Any, values: torch.Tensor,
+                   accumulate: bool = False) -> Any:
+    """``x[mask] = v`` with one bool mask over the leading dims and ``v`` one row (it
+    broadcasts to every selected element): a ``where`` on the mask, no data-dependent count
+    of selected elements needed."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.bool, torch.uint8):
+        return NotImplemented
+    mask = indices[0].to(torch.bool)
+    k = mask.dim()
+    rest = tuple(x.shape[k:])
+    if tuple(mask.shape) != tuple(x.shape[:k]):
+        return NotImplemented
+    try:
+        if torch.broadcast_shapes(values.shape, (1, *rest)) != (1, *rest):
+            return NotImplemented
+    except RuntimeError:
+        return NotImplemented
+    row = values.to(x.dtype).expand(1, *rest).reshape(rest)
+    m = mask.reshape(*mask.shape, *([1] * len(rest)))
+    return torch.where(m, x + row if accumulate else row, x)

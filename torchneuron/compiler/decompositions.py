@@ -357,7 +357,8 @@ def _uint8_as_bool(op: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     return op(x != 0, *args, **kwargs).to(torch.uint8)
 
 
-for _bool_op in (aten.any.default, aten.any.dim, aten.all.default, aten.all.dim):
+# (all.default / all.dim keep PyTorch's own decomposition, which gets uint8 right)
+for _bool_op in (aten.any.default, aten.any.dim):
     OWN_DECOMPOSITIONS[_bool_op] = lambda x, *a, _op=_bool_op, **k: _uint8_as_bool(_op, x, *a, **k)
 
 
