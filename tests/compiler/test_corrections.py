@@ -180,3 +180,18 @@ def test_any_all_of_uint8_and_over_several_dims_are_eagers() -> None:
     for fn in fns:
         got, want = compile_graph(fn, [u]).run([u])[0], fn(u)
         assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+def test_avg_pool3d_ceil_mode_window_past_the_end_is_eagers() -> None:
+    """A ceil-mode window that adds an output: the lowering failed (reduce_window type
+    mismatch); window sums over the count eager uses (padding only if counted, overhang
+    never)."""
+    from torchneuron.compiler import compile_graph
+
+    x = torch.randn(2, 1, 6, 5, 6)
+    for include in (True, False):
+        def fn(t: torch.Tensor, inc: bool = include) -> torch.Tensor:
+            return torch.nn.functional.avg_pool3d(t, (4, 5, 6), stride=(2, 3, 2), padding=2,
+                                                  ceil_mode=True, count_include_pad=inc)
+
+        torch.testing.assert_close(compile_graph(fn, [x]).run([x])[0], fn(x))

@@ -114,25 +114,36 @@ def _pool_out(size: int, k: int, s: int, p: int, ceil: bool) -> int:
 def avg_pool3d(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
                ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Any:
-    """With ``divisor_override``: window sums (a ones-kernel convolution over the padded
-    input, ceil-mode overhang padded with zeros) divided by the override. Without it the
-    lowering is right, so the op is kept."""
-    if not divisor_override:
-        return NotImplemented
+    """Window sums (a ones-kernel convolution over the padded input, ceil-mode overhang
+    padded with zeros) divided by ``divisor_override``, or by ATen's count: the same
+    convolution over ones, with the padding counted only under ``count_include_pad`` and
+    the overhang never. Used where the lowering is wrong (it ignores the override) or
+    fails (a ceil-mode window that adds an output); otherwise the op is kept."""
     k = _triple(kernel_size)
     s = _triple(stride, k)
     p = _triple(padding, 0)
     spatial = x.shape[-3:]
     outs = [_pool_out(n, kk, ss, pp, ceil_mode) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
+    floors = [_pool_out(n, kk, ss, pp, False) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
+    if not divisor_override and outs == floors:
+        return NotImplemented
     extra = [max(0, (o - 1) * ss + kk - n - 2 * pp)
              for o, ss, kk, n, pp in zip(outs, s, k, spatial, p, strict=True)]
-    flat = x.reshape(-1, 1, *spatial)
-    pad = [p[2], p[2] + extra[2], p[1], p[1] + extra[1], p[0], p[0] + extra[0]]
-    padded = aten.constant_pad_nd(flat, pad, 0.0)
     ones = torch.ones((1, 1, *k), dtype=x.dtype, device=x.device)
-    sums = torch.nn.functional.conv3d(padded, ones, stride=s)
-    sums = sums[..., : outs[0], : outs[1], : outs[2]]
-    return (sums / divisor_override).reshape(*x.shape[:-3], *outs)
+
+    def window_sums(t: torch.Tensor, pad_value: float) -> torch.Tensor:
+        padded = aten.constant_pad_nd(t, [p[2], p[2], p[1], p[1], p[0], p[0]], pad_value)
+        padded = aten.constant_pad_nd(padded, [0, extra[2], 0, extra[1], 0, extra[0]], 0.0)
+        out = torch.nn.functional.conv3d(padded, ones, stride=s)
+        return out[..., : outs[0], : outs[1], : outs[2]]
+
+    sums = window_sums(x.reshape(-1, 1, *spatial), 0.0)
+    if divisor_override:
+        div: Any = divisor_override
+    else:
+        div = window_sums(torch.ones((1, 1, *spatial), dtype=x.dtype, device=x.device),
+                          1.0 if count_include_pad else 0.0)
+    return (sums / div).reshape(*x.shape[:-3], *outs)
 
 
 # --------------------------------------------------------------------------- attention
