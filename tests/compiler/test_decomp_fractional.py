@@ -36,3 +36,18 @@ def test_fractional_max_pool2d_and_3d_forward_backward_match_eager() -> None:
     got = compile_graph(fn, args).run(args)
     for g, w in zip(got, fn(*args), strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+
+
+def test_unbatched_input_with_more_sample_rows_than_batches_reads_row_0() -> None:
+    """ModuleInfo's FractionalMaxPool3d no-batch-dim sample: the module holds samples for
+    a batch of 2 and is called on one unbatched input; eager reads row 0 (our reshape to
+    the samples' batch failed inside Dynamo)."""
+    torch.manual_seed(0)
+    x, s = torch.randn(4, 5, 5, 5), torch.rand(2, 4, 3)
+
+    def fn(a: torch.Tensor, sa: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.fractional_max_pool3d(a, 2, output_ratio=0.5, _random_samples=sa,
+                                       return_indices=True)
+
+    for g, w in zip(compile_graph(fn, [x, s]).run([x, s]), fn(x, s), strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

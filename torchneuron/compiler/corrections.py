@@ -8,8 +8,9 @@ lowered an aten op to StableHLO with different semantics from ATen's CPU kernel:
 - ``index.Tensor`` (``x[idx]``, ``take``): lowered to ``stablehlo.gather``, which clamps
   out-of-range starts instead of wrapping negative indices as ATen does.
 - ``avg_pool3d`` with ``divisor_override``: the lowering ignores the override.
-- ``var_mean`` / ``std_mean`` / ``std`` with no more elements than the correction (eager: NaN):
-  the lowering gives -0.0; such graphs are refused (``degenerate-variance``).
+- ``var`` / ``var_mean`` / ``std_mean`` / ``std`` with no more elements than the correction:
+  the lowering gives -0.0; eager divides the sum of squares by 0 (NaN or inf), which is
+  what these graphs now compute.
 - ``_scaled_dot_product_flash_attention_for_cpu`` (what SDPA picks on CPU) is tagged
   random, so it was refused; with ``dropout_p == 0`` it draws nothing and PyTorch's own
   decomposition (math attention) is exact.
@@ -23,6 +24,7 @@ Imported for its side effect by ``decompositions.decomposition_table``.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +32,6 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decompositions import _register
-from torchneuron.compiler.errors import PrepareError
 
 __all__: list[str] = []
 
@@ -113,25 +114,36 @@ def _pool_out(size: int, k: int, s: int, p: int, ceil: bool) -> int:
 def avg_pool3d(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
                ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Any:
-    """With ``divisor_override``: window sums (a ones-kernel convolution over the padded
-    input, ceil-mode overhang padded with zeros) divided by the override. Without it the
-    lowering is right, so the op is kept."""
-    if not divisor_override:
-        return NotImplemented
+    """Window sums (a ones-kernel convolution over the padded input, ceil-mode overhang
+    padded with zeros) divided by ``divisor_override``, or by ATen's count: the same
+    convolution over ones, with the padding counted only under ``count_include_pad`` and
+    the overhang never. Used where the lowering is wrong (it ignores the override) or
+    fails (a ceil-mode window that adds an output); otherwise the op is kept."""
     k = _triple(kernel_size)
     s = _triple(stride, k)
     p = _triple(padding, 0)
     spatial = x.shape[-3:]
     outs = [_pool_out(n, kk, ss, pp, ceil_mode) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
+    floors = [_pool_out(n, kk, ss, pp, False) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
+    if not divisor_override and outs == floors:
+        return NotImplemented
     extra = [max(0, (o - 1) * ss + kk - n - 2 * pp)
              for o, ss, kk, n, pp in zip(outs, s, k, spatial, p, strict=True)]
-    flat = x.reshape(-1, 1, *spatial)
-    pad = [p[2], p[2] + extra[2], p[1], p[1] + extra[1], p[0], p[0] + extra[0]]
-    padded = aten.constant_pad_nd(flat, pad, 0.0)
     ones = torch.ones((1, 1, *k), dtype=x.dtype, device=x.device)
-    sums = torch.nn.functional.conv3d(padded, ones, stride=s)
-    sums = sums[..., : outs[0], : outs[1], : outs[2]]
-    return (sums / divisor_override).reshape(*x.shape[:-3], *outs)
+
+    def window_sums(t: torch.Tensor, pad_value: float) -> torch.Tensor:
+        padded = aten.constant_pad_nd(t, [p[2], p[2], p[1], p[1], p[0], p[0]], pad_value)
+        padded = aten.constant_pad_nd(padded, [0, extra[2], 0, extra[1], 0, extra[0]], 0.0)
+        out = torch.nn.functional.conv3d(padded, ones, stride=s)
+        return out[..., : outs[0], : outs[1], : outs[2]]
+
+    sums = window_sums(x.reshape(-1, 1, *spatial), 0.0)
+    if divisor_override:
+        div: Any = divisor_override
+    else:
+        div = window_sums(torch.ones((1, 1, *spatial), dtype=x.dtype, device=x.device),
+                          1.0 if count_include_pad else 0.0)
+    return (sums / div).reshape(*x.shape[:-3], *outs)
 
 
 # --------------------------------------------------------------------------- attention
@@ -155,56 +167,82 @@ def flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torch
 # --------------------------------------------------------------------------- var_mean
 
 
-def _refuse_degenerate(op: str, x: torch.Tensor, dim: Any, correction: Any) -> None:
-    """Refuse a variance over no more elements than the correction.
-
-    Eager divides by ``N - correction <= 0`` and gives NaN or inf; the lowering gives
-    -0.0. The sizes are static, so this is known while tracing: the graph is refused
-    (it runs eagerly), never guessed.
-    """
+def _reduced_dims(x: torch.Tensor, dim: Any) -> list[int]:
     if dim is None or (isinstance(dim, (list, tuple)) and not dim):
-        dims = list(range(x.dim()))
-    else:
-        dims = [dim] if isinstance(dim, int) else list(dim)
+        return list(range(x.dim()))
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def _degenerate(x: torch.Tensor, dim: Any, correction: Any) -> bool:
+    """A variance over no more elements than the correction: eager divides the sum of
+    squares M2 by max(0, N - correction) = 0 (NaN or inf); the lowering gives -0.0. The
+    sizes are static, so this is known while tracing."""
     n = 1
-    for d in dims:
+    for d in _reduced_dims(x, dim):
         n *= x.shape[d] if x.dim() else 1
     corr = 1 if correction is None else correction
-    if n - corr <= 0:
-        raise PrepareError(
-            f"{op} over {n} element(s) with correction {corr} divides by {n - corr}: the "
-            "lowering does not give eager's NaN, so this graph runs eagerly",
-            op=op, reason="degenerate-variance")
+    return n - corr <= 0
 
 
-def refuse_degenerate_variances(gm: torch.fx.GraphModule) -> None:
-    """Check every ``var.correction`` left in a traced graph (it lowers as is; registering a
-    decomposition for it would change every graph that holds it, LayerNorm's among them):
-    one over no more elements than its correction refuses the graph."""
-    for node in gm.graph.nodes:
+def _degenerate_var_mean(x: torch.Tensor, dim: Any, keepdim: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """ATen's result when N <= correction: M2 / 0 (NaN where M2 is 0, inf elsewhere), and
+    the mean (NaN over no elements)."""
+    dims = _reduced_dims(x, dim) if x.dim() else []
+    if not dims:
+        m2 = (x - x) * (x - x)
+        return m2 / 0.0, x.clone()
+    mean = aten.mean.dim(x, dims, True)
+    m2 = ((x - mean) * (x - mean)).sum(dims, keepdim=keepdim)
+    return m2 / 0.0, (mean if keepdim else mean.squeeze(dims))
+
+
+def fix_degenerate_variances(gm: torch.fx.GraphModule) -> None:
+    """Every ``var.correction`` left in a traced graph (it lowers as is; registering a
+    decomposition for it would change every graph that holds it, LayerNorm's among them)
+    over no more elements than its correction is replaced by eager's M2 / 0."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not aten.var.correction:
             continue
         x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
         if not isinstance(x, torch.Tensor):
             continue
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        _refuse_degenerate("aten.var", x, dim, node.kwargs.get("correction"))
+        if not _degenerate(x, dim, node.kwargs.get("correction")):
+            continue
+        keepdim = bool(node.kwargs.get("keepdim", False))
+        def degenerate(t: torch.Tensor, d: Any = dim, k: bool = keepdim) -> torch.Tensor:
+            return _degenerate_var_mean(t, d, k)[0]
+
+        sub = make_fx(functools.partial(degenerate, d=dim, k=keepdim), tracing_mode="fake")(x)
+        (ph,) = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        with gm.graph.inserting_before(node):
+            out = gm.graph.graph_copy(sub.graph, {ph: node.args[0]})
+        node.replace_all_uses_with(out)  # type: ignore[arg-type]
+        gm.graph.erase_node(node)
+    gm.recompile()
 
 
 @_register(aten.var_mean.correction)
 def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
              keepdim: bool = False) -> Any:
-    """Checked, then ``NotImplemented``: tracing keeps ``var_mean``, which lowers as is."""
-    _refuse_degenerate("aten.var_mean", x, dim, correction)
+    """Degenerate: eager's M2 / 0; otherwise ``NotImplemented``: tracing keeps
+    ``var_mean``, which lowers as is."""
+    if _degenerate(x, dim, correction):
+        return _degenerate_var_mean(x, dim, keepdim)
     return NotImplemented
 
 
 @_register(aten.std_mean.correction)
 def std_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
              keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``sqrt`` of the checked ``var_mean`` (PyTorch's own decomposition of std_mean)."""
-    _refuse_degenerate("aten.std_mean", x, dim, correction)
-    var, mean = aten.var_mean.correction(x, dim, correction=correction, keepdim=keepdim)
+    """``sqrt`` of ``var_mean`` (PyTorch's own decomposition of std_mean)."""
+    if _degenerate(x, dim, correction):
+        var, mean = _degenerate_var_mean(x, dim, keepdim)
+    else:
+        var, mean = aten.var_mean.correction(x, dim, correction=correction, keepdim=keepdim)
     return var.sqrt(), mean
 
 
@@ -234,11 +272,13 @@ def slice_scatter(x: torch.Tensor, src: torch.Tensor, dim: int = 0, start: int |
 @_register(aten.std.correction)
 def std(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
         keepdim: bool = False) -> torch.Tensor:
-    """Checked, then PyTorch's own decomposition (``var`` is checked by its only caller
-    here; a check on ``var.correction`` itself changed compiled LayerNorm programs)."""
+    """Degenerate: sqrt of eager's M2 / 0; otherwise PyTorch's own decomposition (``var`` is
+    fixed by fix_degenerate_variances; a check on ``var.correction`` itself changed compiled
+    LayerNorm programs)."""
     from torch._decomp import decomposition_table as torch_table
 
-    _refuse_degenerate("aten.std", x, dim, correction)
+    if _degenerate(x, dim, correction):
+        return _degenerate_var_mean(x, dim, keepdim)[0].sqrt()
     return torch_table[aten.std.correction](x, dim, correction=correction, keepdim=keepdim)
 
 

@@ -46,6 +46,9 @@ def _pool(x: torch.Tensor, kernel_size: Sequence[int], output_size: Sequence[int
     if unbatched:
         x = x.unsqueeze(0)
     n, c, space = x.shape[0], x.shape[1], list(x.shape[2:])
+    # ATen's kernel reads row b of the samples for batch b: extra rows (a module built with
+    # batched samples, called on an unbatched input) are never read
+    samples = samples[:n]
     flat_idx: torch.Tensor | None = None
     for d in range(nd):
         starts = _starts(samples[..., order[d]], space[d], output_size[d], kernel_size[d])

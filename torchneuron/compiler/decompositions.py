@@ -50,7 +50,7 @@ FROM_TORCH_TABLE = (
     "view_copy", "narrow_copy", "dist", "max_pool3d_with_indices",
 )
 # Tried and rejected: refs that only forward to a prim this torch-mlir cannot lower either
-# (lgamma, digamma, erfc, erfinv, i0, special_*: we write our own below), cumprod (needs
+# (lgamma, digamma, erfc, erfinv, i0, special_*: ours are in decomp_special.py), cumprod (needs
 # prims.prod), diagonal_scatter (prims.copy_to), and unfold / unfold_copy, whose lowering
 # segfaults torch-mlir.
 
@@ -88,16 +88,22 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_qr import QR_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
     # the device's own implementation (plain torch ops) is their decomposition.
     from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
-            FRACTIONAL_DECOMPOSITIONS]
+            FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
+            LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS]
 
 
 # --------------------------------------------------------------------------- random
@@ -323,6 +329,57 @@ def kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
     return (v, i) if keepdim or x.dim() == 0 else (v.squeeze(dim), i.squeeze(dim))
 
 
+def _bool_dims(single: Any, whole: Any, x: torch.Tensor, dim: Sequence[int] | None,
+               keepdim: bool) -> Any:
+    """any / all over several dims (no lowering): one single-dim reduction per dim, last
+    dim first so the remaining dim numbers stay valid. ``None`` reduces every dim; an empty
+    list none (elementwise != 0). uint8 stays uint8, as in ATen."""
+    if x.dim() == 0:
+        return NotImplemented
+    if x.dtype == torch.uint8:
+        return _bool_dims(single, whole, x != 0, dim, keepdim).to(torch.uint8)
+    if dim is not None and len(dim) == 0:
+        return x != 0
+    if dim is None:
+        out = whole(x)
+        return out.reshape([1] * x.dim()) if keepdim else out
+    out = x
+    for d in sorted({d % x.dim() for d in dim}, reverse=True):
+        out = single(out, d, keepdim)
+    return out
+
+
+def _uint8_as_bool(op: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """any / all of uint8 give uint8 0 / 1 in ATen; the lowering gave the max (any of
+    [0, 3] was 3). Reduced as bool, then converted back."""
+    if x.dtype != torch.uint8:
+        return NotImplemented
+    return op(x != 0, *args, **kwargs).to(torch.uint8)
+
+
+# (all.default / all.dim keep PyTorch's own decomposition, which gets uint8 right)
+for _bool_op in (aten.any.default, aten.any.dim):
+    OWN_DECOMPOSITIONS[_bool_op] = lambda x, *a, _op=_bool_op, **k: _uint8_as_bool(_op, x, *a, **k)
+
+
+@_register(aten.any.dims)
+def any_dims(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False) -> Any:
+    return _bool_dims(aten.any.dim, aten.any.default, x, dim, keepdim)
+
+
+@_register(aten.all.dims)
+def all_dims(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False) -> Any:
+    return _bool_dims(aten.all.dim, aten.all.default, x, dim, keepdim)
+
+
+@_register(aten.sort.stable)
+def sort_stable(x: torch.Tensor, *, stable: bool | None = None, dim: int = -1,
+                descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sort.default``: its lowering (``stablehlo.sort``) runs as a stable sort, so equal
+    keys keep their order whether or not ``stable`` was asked for."""
+    return aten.sort.default(x, dim, descending)
+
+
 @_register(aten.median.default)
 def median(x: torch.Tensor) -> torch.Tensor:
     flat = torch.sort(x.reshape(-1)).values
@@ -354,8 +411,7 @@ def scatter_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Te
 
 
 # --------------------------------------------------------------------------- special functions
-# float32-accurate approximations (Lanczos, asymptotic series, Abramowitz & Stegun 9.8,
-# Giles' erfinv) built from ops that lower; checked against ATen by the coverage tool.
+# The gamma family, error functions and Bessel I are in decomp_special.py.
 
 
 @_register(aten.angle.default)
@@ -364,161 +420,6 @@ def angle(x: torch.Tensor) -> torch.Tensor:
         return NotImplemented
     x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
     return torch.where(torch.isnan(x), x, torch.where(x < 0, math.pi, 0.0).to(x.dtype))
-
-
-_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
-            -176.61502916214059, 12.507343278686905, -0.13857109526572012,
-            9.9843695780195716e-6, 1.5056327351493116e-7)
-
-
-def _lgamma_pos(x: torch.Tensor) -> torch.Tensor:
-    z = x - 1
-    a = torch.full_like(z, _LANCZOS[0])
-    for i, c in enumerate(_LANCZOS[1:], start=1):
-        a = a + c / (z + i)
-    t = z + 7.5
-    return 0.5 * math.log(2 * math.pi) + (z + 0.5) * torch.log(t) - t + torch.log(a)
-
-
-@_register(aten.lgamma.default)
-def lgamma(x: torch.Tensor) -> torch.Tensor:
-    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
-    small = x < 0.5
-    r = x - torch.round(x)  # exact; sin(pi x) = +-sin(pi r) without float32 pi*x error
-    refl = math.log(math.pi) - torch.log(torch.abs(torch.sin(math.pi * r))) - _lgamma_pos(1 - x)
-    return torch.where(small, refl, _lgamma_pos(torch.where(small, 1 - x, x)))
-
-
-def _polygamma_sum(n: int, x: torch.Tensor) -> torch.Tensor:
-    """sum_{k>=0} (x+k)^-(n+1) for n >= 1: 16 exact terms + Euler-Maclaurin tail at x+16.
-    ATen (Cephes zeta) shifts until x > 9 with a data-dependent loop; we cannot, so below
-    x = -12 the tail is inaccurate and we return NaN rather than a wrong number."""
-    s = torch.zeros_like(x)
-    for k in range(16):
-        s = s + torch.pow(x + k, -(n + 1))
-    y = x + 16
-    tail = torch.pow(y, -n) / n + 0.5 * torch.pow(y, -(n + 1))
-    for j, b in ((1, 1 / 6), (2, -1 / 30), (3, 1 / 42), (4, -1 / 30)):
-        rising = math.prod(range(n + 1, n + 2 * j))
-        tail = tail + b / math.factorial(2 * j) * rising * torch.pow(y, -(n + 2 * j))
-    return torch.where(y < 4, math.nan, s + tail)
-
-
-@_register(aten.digamma.default)
-def digamma(x: torch.Tensor) -> torch.Tensor:
-    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
-    small = x < 0.5
-    y = torch.where(small, 1 - x, x)
-    acc = torch.zeros_like(y)
-    for k in range(6):
-        acc = acc - 1 / (y + k)
-    z = y + 6
-    z2 = 1 / (z * z)
-    series = z2 * (1 / 12 - z2 * (1 / 120 - z2 * (1 / 252 - z2 * (1 / 240 - z2 / 132))))
-    psi = acc + torch.log(z) - 0.5 / z - series
-    refl = psi - math.pi / torch.tan(math.pi * (x - torch.round(x)))  # tan has period pi
-    out = torch.where(small, refl, psi)
-    neg_int = (x <= 0) & (x == torch.floor(x))
-    return torch.where(x == 0, -math.inf, torch.where(neg_int, math.nan, out))
-
-
-@_register(aten.polygamma.default)
-def polygamma(n: int, x: torch.Tensor) -> torch.Tensor:
-    if n == 0:
-        return digamma(x)
-    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
-    return (-1) ** (n + 1) * math.factorial(n) * _polygamma_sum(n, x)
-
-
-@_register(aten.erfinv.default)
-def erfinv(x: torch.Tensor) -> torch.Tensor:
-    """Giles (2010), single precision."""
-    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
-    w = -torch.log((1 - x) * (1 + x))
-    a = w - 2.5
-    p = torch.full_like(x, 2.81022636e-08)
-    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-              -0.00417768164, 0.246640727, 1.50140941):
-        p = c + p * a
-    b = torch.sqrt(w) - 3
-    q = torch.full_like(x, -0.000200214257)
-    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-              0.00943887047, 1.00167406, 2.83297682):
-        q = c + q * b
-    out = torch.where(w < 5, p, q) * x
-    return torch.where(torch.abs(x) == 1, x * math.inf, out)
-
-
-@_register(aten.special_ndtri.default)
-def ndtri(p: torch.Tensor) -> torch.Tensor:
-    return math.sqrt(2) * erfinv(2 * p - 1)
-
-
-_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-         -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-
-
-def _log_erfc_pos(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log erfc(u), erfc(u)) for u >= 0, Numerical Recipes' erfcc (fractional error
-    < 1.2e-7): no 1 - erf(u) cancellation and no underflow in the log form."""
-    t = 1 / (1 + 0.5 * u)
-    log_val = torch.log(t) - u * u + _poly(t, _ERFC)
-    return log_val, torch.exp(log_val)
-
-
-@_register(aten.erfc.default)
-def erfc(x: torch.Tensor) -> torch.Tensor:
-    x = _float(x)
-    _, pos = _log_erfc_pos(torch.abs(x))
-    return torch.where(x >= 0, pos, 2 - pos)
-
-
-def _poly(t: torch.Tensor, coeffs: Sequence[float]) -> torch.Tensor:
-    out = torch.full_like(t, coeffs[-1])
-    for c in reversed(coeffs[:-1]):
-        out = out * t + c
-    return out
-
-
-_I0_S = (1.0, 3.5156229, 3.0899424, 1.2067492, 0.2659732, 0.0360768, 0.0045813)
-_I0_L = (0.39894228, 0.01328592, 0.00225319, -0.00157565, 0.00916281, -0.02057706, 0.02635537,
-         -0.01647633, 0.00392377)
-_I1_S = (0.5, 0.87890594, 0.51498869, 0.15084934, 0.02658733, 0.00301532, 0.00032411)
-_I1_L = (0.39894228, -0.03988024, -0.00362018, 0.00163801, -0.01031555, 0.02282967, -0.02895312,
-         0.01787654, -0.00420059)
-
-
-def _bessel_i(x: torch.Tensor, order: int, scaled: bool) -> torch.Tensor:
-    """A&S 9.8.1-9.8.4; ``scaled`` multiplies by exp(-|x|) (i0e / i1e)."""
-    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
-    ax = torch.abs(x)
-    small = ax < 3.75
-    t2 = (torch.where(small, x, 0.0 * x) / 3.75) ** 2
-    tl = 3.75 / torch.where(small, 3.75 + 0.0 * x, ax)
-    if order == 0:
-        s, big = _poly(t2, _I0_S), _poly(tl, _I0_L) / torch.sqrt(torch.where(small, 1.0 + 0 * x, ax))
-    else:
-        s = x * _poly(t2, _I1_S)
-        big = torch.sign(x) * _poly(tl, _I1_L) / torch.sqrt(torch.where(small, 1.0 + 0 * x, ax))
-    if scaled:
-        return torch.where(small, s * torch.exp(-ax), big)
-    return torch.where(small, s, big * torch.exp(ax))
-
-
-OWN_DECOMPOSITIONS[aten.i0.default] = lambda x: _bessel_i(x, 0, False)
-OWN_DECOMPOSITIONS[aten.special_modified_bessel_i0.default] = lambda x: _bessel_i(x, 0, False)
-OWN_DECOMPOSITIONS[aten.special_i0e.default] = lambda x: _bessel_i(x, 0, True)
-OWN_DECOMPOSITIONS[aten.special_i1.default] = lambda x: _bessel_i(x, 1, False)
-OWN_DECOMPOSITIONS[aten.special_modified_bessel_i1.default] = lambda x: _bessel_i(x, 1, False)
-OWN_DECOMPOSITIONS[aten.special_i1e.default] = lambda x: _bessel_i(x, 1, True)
-
-
-@_register(aten.special_spherical_bessel_j0.default)
-def spherical_bessel_j0(x: torch.Tensor) -> torch.Tensor:
-    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
-    safe = torch.where(x == 0, 1.0 + 0 * x, x)
-    out = torch.where(x == 0, 1.0 + 0 * x, torch.sin(safe) / safe)
-    return torch.where(torch.isinf(x), 0.0 * safe, out)
 
 
 # --------------------------------------------------------------------------- fast paths
@@ -569,64 +470,6 @@ def _float(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
 
 
-_K0_S = (-0.57721566, 0.42278420, 0.23069756, 0.03488590, 0.00262698, 0.00010750, 0.0000074)
-_K0_L = (1.25331414, -0.07832358, 0.02189568, -0.01062446, 0.00587872, -0.00251540, 0.00053208)
-_K1_S = (1.0, 0.15443144, -0.67278579, -0.18156897, -0.01919402, -0.00110404, -0.00004686)
-_K1_L = (1.25331414, 0.23498619, -0.03655620, 0.01504268, -0.00780353, 0.00325614, -0.00068245)
-
-
-def _bessel_k(x: torch.Tensor, order: int, scaled: bool) -> torch.Tensor:
-    """A&S 9.8.5-9.8.8; ``scaled`` multiplies by exp(x). NaN for x < 0, inf at 0 (ATen)."""
-    x = _float(x)
-    small = x <= 2
-    xs = torch.where(small & (x > 0), x, 1.0 + 0 * x)
-    xl = torch.where(small, 2.0 + 0 * x, x)
-    t = (xs / 2) ** 2
-    if order == 0:
-        s = -torch.log(xs / 2) * _bessel_i(xs, 0, False) + _poly(t, _K0_S)
-        big = _poly(2 / xl, _K0_L) / torch.sqrt(xl)
-    else:
-        s = (xs * torch.log(xs / 2) * _bessel_i(xs, 1, False) + _poly(t, _K1_S)) / xs
-        big = _poly(2 / xl, _K1_L) / torch.sqrt(xl)
-    out = torch.where(small, s * torch.exp(xs) if scaled else s,
-                      big if scaled else big * torch.exp(-xl))
-    out = torch.where(x == 0, math.inf, out)
-    return torch.where(x < 0, math.nan, out)
-
-
-OWN_DECOMPOSITIONS[aten.special_modified_bessel_k0.default] = lambda x: _bessel_k(x, 0, False)
-OWN_DECOMPOSITIONS[aten.special_modified_bessel_k1.default] = lambda x: _bessel_k(x, 1, False)
-OWN_DECOMPOSITIONS[aten.special_scaled_modified_bessel_k0.default] = lambda x: _bessel_k(x, 0, True)
-OWN_DECOMPOSITIONS[aten.special_scaled_modified_bessel_k1.default] = lambda x: _bessel_k(x, 1, True)
-
-
-@_register(aten.special_zeta.default)
-def zeta(s: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Hurwitz zeta: 16 exact terms + Euler-Maclaurin tail (see _polygamma_sum)."""
-    s, q = _float(s), _float(q)
-    total = torch.zeros_like(s + q)
-    for k in range(16):
-        total = total + torch.pow(q + k, -s)
-    y = q + 16
-    tail = torch.pow(y, 1 - s) / (s - 1) + 0.5 * torch.pow(y, -s)
-    rising = torch.ones_like(s)
-    for j, b in ((1, 1 / 6), (2, -1 / 30), (3, 1 / 42), (4, -1 / 30)):
-        rising = rising * (s + 2 * j - 2) * ((s + 2 * j - 3) if j > 1 else 1)
-        tail = tail + b / math.factorial(2 * j) * rising * torch.pow(y, -s - 2 * j + 1)
-    out = torch.where(y < 4, math.nan, total + tail)
-    out = torch.where(s == 1, math.inf, out)
-    return torch.where(s < 1, math.nan, out)
-
-
-@_register(aten.special_log_ndtr.default)
-def log_ndtr(x: torch.Tensor) -> torch.Tensor:
-    """log Phi(x) = log(erfc(-x/sqrt2) / 2), in log form for x < 0 (no underflow)."""
-    x = _float(x)
-    u = torch.abs(x) / math.sqrt(2)
-    log_e, e = _log_erfc_pos(u)
-    return torch.where(x < 0, log_e - math.log(2), torch.log1p(-0.5 * e))
-
-
 def _cheb(x: torch.Tensor, n: torch.Tensor | float, kind: str) -> torch.Tensor:
     """Chebyshev T/U/V/W from their trigonometric / hyperbolic closed forms (ATen uses the
     three-term recurrence, whose trip count is data: n is a tensor)."""
@@ -638,7 +481,8 @@ def _cheb(x: torch.Tensor, n: torch.Tensor | float, kind: str) -> torch.Tensor:
     th = torch.acos(torch.clamp(x, -1 + 1e-7, 1 - 1e-7))
     t = torch.acosh(torch.where(inside, 2.0 + 0 * x, torch.abs(x)))
     if kind == "t":
-        a, b = torch.cos(n * th), torch.cosh(n * t) * sgn
+        # ATen: cos(n acos x), unclamped (no division here needs the clamp)
+        a, b = torch.cos(n * torch.acos(torch.where(inside, x, 0.0))), torch.cosh(n * t) * sgn
         edge = torch.where(x > 0, 1.0, torch.where(odd, -1.0, 1.0))
     elif kind == "u":
         a = torch.sin((n + 1) * th) / torch.sin(th)
@@ -837,10 +681,17 @@ def _tri_solve(a: torch.Tensor, b: torch.Tensor, upper: bool, unit: bool = False
     return torch.stack(rows, dim=-2)  # type: ignore[arg-type]
 
 
-def _cholesky(a: torch.Tensor) -> torch.Tensor:
+def _cholesky(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, info) as LAPACK's potf2 leaves them: column j's pivot a_jj - |L[j, :j]|^2 must
+    be positive (and not NaN); at the first one that is not, that value is stored on the
+    diagonal, info = j + 1, and every later column keeps the input's values. The strict
+    upper triangle is zero (ATen's tril_)."""
     n = a.shape[-1]
+    info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     if n == 0:
-        return a.clone()
+        return a.clone(), info
+    rows = torch.arange(n, device=a.device)
+    failed = torch.zeros(a.shape[:-2], dtype=torch.bool, device=a.device)
     cols: list[torch.Tensor] = []
     for j in range(n):
         prev = torch.stack(cols, dim=-1) if cols else None  # (..., n, j)
@@ -849,32 +700,52 @@ def _cholesky(a: torch.Tensor) -> torch.Tensor:
         if prev is not None:
             diag = diag - (prev[..., j, :] ** 2).sum(-1)
             below = below - (prev @ prev[..., j, :].unsqueeze(-1)).squeeze(-1)
-        d = torch.sqrt(diag)
-        mask = torch.arange(n, device=a.device) > j
-        col = torch.where(mask, below / d.unsqueeze(-1), 0.0 * below)
-        cols.append(torch.where(torch.arange(n, device=a.device) == j, d.unsqueeze(-1), col))
-    return torch.stack(cols, dim=-1)
+        ok = (diag > 0) & ~failed
+        d = torch.sqrt(torch.where(ok, diag, 1.0))
+        done = torch.where((rows > j) & ok.unsqueeze(-1), below / d.unsqueeze(-1), torch.zeros_like(below))
+        done = torch.where(rows == j, d.unsqueeze(-1), done)
+        kept = torch.where(rows > j, a[..., :, j], torch.zeros_like(below))  # untouched input column
+        kept = torch.where((rows == j) & ~failed.unsqueeze(-1), diag.unsqueeze(-1),
+                           torch.where(rows == j, a[..., :, j], kept))
+        cols.append(torch.where(ok.unsqueeze(-1), done, kept))
+        info = torch.where(~failed & ~ok, j + 1, info)
+        failed = failed | ~ok
+    return torch.stack(cols, dim=-1), info
 
 
 def _small(a: torch.Tensor) -> bool:
     return a.dim() >= 2 and a.shape[-1] <= _MAX_UNROLL and a.dtype.is_floating_point
 
 
+def _cholesky_ex(a: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    # upper reads only the upper triangle, as LAPACK does (the lower one may be anything)
+    if upper:
+        low, info = _cholesky(a.transpose(-2, -1))
+        return low.transpose(-2, -1), info
+    return _cholesky(a)
+
+
 @_register(aten.cholesky.default)
 def cholesky(a: torch.Tensor, upper: bool = False) -> Any:
+    """Raises like eager on a matrix that is not positive definite: the check on info is
+    lifted out of the graph by prepare and runs after the executable."""
     if not _small(a):
         return NotImplemented
-    # upper reads only the upper triangle, as LAPACK does (the lower one may be anything)
-    return _cholesky(a.transpose(-2, -1)).transpose(-2, -1) if upper else _cholesky(a)
+    low, info = _cholesky_ex(a, upper)
+    aten._linalg_check_errors(info, "cholesky", is_matrix=a.dim() == 2)
+    return low
 
 
 @_register(aten.linalg_cholesky_ex.default)
 def linalg_cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = False) -> Any:
-    """info is 0 (we cannot report a failed pivot; non-PD input gives NaNs)."""
-    if not _small(a) or check_errors:
+    """info as LAPACK reports it (first failing column, 1-based); with ``check_errors`` the
+    check is traced as its own op (lifted out of the graph by prepare)."""
+    if not _small(a):
         return NotImplemented
-    info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
-    return cholesky(a, upper), info
+    low, info = _cholesky_ex(a, upper)
+    if check_errors:
+        aten._linalg_check_errors(info, "linalg.cholesky_ex", is_matrix=a.dim() == 2)
+    return low, info
 
 
 @_register(aten.cholesky_solve.default)

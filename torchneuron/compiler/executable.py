@@ -192,6 +192,9 @@ class Executable:
             inputs[in_i].copy_(outs[out_i])
         if core is not None:
             core.run_executable(self.device_ns, self.name, self.num_kernels, detail=self)
+        for out_i, api, is_matrix in sig.get("error_checks", ()):
+            # eager's error for a failed factorization (prepare lifted the check out)
+            torch.ops.aten._linalg_check_errors(outs[out_i], api, is_matrix=is_matrix)
         return self._user_outputs(inputs, outs)
 
     def _user_outputs(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> list[Any]:

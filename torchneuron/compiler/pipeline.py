@@ -111,7 +111,10 @@ def _signature(prepared: PreparedGraph, num_ops: int | None) -> dict[str, Any]:
     def spec(s: Any) -> dict[str, Any]:
         return {"shape": list(s.shape), "stride": list(s.stride), "dtype": str(s.dtype)}
 
+    checks = {"error_checks": [[c.output, c.api, c.is_matrix] for c in prepared.error_checks]} \
+        if prepared.error_checks else {}  # absent otherwise: other graphs' keys stay as they were
     return {
+        **checks,
         "num_user_inputs": prepared.num_user_inputs,
         "num_user_outputs": prepared.num_user_outputs,
         "inputs": [spec(s) for s in prepared.input_specs],

@@ -9,8 +9,10 @@ Steps, in order (each a small function below):
   3. random ops become graph inputs (`random_ops`), drawn by eager's kernels;
   4. clean-up: python-scalar outputs become 0-d tensors, None outputs are dropped,
      outputs that alias inputs or other outputs are recorded, dead nodes removed.
+  5. error checks: `_linalg_check_errors` (raise on a singular / non-PD input) leaves the
+     graph; its info becomes an output checked after the run (`raise_errors`).
 Placeholders of the result are the user's tensor inputs followed by the random inputs;
-outputs are the user outputs followed by the write-back values.
+outputs are the user outputs, the write-back values, then the lifted checks' info.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchneuron.compiler.corrections import refuse_degenerate_variances
+from torchneuron.compiler.corrections import fix_degenerate_variances
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
 
-__all__ = ["TensorSpec", "UserOutput", "PreparedGraph", "prepare", "format_graph"]
+__all__ = ["TensorSpec", "UserOutput", "ErrorCheck", "PreparedGraph", "prepare", "format_graph",
+           "raise_errors"]
 
 aten = torch.ops.aten
 
@@ -69,6 +72,15 @@ class UserOutput:
     view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
 
+@dataclass(frozen=True)
+class ErrorCheck:
+    """A lifted ``_linalg_check_errors``: graph output ``output`` is its ``info``."""
+
+    output: int
+    api: str
+    is_matrix: bool
+
+
 @dataclass
 class PreparedGraph:
     gm: fx.GraphModule
@@ -81,6 +93,7 @@ class PreparedGraph:
     user_outputs: list[UserOutput] = field(default_factory=list)
     out_tree: Any = None
     graph_text: str = ""
+    error_checks: list[ErrorCheck] = field(default_factory=list)
 
     def apply_write_backs(self, inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor]) -> None:
         """Copy write-back outputs into the mutated user inputs, as eager would have."""
@@ -112,6 +125,7 @@ class PreparedGraph:
         rand = draw_random_inputs(self.random_inputs, generator_context)
         results = list(self.gm(*inputs, *rand))
         self.apply_write_backs(inputs, results)
+        raise_errors(self.error_checks, results)
         return self.assemble_outputs(inputs, results)
 
 
@@ -145,7 +159,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
 
     gm = _trace(flat_fn, trace_inputs)
     _reject_symbolic(gm)
-    refuse_degenerate_variances(gm)
+    fix_degenerate_variances(gm)
     n_in = len(trace_inputs)
     wb_sources = _extract_write_backs(gm)
     gm, specs = legalize_random_ops(gm)
@@ -159,6 +173,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     for in_idx, src in wb_sources.items():
         write_backs.append((len(outputs), in_idx))
         outputs.append(src)
+    error_checks = _lift_error_checks(gm, outputs)
     out_node.args = (tuple(outputs),)
     _fold_aliases(gm)
     _fold_0d_reductions(gm)
@@ -170,7 +185,32 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         write_backs=write_backs, random_inputs=specs,
         input_specs=[TensorSpec.of(p.meta["val"]) for p in placeholders],
         output_specs=[TensorSpec.of(o.meta["val"]) for o in outputs],
-        user_outputs=user_outputs, out_tree=box.get("tree"), graph_text=format_graph(gm))
+        user_outputs=user_outputs, out_tree=box.get("tree"), graph_text=format_graph(gm),
+        error_checks=error_checks)
+
+
+def _lift_error_checks(gm: fx.GraphModule, outputs: list[Any]) -> list[ErrorCheck]:
+    """``_linalg_check_errors(info, api, is_matrix)`` raises eagerly when a factorization
+    failed (singular, not positive definite): a value-dependent error that no compiled
+    program can raise. Each check leaves the graph; its ``info`` becomes an extra output
+    (after the write-backs) that the executable checks with the same op after its run,
+    so the user gets eager's exception."""
+    checks = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten._linalg_check_errors.default:
+            continue
+        api = node.args[1] if len(node.args) > 1 else node.kwargs["api_name"]
+        is_matrix = node.kwargs.get("is_matrix", node.args[2] if len(node.args) > 2 else False)
+        checks.append(ErrorCheck(len(outputs), str(api), bool(is_matrix)))
+        outputs.append(node.args[0])
+        gm.graph.erase_node(node)
+    return checks
+
+
+def raise_errors(checks: Sequence[ErrorCheck], results: Sequence[torch.Tensor]) -> None:
+    """Run each lifted check on its ``info`` result: raises eager's error, if any."""
+    for check in checks:
+        aten._linalg_check_errors(results[check.output], check.api, is_matrix=check.is_matrix)
 
 
 def _fold_aliases(gm: fx.GraphModule) -> None:

@@ -1,0 +1,121 @@
+"""Scatter / index reductions and 0-d gather / scatter (compiler/decomp_index.py) compiled
+= eager CPU. All were refused before (no lowering)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from torchneuron.compiler import compile_graph
+
+_g = torch.Generator().manual_seed(0)
+X = torch.randn(6, 4, generator=_g)
+X[2, 1] = float("nan")
+IDX = torch.randint(0, 6, (5, 3), generator=_g)  # narrower than X in dim 1, duplicates
+SRC = torch.randn(5, 4, generator=_g)
+I1 = torch.tensor([4, 0, 4, 2, 1])  # index_reduce: position 4 twice, 3 and 5 never
+S1 = torch.randn(5, 4, generator=_g)
+SEQ = torch.randn(9, generator=_g)
+SORTER = torch.argsort(SEQ)
+
+
+def _cases() -> dict[str, tuple[Callable[..., Any], list[torch.Tensor]]]:
+    cases: dict[str, tuple[Callable[..., Any], list[torch.Tensor]]] = {}
+    for red in ("amax", "amin", "prod", "mean"):
+        for inc in (True, False):
+            cases[f"scatter_reduce_{red}_{inc}"] = (
+                lambda x, i, s, r=red, k=inc: x.scatter_reduce(0, i, s, r, include_self=k),
+                [X, IDX, SRC])
+            cases[f"index_reduce_{red}_{inc}"] = (
+                lambda x, i, s, r=red, k=inc: x.index_reduce(0, i, s, r, include_self=k),
+                [X, I1, S1])
+    cases["scatter_multiply"] = (lambda x, i, s: x.scatter(0, i, s, reduce="multiply"), [X, IDX, SRC])
+    cases["scatter_add_value"] = (lambda x, i: x.scatter(0, i, 2.5, reduce="add"), [X, IDX])
+    zero_d = torch.tensor(1.5)
+    cases["gather_0d"] = (lambda x, i: torch.gather(x, 0, i), [zero_d, torch.tensor([0])])
+    cases["scatter_add_0d"] = (lambda x, s: torch.scatter_add(x, 0, torch.tensor(0), s),
+                               [zero_d, torch.tensor(2.0)])
+    cases["scatter_reduce_0d"] = (lambda x, s: x.scatter_reduce(0, torch.tensor(0), s, "prod"),
+                                  [zero_d, torch.tensor(3.0)])
+    cases["searchsorted_sorter"] = (lambda q, v, o: torch.searchsorted(q, v, sorter=o),
+                                    [SEQ, torch.randn(7, generator=_g), SORTER])
+    cases["searchsorted_scalar"] = (lambda q: torch.searchsorted(q.sort().values, 0.25, right=True),
+                                    [SEQ])
+    cases["as_strided_scatter"] = (
+        lambda x, s: torch.as_strided_scatter(x, s, (2, 3), (8, 2), 1), [torch.randn(4, 6, generator=_g),
+                                                                      torch.randn(2, 3, generator=_g)])
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_index_reduction_compiles_to_eagers_numbers(name: str) -> None:
+    fn, inputs = CASES[name]
+    got = compile_graph(fn, inputs, name=name).run(inputs)[0]
+    want = fn(*inputs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_embedding_max_norm_renormalizes_the_named_rows_in_place_like_eager() -> None:
+    import torch.nn.functional as F
+
+    w = torch.randn(7, 4, generator=_g) * 2
+    idx = torch.tensor([[1, 3], [3, 6]])
+
+    def fn(i: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.embedding(i, weight, max_norm=1.5)
+
+    w_eager, w_comp = w.clone(), w.clone()
+    want = fn(idx, w_eager)
+    got = compile_graph(fn, [idx, w.clone()]).run([idx, w_comp])[0]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(w_comp, w_eager)  # rows 1, 3, 6 scaled, the rest untouched
+
+
+def test_take_with_a_0d_index_and_embedding_flags() -> None:
+    x, i = torch.randn(3, 4, generator=_g), torch.tensor(-2)
+    assert torch.equal(compile_graph(torch.take, [x, i]).run([x, i])[0], torch.take(x, i))
+    w, idx = torch.randn(5, 3, generator=_g), torch.tensor([[0, 4], [4, 2]])
+
+    def emb(j: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(j, weight, scale_grad_by_freq=True)
+
+    assert torch.equal(compile_graph(emb, [idx, w]).run([idx, w])[0], emb(idx, w))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
+def test_segment_reduce_with_empty_segments_and_batches(reduce: str) -> None:
+    data = torch.randn(3, 6, 2, generator=_g)
+    lengths = torch.tensor([[2, 0, 4], [1, 1, 4], [0, 6, 0]])
+    offsets = torch.tensor([0, 2, 2, 6])
+    cases = [
+        (lambda d, n: torch.segment_reduce(d, reduce, lengths=n, axis=1), [data, lengths]),
+        (lambda d, n: torch.segment_reduce(d, reduce, lengths=n, axis=1, initial=0.5), [data, lengths]),
+        (lambda d, o: torch.segment_reduce(d[0], reduce, offsets=o, axis=0), [data, offsets]),
+    ]
+    for fn, inputs in cases:
+        got, want = compile_graph(fn, inputs).run(inputs)[0], fn(*inputs)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_nonzero_static_and_masked_row_assignment() -> None:
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    for size, fill in ((5, -1), (2, 0), (0, -1)):
+        def nz(t: torch.Tensor, s: int = size, f: int = fill) -> torch.Tensor:
+            return torch.nonzero_static(t, size=s, fill_value=f)
+
+        assert torch.equal(compile_graph(nz, [x]).run([x])[0], nz(x))
+    base, mask, row = torch.randn(5, 3, generator=_g), torch.tensor([True, False, True, True, False]), \
+        torch.randn(3, generator=_g)
+    for acc in (False, True):
+        def put(b: torch.Tensor, m: torch.Tensor, r: torch.Tensor, a: bool = acc) -> torch.Tensor:
+            return torch.index_put(b, (m,), r, accumulate=a)
+
+        torch.testing.assert_close(compile_graph(put, [base, mask, row]).run([base, mask, row])[0],
+                                   put(base, mask, row))
