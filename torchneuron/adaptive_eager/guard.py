@@ -134,17 +134,13 @@ def _compile(d: tuple) -> tuple:
     return (_GENERAL, d)
 
 
-def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list, own: tuple) -> Any:
+def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list) -> Any:
     """The template of argument leaf ``a`` if it is what ``e`` expects, else ``_FAIL``."""
     kind = e[0]
     if kind == _TENSOR:
-        if type(a) is not NeuronTensor:
+        if (type(a) is not NeuronTensor or a.dtype is not e[4] or a.storage_offset() != e[3]
+                or a.stride() != e[2] or a.shape != e[1]):
             return _FAIL
-        p = a._pending
-        if type(p) is not own[0] or p.replay is not own[1]:  # else: see ``match``
-            if (a.dtype is not e[4] or a.storage_offset() != e[3] or a.stride() != e[2]
-                    or a.shape != e[1]):
-                return _FAIL
         tensors.append(a)
         return slot(len(tensors) - 1)
     if kind == _FLOAT:
@@ -162,7 +158,7 @@ def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list, own: tupl
     return _FAIL
 
 
-def _arg(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list, own: tuple) -> Any:
+def _arg(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list) -> Any:
     kind = e[0]
     if kind == _SEQ:
         tp, items = e[1], e[2]
@@ -170,7 +166,7 @@ def _arg(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list, own: tuple
             return _FAIL
         out = []
         for x, ex in zip(a, items, strict=True):
-            t = _leaf(ex, x, tensors, lifted, own)
+            t = _leaf(ex, x, tensors, lifted)
             if t is _FAIL:
                 return _FAIL
             out.append(t)
@@ -181,24 +177,16 @@ def _arg(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list, own: tuple
         except Exception:  # noqa: BLE001 - not what was recorded, whatever it is
             return _FAIL
         return t if d == e[1] else _FAIL
-    return _leaf(e, a, tensors, lifted, own)
+    return _leaf(e, a, tensors, lifted)
 
 
 def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
-          lifted: list[tuple[int, str]] | None = None, own: tuple = (None, None)) -> Any:
+          lifted: list[tuple[int, str]] | None = None) -> Any:
     """The argument template of a call that ``static_of`` describes exactly as ``g``'s
     recorded op (its tensor arguments appended to ``tensors`` in the same order), or
     None if this quick check cannot tell (the caller then checks the general way).
     A float where the region lifted scalar n is appended to ``lifted`` as (n, its repr):
-    the call matches only if ``lift.accept`` takes those values too.
-
-    ``own``: (the type of a replay's pending values, the replay). A tensor holding a value
-    the replay handed out itself is taken without reading its metadata back: the value
-    was made with the metadata recorded for it, and nothing the replay accepts changes
-    that (an op that changed a tensor's metadata in place is never recorded, and
-    ``swap_tensors`` moves a value's producer along with the metadata). The caller must
-    then check the dataflow: that this is the very value recorded here, so the metadata
-    recorded here is its own."""
+    the call matches only if ``lift.accept`` takes those values too."""
     expected = g.args
     if lifted is None:
         lifted = []
@@ -208,7 +196,7 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
         return None
     atemp = []
     for e, a in zip(expected, args, strict=True):
-        t = _arg(e, a, tensors, lifted, own)
+        t = _arg(e, a, tensors, lifted)
         if t is _FAIL:
             return None
         atemp.append(t)
@@ -217,7 +205,7 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
         for (name, e), (k, a) in zip(g.kwargs, kwargs.items(), strict=True):  # type: ignore[arg-type]
             if k != name:
                 return None
-            t = _arg(e, a, tensors, lifted, own)
+            t = _arg(e, a, tensors, lifted)
             if t is _FAIL:
                 return None
             ktemp[k] = t

@@ -198,7 +198,7 @@ class Replay:
             return MISMATCH
         tensors: list[torch.Tensor] = []
         got: list[tuple[int, str]] = []
-        template = match(g, args, kwargs, tensors, got, (_Value, self))
+        template = match(g, args, kwargs, tensors, got)
         if template is None:  # not the guard's quick yes: the general check decides
             try:
                 static, template, tensors = static_of(func, args, kwargs)
