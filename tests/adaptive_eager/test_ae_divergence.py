@@ -11,6 +11,7 @@ import torch
 
 import torchneuron.adaptive_eager as ae
 from tests.adaptive_eager.harness import ReplayLog, assert_same, run
+from torchneuron.hardware.settings import override
 
 STEPS = 8
 K = 5  # the step that diverges (regions replay from step 3)
@@ -201,3 +202,29 @@ def test_grad_mode_or_autocast_changing_at_step_k(case: str) -> None:
     assert adaptive["_flags"] == eager["_flags"]
     assert_same(eager, adaptive)
     assert log.steps and K not in log.steps and K + 1 in log.steps, (log.steps, ae.explain())
+
+
+@pytest.mark.parametrize("case", ["read-view-after-write", "write-view-then-read"])
+def test_inputs_on_one_storage_used_through_views_give_eager_results(case: str) -> None:
+    """A weight and its transpose enter a region as two inputs. A view of one read after
+    the other is written (or a write through a view of one, the other read after) must
+    see the write, as eager does: the graph takes its inputs as independent values, so
+    such a region runs eagerly (``aliased-inputs``)."""
+    def loop(device: str) -> dict:
+        w = torch.randn(4, 4).to(device)
+        wt = w.t()
+        ys = []
+        for _ in range(10):
+            if case == "read-view-after-write":
+                v = wt[0]
+                w.add_(0.5)
+            else:
+                w[0].add_(0.5)
+                v = wt
+            ys.append(((v * 2.0).tanh() * 3.0 + 1.0).sin().cpu())  # a sync every step
+        return {"ys": torch.stack(ys), "w": w}
+
+    with override(verify=False, ae_verify_first_replay=False):  # the region must be right
+        eager = run(loop, "neuron")
+        adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(eager, adaptive, rtol=0, atol=0)

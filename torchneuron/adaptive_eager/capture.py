@@ -88,11 +88,12 @@ def plan_region(sigs: tuple, n_inputs: int, input_metas: list[tuple],
     last_ref: dict[int, int] = {}
     for i, (func, _static, refs, _outs) in enumerate(sigs):
         writes = bool(op_facts(func).written)  # over-approximated: every input slot it reads
-        for r in refs:
-            if r[0] == "x":
-                last_ref[r[1]] = i
+        for r in refs:  # a value viewing an input slot reads and writes that slot too
+            root = r if r[0] == "x" else roots.get((r[1], r[2]))
+            if root is not None and root[0] == "x":
+                last_ref[root[1]] = i
                 if writes:
-                    first_write.setdefault(r[1], i)
+                    first_write.setdefault(root[1], i)
     try:
         lift_at, lifted = lift.sites(sigs)
     except ValueError as err:
