@@ -55,3 +55,24 @@ def test_a_wrong_in_place_write_is_not_explained() -> None:
     wrong = p.clone().add_(g, alpha=0.1)
     assert not explained_by_rounding(gm, [p, g], None, [ref, ref, g], [wrong, wrong, g],
                                      RTOL, ATOL)
+
+
+def test_aliased_inputs_stay_aliased_in_the_float64_run() -> None:
+    """A weight and its transposed view, the weight updated in place: an executable that
+    took them as independent values reads the stale view. Converted to float64 one by
+    one, the judge's reference made the same mistake and accepted it as rounding."""
+    from torchneuron.compiler import verify
+
+    def step(w: torch.Tensor, wt: torch.Tensor) -> tuple[torch.Tensor]:
+        w.add_(0.5)
+        return (wt * 2,)
+
+    def independent(args: list[torch.Tensor]) -> list[torch.Tensor]:
+        out = args[1].clone() * 2  # read before the write, as if not aliased
+        args[0].add_(0.5)
+        return [out]
+
+    gm = fx.symbolic_trace(step)
+    w = torch.randn(3, 4)
+    _, mismatch = verify.run_verified("aliased", gm, [w, w.t()], independent)
+    assert mismatch is not None

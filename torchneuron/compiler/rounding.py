@@ -79,14 +79,48 @@ def _within(ref: torch.Tensor, eager: torch.Tensor, got: torch.Tensor, rtol: flo
     return err_g <= MULTIPLIER * err_e + atol + rtol * float(r.abs().max())
 
 
+def _inputs64(inputs: Sequence[Any]) -> list[Any] | None:
+    """The inputs with low-precision floats as float64, aliasing as the originals do.
+
+    Why: a graph's inputs may share storage (a weight and its transposed view); converted
+    one by one, a write into one would not show in the other, and the float64 run would
+    compute what the executable computed instead of what eager does. Each storage is
+    converted once and every tensor on it rebuilt as the same view. None when tensors of
+    different dtypes share a storage (no faithful copy)."""
+    groups: dict[int, list[torch.Tensor]] = {}
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.untyped_storage().nbytes():
+            groups.setdefault(x.untyped_storage().data_ptr(), []).append(x)
+    bases: dict[int, torch.Tensor] = {}
+    for ptr, xs in groups.items():
+        dtype = xs[0].dtype
+        if any(x.dtype != dtype or x.is_conj() or x.is_neg() for x in xs):
+            return None
+        storage = xs[0].untyped_storage()
+        flat = torch.empty(0, dtype=dtype).set_(storage, 0, (storage.nbytes() // dtype.itemsize,))
+        bases[ptr] = flat.to(torch.float64) if dtype in _LOW else flat.clone()
+    out: list[Any] = []
+    for x in inputs:
+        if not isinstance(x, torch.Tensor):
+            out.append(x)
+        elif not x.untyped_storage().nbytes():
+            out.append(x.to(torch.float64) if x.dtype in _LOW else x.clone())
+        else:
+            base = bases[x.untyped_storage().data_ptr()]
+            out.append(torch.empty(0, dtype=base.dtype).set_(
+                base.untyped_storage(), x.storage_offset(), x.size(), x.stride()))
+    return out
+
+
 def explained_by_rounding(gm: fx.GraphModule, inputs: Sequence[Any],
                           rng_state: torch.Tensor | None, eager: Sequence[Any],
                           got: Sequence[Any], rtol: float, atol: float) -> bool:
     """Whether ``got`` (the executable's outputs, then its inputs after its writes)
     differs from ``eager`` (the same for the eager reference) only as float32 rounding
     does. ``inputs``: the graph's arguments as they were before either run."""
-    inputs64 = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.dtype in _LOW
-                else x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    inputs64 = _inputs64(inputs)
+    if inputs64 is None:  # no faithful float64 copy of the inputs: the mismatch stands
+        return False
     try:
         outs64 = _reference64(gm, inputs64, rng_state)
     except Exception:  # noqa: BLE001 - no float64 reference: the mismatch stands
