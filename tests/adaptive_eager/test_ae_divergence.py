@@ -228,3 +228,25 @@ def test_inputs_on_one_storage_used_through_views_give_eager_results(case: str) 
         eager = run(loop, "neuron")
         adaptive = run(loop, "neuron", adaptive=True)
     assert_same(eager, adaptive, rtol=0, atol=0)
+
+
+def test_a_deep_copied_tensor_is_not_the_tensor_it_was_copied_from() -> None:
+    """``copy.deepcopy`` copies a tensor's ``__dict__``: a frozen copy (a target network,
+    an EMA teacher) refreshed every few steps must not be replayed as the live tensor."""
+    import copy
+
+    def loop(device: str) -> dict:
+        w = torch.randn(4, 4).to(device)
+        ys = []
+        for step in range(12):
+            if step % 4 == 0:
+                target = copy.deepcopy(w)
+            y = ((w * 2.0).tanh() * 3.0 + 1.0).sin() + (target * 0.5).cos()
+            w.add_(y * 0.1)
+            ys.append(y.cpu())
+        return {"ys": torch.stack(ys), "w": w}
+
+    with override(verify=False, ae_verify_first_replay=False):  # the region must be right
+        eager = run(loop, "neuron")
+        adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(eager, adaptive, rtol=0, atol=0)

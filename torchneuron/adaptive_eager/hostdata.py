@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.adaptive_eager.recorder import known_vid
 from torchneuron.device.tensor import NeuronTensor
 
 __all__ = ["install", "uninstall", "is_host_to_device", "destination_used"]
@@ -48,7 +49,7 @@ def destination_used(dst: NeuronTensor, replay: Any, segment: Any) -> bool:
     """Whether a ``copy_`` destination is (a view of) something the replay in progress
     (else the segment being recorded) already used: a value or deferred write of the
     replay, an input slot (by wrapper id or storage), or a tensor of the segment."""
-    vid = dst.__dict__.get("_ae_vid")
+    vid = known_vid(dst)
     if replay is not None:
         if getattr(dst._pending, "replay", None) is replay:
             return True

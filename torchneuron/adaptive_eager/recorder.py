@@ -23,18 +23,30 @@ from torchneuron.adaptive_eager.signature import Slot, Unsupported, describe, me
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
 
-__all__ = ["Entry", "Segment", "vid_of", "static_of", "outputs_of", "run_eagerly", "slot"]
+__all__ = ["Entry", "Segment", "vid_of", "known_vid", "static_of", "outputs_of", "run_eagerly", "slot"]
 
 _vids = itertools.count(1)
 
 
 def vid_of(t: torch.Tensor) -> int:
-    """A process-unique id for a tensor wrapper (never reused, unlike ``id``)."""
+    """A process-unique id for a tensor wrapper (never reused, unlike ``id``).
+
+    Kept in the wrapper's ``__dict__`` with the ``id`` of the wrapper it was given to:
+    ``copy.deepcopy`` copies ``__dict__`` (a frozen target network's buffers would
+    otherwise be taken for the live ones), and ``torch.utils.swap_tensors`` swaps it; a
+    copied or swapped entry is not this wrapper's, so the wrapper gets a new id (a value
+    never seen)."""
     d = t.__dict__
     v = d.get("_ae_vid")
-    if v is None:
-        v = d["_ae_vid"] = next(_vids)
-    return v
+    if v is None or v[1] != id(t):
+        v = d["_ae_vid"] = (next(_vids), id(t))
+    return v[0]
+
+
+def known_vid(t: torch.Tensor) -> int | None:
+    """``t``'s id if an op has seen this wrapper, else None (see ``vid_of``)."""
+    v = t.__dict__.get("_ae_vid")
+    return v[0] if v is not None and v[1] == id(t) else None
 
 
 def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, Any, list[torch.Tensor]]:
