@@ -34,7 +34,7 @@ from torchneuron.adaptive_eager.verify import run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor, pending_tensor
-from torchneuron.dispatch import run_op
+from torchneuron.dispatch import run_op, wrap
 from torchneuron.hardware import get_core
 
 __all__ = ["Replay", "MISMATCH"]
@@ -160,6 +160,9 @@ class Replay:
         self.pos = 0
         self.slots: dict[int, int] = {}
         self.ext: list[torch.Tensor] = []
+        # each input's buffer when first used: the region reads these, whatever buffer the
+        # wrapper holds later (``.data =`` or ``swap_tensors`` mid-region, as eager would)
+        self.ext_buffers: list[torch.Tensor] = []
         self.pending: dict[tuple[int, int], weakref.ref] = {}
         self.deferred: list[tuple[Any, Any, list]] = []
         self.marked: list[torch.Tensor] = []
@@ -185,6 +188,7 @@ class Replay:
         for t in self.ext[used:]:
             del self.slots[vid_of(t)]
         del self.ext[used:]
+        del self.ext_buffers[used:]
         self.exit_reason = None
         self.region = region
         self.plan = region.plan
@@ -228,6 +232,9 @@ class Replay:
             if slot is None:  # a mismatch below ends the replay, so no roll-back needed
                 slot = self.slots[vid] = len(self.slots)
                 self.ext.append(t)
+                self.ext_buffers.append(t._buffer)
+            elif t._buffer is not self.ext_buffers[slot]:
+                return MISMATCH  # its buffer was replaced since its first use
             if slot != want:
                 same_flow = False
             arg_refs.append(t)
@@ -307,7 +314,7 @@ class Replay:
         if self.missing:
             self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
             return
-        inputs = [t.buffer for t in self.ext]
+        inputs = list(self.ext_buffers)
         if plan.written_slots and _aliased(inputs, plan):
             self._eager(Reason.ALIASED_INPUTS)
             return
@@ -341,9 +348,15 @@ class Replay:
         self.runtime.replay_exited(self, reason)
         results: dict[tuple[int, int], torch.Tensor] = {}
         sigs = self.region.sigs
+        # an input whose wrapper got another buffer after its first use: the ops deferred
+        # before that ran, in eager, on the buffer it had then
+        moved = {id(t): wrap(b, self.index) for t, b in zip(self.ext, self.ext_buffers,
+                                                             strict=True)
+                 if t._buffer is not b}
         with _no_modes():
             for i, (func, template, arg_refs) in enumerate(self.deferred):
-                tensors = [results[r] if type(r) is tuple else r for r in arg_refs]
+                tensors = [results[r] if type(r) is tuple else moved.get(id(r), r)
+                           for r in arg_refs]
                 args, kwargs = rebuild(template, tensors)
                 try:
                     out = run_op(func, args, kwargs)
