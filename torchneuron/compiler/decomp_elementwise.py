@@ -16,19 +16,15 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp_registry import registrar
+
 __all__ = ["ELEMENTWISE_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
 ELEMENTWISE_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 
 
-def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            ELEMENTWISE_DECOMPOSITIONS[op] = fn
-        return fn
-
-    return wrap
+_register = registrar(ELEMENTWISE_DECOMPOSITIONS)
 
 
 @_register(aten.fmod.Scalar)

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp_registry import registrar
+
 __all__ = ["INDEX_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
@@ -27,13 +29,7 @@ INDEX_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 _MAX_ONE_HOT = 1 << 22
 
 
-def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            INDEX_DECOMPOSITIONS[op] = fn
-        return fn
-
-    return wrap
+_register = registrar(INDEX_DECOMPOSITIONS)
 
 
 def _identity(reduce: str, dtype: torch.dtype) -> float:

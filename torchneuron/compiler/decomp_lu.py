@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp_registry import registrar
+
 __all__ = ["LU_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
@@ -28,16 +30,11 @@ LU_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 MAX_UNROLL = 32
 
 
-def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            LU_DECOMPOSITIONS[op] = fn
-        return fn
-
-    return wrap
+_register = registrar(LU_DECOMPOSITIONS)
 
 
-def _fits(a: torch.Tensor) -> bool:
+def fits_unrolled(a: torch.Tensor) -> bool:
+    """A float matrix (batch) small enough to unroll a factorization over (LU, QR)."""
     return (a.dim() >= 2 and a.dtype in (torch.float32, torch.float64)
             and min(a.shape[-2], a.shape[-1]) <= MAX_UNROLL)
 
@@ -115,7 +112,7 @@ def _lu_solve(lu: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, left: boo
 
 @_register(aten.linalg_lu_factor_ex.default)
 def linalg_lu_factor_ex(a: torch.Tensor, pivot: bool = True, check_errors: bool = False) -> Any:
-    if not _fits(a) or not pivot or check_errors:
+    if not fits_unrolled(a) or not pivot or check_errors:
         return NotImplemented
     return _lu(a)
 
@@ -124,7 +121,7 @@ def linalg_lu_factor_ex(a: torch.Tensor, pivot: bool = True, check_errors: bool 
 def linalg_det(a: torch.Tensor) -> Any:
     """(det, LU, pivots): prod(diag U) times the permutation's sign; A^T factored when A
     is contiguous, as ATen does."""
-    if not _fits(a):
+    if not fits_unrolled(a):
         return NotImplemented
     lu, pivots, _ = _lu(a.mT if a.is_contiguous() else a)
     det = torch.diagonal(lu, 0, -2, -1).prod(-1) * _perm_sign(pivots, a.dtype)
@@ -133,7 +130,7 @@ def linalg_det(a: torch.Tensor) -> Any:
 
 @_register(aten.linalg_det.default)
 def linalg_det_only(a: torch.Tensor) -> Any:
-    if not _fits(a):
+    if not fits_unrolled(a):
         return NotImplemented
     return linalg_det(a)[0]
 
@@ -142,7 +139,7 @@ def linalg_det_only(a: torch.Tensor) -> Any:
 def linalg_slogdet(a: torch.Tensor) -> Any:
     """(sign, log|det|, LU, pivots): sgn(diag U).prod() times the permutation's sign and
     sum log|diag U| (-inf and sign 0 for a singular matrix)."""
-    if not _fits(a):
+    if not fits_unrolled(a):
         return NotImplemented
     lu, pivots, _ = _lu(a.mT if a.is_contiguous() else a)
     diag = torch.diagonal(lu, 0, -2, -1)
@@ -159,7 +156,7 @@ def linalg_solve_ex(a: torch.Tensor, b: torch.Tensor, left: bool = True,
                     check_errors: bool = False) -> Any:
     """(X, LU, pivots, info) of A X = B (X A = B when not ``left``); a column-major A is
     factored as A^T and solved with the adjoint, as ATen does."""
-    if not _fits(a) or check_errors or a.shape[-1] != a.shape[-2]:
+    if not fits_unrolled(a) or check_errors or a.shape[-1] != a.shape[-2]:
         return NotImplemented
     vector = _is_vector_rhs(a, b)
     rhs = b.unsqueeze(-1) if vector else b
@@ -171,7 +168,7 @@ def linalg_solve_ex(a: torch.Tensor, b: torch.Tensor, left: bool = True,
 
 @_register(aten.linalg_inv_ex.default)
 def linalg_inv_ex(a: torch.Tensor, check_errors: bool = False) -> Any:
-    if not _fits(a) or check_errors or a.shape[-1] != a.shape[-2]:
+    if not fits_unrolled(a) or check_errors or a.shape[-1] != a.shape[-2]:
         return NotImplemented
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand(a.shape)
     x, _, _, info = linalg_solve_ex(a, eye)
@@ -181,7 +178,7 @@ def linalg_inv_ex(a: torch.Tensor, check_errors: bool = False) -> Any:
 @_register(aten.linalg_lu_solve.default)
 def linalg_lu_solve(lu: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, *, left: bool = True,
                     adjoint: bool = False) -> Any:
-    if not _fits(lu) or lu.shape[-1] != lu.shape[-2]:
+    if not fits_unrolled(lu) or lu.shape[-1] != lu.shape[-2]:
         return NotImplemented
     return _lu_solve(lu, pivots, b, left, adjoint)
 
@@ -208,14 +205,14 @@ def _unpack(lu: torch.Tensor, pivots: torch.Tensor, unpack_data: bool, unpack_pi
 @_register(aten.lu_unpack.default)
 def lu_unpack(lu: torch.Tensor, pivots: torch.Tensor, unpack_data: bool = True,
               unpack_pivots: bool = True) -> Any:
-    if not _fits(lu):
+    if not fits_unrolled(lu):
         return NotImplemented
     return _unpack(lu, pivots, unpack_data, unpack_pivots)
 
 
 @_register(aten.linalg_lu.default)
 def linalg_lu(a: torch.Tensor, pivot: bool = True) -> Any:
-    if not _fits(a) or not pivot:
+    if not fits_unrolled(a) or not pivot:
         return NotImplemented
     lu, pivots, _ = _lu(a)
     return _unpack(lu, pivots, True, True)

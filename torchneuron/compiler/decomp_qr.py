@@ -16,25 +16,17 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp_lu import fits_unrolled as _fits
+from torchneuron.compiler.decomp_registry import registrar
+
 __all__ = ["QR_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
 QR_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
-MAX_UNROLL = 32
 
 
-def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            QR_DECOMPOSITIONS[op] = fn
-        return fn
+_register = registrar(QR_DECOMPOSITIONS)
 
-    return wrap
-
-
-def _fits(a: torch.Tensor) -> bool:
-    return (a.dim() >= 2 and a.dtype in (torch.float32, torch.float64)
-            and min(a.shape[-2], a.shape[-1]) <= MAX_UNROLL)
 
 
 def _reflector(a: torch.Tensor, i: int) -> torch.Tensor:

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp_registry import registrar
+
 __all__ = ["SPECIAL_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
@@ -38,13 +40,7 @@ SPECIAL_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 _F64 = torch.float64
 
 
-def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            SPECIAL_DECOMPOSITIONS[op] = fn
-        return fn
-
-    return wrap
+_register = registrar(SPECIAL_DECOMPOSITIONS)
 
 
 def _result_dtype(x: torch.Tensor) -> torch.dtype:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions
 
+from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.random_ops import is_random_op
 
 __all__ = ["decomposition_table", "OWN_DECOMPOSITIONS"]
@@ -27,13 +28,7 @@ aten = torch.ops.aten
 OWN_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 
 
-def _register(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            OWN_DECOMPOSITIONS[op] = fn
-        return fn
-
-    return wrap
+_register = registrar(OWN_DECOMPOSITIONS)
 
 
 # Random composites that *do* need decomposing into primitive random ops.
