@@ -55,3 +55,20 @@ def test_module_trains_compiled_like_cpu(name: str) -> None:
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=n)
     s = tc.stats()
     assert s["failures"] == 0 and s["compilations"] == 2, tc.explain()
+
+
+def test_multilabel_margin_loss_of_a_1d_input_keeps_eagers_shape() -> None:
+    """PyTorch's meta kernel gives shape [1] where eager gives a 0-d loss (1-d input,
+    reduction='none'): the graph runs eagerly, counted, with eager's shape and values."""
+    loss = torch.nn.MultiLabelMarginLoss(reduction="none")
+    x, y = torch.randn(4, requires_grad=True), torch.tensor([3, 0, -1, 1])
+    xn = x.detach().to("neuron").requires_grad_()
+    before = tc.stats()["failures"]
+    out = torch.compile(loss, backend="neuron")(xn, y.to("neuron"))
+    want = loss(x, y)
+    assert out.shape == want.shape
+    torch.testing.assert_close(out.cpu(), want)
+    out.backward()
+    want.backward()
+    torch.testing.assert_close(xn.grad.cpu(), x.grad)
+    assert tc.stats()["failures"] == before + 1

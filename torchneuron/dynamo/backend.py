@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
 from torchneuron.compiler.keys import fx_graph_key
-from torchneuron.compiler.stats import record_fallback_run
+from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, random
 from torchneuron.device.module import current_device
@@ -195,8 +195,31 @@ def _is_symbolic(x: Any) -> bool:
     return False
 
 
+# torch-level calls whose fake-tensor (meta) result has another shape than eager's for
+# some inputs: such a graph would hand back that shape, so it runs eagerly (counted).
+# multilabel_margin_loss of a 1-d input: PyTorch's meta kernel and decomposition give
+# shape [1] with reduction='none', eager a 0-d loss.
+_META_SHAPE_DEFECTS = {torch.nn.functional.multilabel_margin_loss: lambda x: x.dim() <= 1}
+
+
+def _meta_shape_defect(gm: torch.fx.GraphModule) -> str | None:
+    for node in gm.graph.nodes:
+        wrong = _META_SHAPE_DEFECTS.get(node.target) if node.op == "call_function" else None
+        x = node.args[0].meta.get("example_value") if wrong and node.args and isinstance(
+            node.args[0], torch.fx.Node) else None
+        if isinstance(x, torch.Tensor) and wrong(x):
+            return f"{node.target.__name__} of a {x.dim()}-d input"
+    return None
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
+    defect = _meta_shape_defect(gm)
+    if defect is not None:
+        record_failure("dynamo", "prepare", "meta-shape-differs",
+                       f"{defect}: PyTorch's fake-tensor result has another shape than "
+                       "eager's there, so the graph runs eagerly on the device")
+        return gm.forward
     if not torch._dynamo.config.assume_static_by_default:
         raise DynamicShapesNotSupported(
             "torch.compile(backend='neuron') compiles static shapes only, as the Neuron "
