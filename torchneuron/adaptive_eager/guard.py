@@ -14,10 +14,9 @@ builds nothing but the argument template.
 it exactly as recorded (the exact Python types included; a subclass of ``float`` or of
 ``NeuronTensor`` is left to the general check), except where the region lifted a float
 to an input: there it takes any float, as ``lift.guard`` does, and hands the values on
-for ``lift.accept``'s range check. A value the replay itself handed out is taken without
-reading its metadata back (see ``match``). Anything it does not accept, the caller
-checks the general way, so a guard never refuses an op the general check would take
-either.
+for ``lift.accept``'s range check. Every tensor's metadata is compared, the replay's own
+pending values included. Anything it does not accept, the caller checks the general way,
+so a guard never refuses an op the general check would take either.
 """
 
 from __future__ import annotations
