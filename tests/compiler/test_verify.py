@@ -11,6 +11,7 @@ import torchneuron.compiler as tc
 from torchneuron.compiler import verify
 from torchneuron.compiler.executable import Executable
 from torchneuron.compiler.prepare import prepare
+from torchneuron.compiler.rounding import copy_preserving_aliases
 from torchneuron.hardware.settings import get_value, override
 
 
@@ -126,10 +127,10 @@ def test_inputs_that_alias_stay_aliased_in_the_reference() -> None:
     torch.testing.assert_close(outs[0], (w * 2).t())
 
 
-def test_clone_preserving_aliases_copies_each_storage_once() -> None:
+def test_copy_preserving_aliases_copies_each_storage_once() -> None:
     base = torch.arange(12.0)
     a, b, c = base.view(3, 4), base[4:8], torch.ones(2)
-    ca, cb, cc = verify.clone_preserving_aliases([a, b, c])
+    ca, cb, cc = copy_preserving_aliases([a, b, c])
     assert ca.untyped_storage().data_ptr() == cb.untyped_storage().data_ptr()
     assert ca.untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
     ca[1, 0] = -1.0

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["explained_by_rounding"]
+__all__ = ["copy_preserving_aliases", "explained_by_rounding"]
 
 MULTIPLIER = 3.0  # compiled may be this many times further from float64 than eager
 _LOW = (torch.float32, torch.float16, torch.bfloat16)
@@ -79,36 +79,48 @@ def _within(ref: torch.Tensor, eager: torch.Tensor, got: torch.Tensor, rtol: flo
     return err_g <= MULTIPLIER * err_e + atol + rtol * float(r.abs().max())
 
 
-def _inputs64(inputs: Sequence[Any]) -> list[Any] | None:
-    """The inputs with low-precision floats as float64, aliasing as the originals do.
+def copy_preserving_aliases(values: Sequence[Any], widen: bool = False) -> list[Any] | None:
+    """Copies of ``values``' tensors that alias one another as the originals do.
 
-    Why: a graph's inputs may share storage (a weight and its transposed view); converted
-    one by one, a write into one would not show in the other, and the float64 run would
-    compute what the executable computed instead of what eager does. Each storage is
-    converted once and every tensor on it rebuilt as the same view. None when tensors of
-    different dtypes share a storage (no faithful copy)."""
+    Why: a graph's inputs may share storage (a weight and its transposed view, both read
+    by one training step); copied one by one, an in-place write into one would no longer
+    show in the other, and a reference run would compute something eager never does. Each
+    storage is copied once and every tensor on it rebuilt as the same view of the copy.
+
+    ``widen``: low-precision floats become float64 (the judge's reference); then None
+    when a storage cannot be copied faithfully (tensors of different dtypes on it, or a
+    lazily conjugated / negated view). Without it, such a tensor is cloned on its own.
+    """
     groups: dict[int, list[torch.Tensor]] = {}
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.untyped_storage().nbytes():
-            groups.setdefault(x.untyped_storage().data_ptr(), []).append(x)
-    bases: dict[int, torch.Tensor] = {}
-    for ptr, xs in groups.items():
-        dtype = xs[0].dtype
-        if any(x.dtype != dtype or x.is_conj() or x.is_neg() for x in xs):
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.untyped_storage().nbytes():
+            if v.is_conj() or v.is_neg():
+                if widen:
+                    return None
+                continue  # cloned on its own below
+            groups.setdefault(v.untyped_storage().data_ptr(), []).append(v)
+    copies: dict[int, tuple[torch.UntypedStorage, torch.dtype | None]] = {}
+    for ptr, ts in groups.items():
+        dtype, storage = ts[0].dtype, ts[0].untyped_storage()
+        if widen and any(t.dtype != dtype for t in ts):
             return None
-        storage = xs[0].untyped_storage()
-        flat = torch.empty(0, dtype=dtype).set_(storage, 0, (storage.nbytes() // dtype.itemsize,))
-        bases[ptr] = flat.to(torch.float64) if dtype in _LOW else flat.clone()
-    out: list[Any] = []
-    for x in inputs:
-        if not isinstance(x, torch.Tensor):
-            out.append(x)
-        elif not x.untyped_storage().nbytes():
-            out.append(x.to(torch.float64) if x.dtype in _LOW else x.clone())
+        if widen and dtype in _LOW:
+            flat = torch.empty(0, dtype=dtype).set_(storage, 0, (storage.nbytes() // dtype.itemsize,))
+            copies[ptr] = (flat.to(torch.float64).untyped_storage(), torch.float64)
         else:
-            base = bases[x.untyped_storage().data_ptr()]
-            out.append(torch.empty(0, dtype=base.dtype).set_(
-                base.untyped_storage(), x.storage_offset(), x.size(), x.stride()))
+            copies[ptr] = (storage.clone(), None)
+    out: list[Any] = []
+    for v in values:
+        hit = copies.get(v.untyped_storage().data_ptr()) if isinstance(v, torch.Tensor) \
+            and not (v.is_conj() or v.is_neg()) else None
+        if hit is not None:
+            storage, dtype = hit
+            out.append(torch.empty(0, dtype=dtype or v.dtype).set_(
+                storage, v.storage_offset(), v.size(), v.stride()))
+        elif isinstance(v, torch.Tensor):
+            out.append(v.to(torch.float64) if widen and v.dtype in _LOW else v.clone())
+        else:
+            out.append(v)
     return out
 
 
@@ -118,7 +130,7 @@ def explained_by_rounding(gm: fx.GraphModule, inputs: Sequence[Any],
     """Whether ``got`` (the executable's outputs, then its inputs after its writes)
     differs from ``eager`` (the same for the eager reference) only as float32 rounding
     does. ``inputs``: the graph's arguments as they were before either run."""
-    inputs64 = _inputs64(inputs)
+    inputs64 = copy_preserving_aliases(inputs, widen=True)
     if inputs64 is None:  # no faithful float64 copy of the inputs: the mismatch stands
         return False
     try:

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from torchneuron.compiler.rounding import explained_by_rounding
+from torchneuron.compiler.rounding import copy_preserving_aliases, explained_by_rounding
 from torchneuron.compiler.stats import record_failure
 from torchneuron.hardware.settings import get_value
 
-__all__ = ["Mismatch", "clone_preserving_aliases", "compare_outputs", "run_reference", "run_verified", "verify_enabled",
+__all__ = ["Mismatch", "compare_outputs", "run_reference", "run_verified", "verify_enabled",
            "report_mismatch", "RTOL", "ATOL"]
 
 log = logging.getLogger("torchneuron.compiler.verify")
@@ -147,30 +147,6 @@ def run_reference(gm: fx.GraphModule, inputs: Sequence[Any], rng_state: torch.Te
     return (list(outs) if isinstance(outs, (list, tuple)) else [outs]), end
 
 
-def clone_preserving_aliases(values: Sequence[Any]) -> list[Any]:
-    """Copies of ``values``' tensors that alias one another as the originals do.
-
-    Why: a graph's inputs may share storage (a weight and its transposed view, both read
-    by one training step); cloned one by one, an in-place write into one would no longer
-    show in the other, and the reference would compute something eager never does. Each
-    storage is copied once and every tensor on it is rebuilt as the same view of the copy.
-    """
-    copies: dict[int, torch.UntypedStorage] = {}
-    out: list[Any] = []
-    for v in values:
-        if not isinstance(v, torch.Tensor) or v.untyped_storage().nbytes() == 0 \
-                or v.is_conj() or v.is_neg():
-            out.append(v.clone() if isinstance(v, torch.Tensor) else v)
-            continue
-        storage = v.untyped_storage()
-        copy = copies.get(storage.data_ptr())
-        if copy is None:
-            copy = copies[storage.data_ptr()] = storage.clone()
-        out.append(torch.empty(0, dtype=v.dtype).set_(copy, v.storage_offset(), v.size(),
-                                                     v.stride()))
-    return out
-
-
 def report_mismatch(mismatch: Mismatch, source: str) -> None:
     """Log the mismatch and count it as a compile failure (``verify:verify-mismatch``)."""
     log.warning("%s", mismatch)
@@ -196,8 +172,8 @@ def run_verified(name: str, gm: fx.GraphModule, args: list[Any],
     """
     state = get_rng_state() if get_rng_state is not None else None
     full = list(args if graph_args is None else graph_args)
-    clones = clone_preserving_aliases(full)
-    before = clone_preserving_aliases(full)
+    clones = copy_preserving_aliases(full)
+    before = copy_preserving_aliases(full)
     expected, ref_end = run_reference(gm, clones, state)
     got = run(args)
     mismatch = compare_outputs(name, expected, got, graph=gm.graph)
