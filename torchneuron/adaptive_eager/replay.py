@@ -283,10 +283,16 @@ class Replay:
         """A read of a pending value (or of a tensor with a deferred write): the region
         ends here if complete, otherwise it side-exits."""
         if not self.done:
-            if self.complete:
-                self.finish()
-            elif not self.runtime.finish_as_variant(self):
-                self.side_exit(Reason.EARLY_READ)
+            self.end_here(Reason.EARLY_READ)
+
+    def end_here(self, reason: Reason) -> None:
+        """The stream reached a boundary inside the region (a read, a sync, a host copy
+        into an input): finish if every op was deferred, else as the ready variant that
+        stops exactly here (``Runtime.finish_as_variant``), else side-exit for ``reason``."""
+        if self.complete:
+            self.finish()
+        elif not self.runtime.finish_as_variant(self):
+            self.side_exit(reason)
 
     def _release_marks(self) -> None:
         for t in self.marked:

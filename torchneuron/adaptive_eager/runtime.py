@@ -169,10 +169,7 @@ class Runtime:
                 rp = None
             if hostdata.destination_used(args[0], rp, self.segment):
                 if rp is not None:
-                    if rp.complete:
-                        rp.finish()
-                    elif not self.finish_as_variant(rp):
-                        rp.side_exit(Reason.HOST_COPY_INTO_INPUT)
+                    rp.end_here(Reason.HOST_COPY_INTO_INPUT)
                 else:
                     self.end_segment()
         return func(*args, **kwargs)
@@ -649,10 +646,7 @@ class Runtime:
         with self.lock:
             rp = self.replay
             if rp is not None:
-                if rp.complete:
-                    rp.finish()
-                elif not self.finish_as_variant(rp):
-                    rp.side_exit(Reason.SYNC_INSIDE)
+                rp.end_here(Reason.SYNC_INSIDE)
             self.end_segment()
 
     def flush(self) -> None:
