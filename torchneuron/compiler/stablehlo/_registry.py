@@ -7,7 +7,7 @@ bodies, sort comparators, while loops) with the same interpreter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -23,6 +23,7 @@ __all__ = [
     "StableHLOExecutionError",
     "out_dtype",
     "ints",
+    "static",
     "attr_tensor",
 ]
 
@@ -83,6 +84,11 @@ def out_dtype(op: Operation, i: int = 0) -> torch.dtype:
 
 def out_shape(op: Operation, i: int = 0) -> list[int]:
     return list(op.result_types[i].shape)
+
+
+def static(shape: Sequence[int]) -> bool:
+    """Whether every dimension of ``shape`` is known (StableHLO writes a dynamic one as -1)."""
+    return all(s >= 0 for s in shape)
 
 
 def ints(op: Operation, name: str, default: list[int] | None = None) -> list[int]:

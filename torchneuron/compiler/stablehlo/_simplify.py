@@ -25,17 +25,14 @@ Results are the same tensors' values as before: only views and identities change
 
 from __future__ import annotations
 
-from ._registry import ints
+from ._registry import ints, static
 from .ir import Operation
 
-__all__ = ["simplify"]
+__all__ = ["region_reads", "simplify"]
 
 _PURE_SHAPE_OPS = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.transpose",
                    "stablehlo.slice", "stablehlo.convert")  # fmt: skip
 
-
-def _static(shape: tuple[int, ...]) -> bool:
-    return all(s >= 0 for s in shape)
 
 
 def _is_identity(op: Operation) -> bool:
@@ -43,7 +40,7 @@ def _is_identity(op: Operation) -> bool:
     if len(op.results) != 1 or not op.operand_types or op.regions:
         return False
     src, dst = op.operand_types[0], op.result_types[0]
-    if src != dst or not _static(dst.shape):
+    if src != dst or not static(dst.shape):
         return False
     name, rank = op.name, len(dst.shape)
     if name in ("stablehlo.reshape", "stablehlo.convert"):
@@ -72,7 +69,7 @@ def _times_one(op: Operation, operands: tuple[str, ...],
     if op.name != "stablehlo.multiply" or len(operands) != 2 or op.regions:
         return None
     dst = op.result_types[0]
-    if not _static(dst.shape) or dst.dtype in ("i1", "complex<f32>", "complex<f64>"):
+    if not static(dst.shape) or dst.dtype in ("i1", "complex<f32>", "complex<f64>"):
         return None
     for side in (0, 1):
         src = producer.get(operands[1 - side])
@@ -97,28 +94,30 @@ def _untranspose(op: Operation, operands: tuple[str, ...],
     outer, inner = ints(op, "permutation"), ints(src[0], "permutation")
     if len(outer) != len(inner) or [inner[i] for i in outer] != list(range(len(outer))):
         return None
-    if src[0].operand_types[0] != op.result_types[0] or not _static(op.result_types[0].shape):
+    if src[0].operand_types[0] != op.result_types[0] or not static(op.result_types[0].shape):
         return None
     return src[1][0]
 
 
-def _region_reads(ops: list[Operation], out: set[str]) -> set[str]:
-    """Every name read by an op inside a region of ``ops`` (at any depth)."""
+def region_reads(ops: list[Operation], out: set[str] | None = None) -> set[str]:
+    """Every name read by an op inside a region of ``ops`` (at any depth): such values
+    are looked up by name from the enclosing scope, so no pass may alias or drop them."""
+    out = set() if out is None else out
     for op in ops:
         for region in op.regions:
             for inner in region:
                 out.update(inner.operands)
-            _region_reads(region, out)
+            region_reads(region, out)
     return out
 
 
 def simplify(
-    ops: list[Operation], returns: list[str] | None
+    ops: list[Operation], returns: list[str] | None, pinned: set[str]
 ) -> tuple[list[tuple[Operation, tuple[str, ...]]], tuple[str, ...] | None]:
     """The ops still to run, each with the operand names it should read, and the
     names the block returns, after aliasing and dead-view removal (module docstring).
+    ``pinned``: ``region_reads(ops)``.
     """
-    pinned = _region_reads(ops, set())
     alias: dict[str, str] = {}
     producer: dict[str, tuple[Operation, tuple[str, ...]]] = {}
     kept: list[tuple[Operation, tuple[str, ...]]] = []
@@ -131,7 +130,7 @@ def simplify(
         if same is not None and op.results[0] not in pinned:
             alias[op.results[0]] = same
             continue
-        if op.name == "stablehlo.reshape" and len(operands) == 1 and _static(
+        if op.name == "stablehlo.reshape" and len(operands) == 1 and static(
             op.result_types[0].shape
         ):
             src = producer.get(operands[0])

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ._dtypes import TORCH_DTYPES
-from ._registry import OpFn, Runner, ints
+from ._registry import OpFn, Runner, ints, static
 from .ir import Operation
 
 __all__ = ["SPECIALIZERS", "specialize", "specializer"]
@@ -53,9 +53,6 @@ def specialize(op: Operation, generic: OpFn) -> OpFn:
     return generic if fast is None else fast
 
 
-def _static(shape: tuple[int, ...]) -> bool:
-    return all(s >= 0 for s in shape)
-
 
 def _dtype(op: Operation, i: int = 0) -> torch.dtype | None:
     return TORCH_DTYPES.get(op.result_types[i].dtype)
@@ -66,7 +63,7 @@ def _dtype(op: Operation, i: int = 0) -> torch.dtype | None:
 
 @specializer("stablehlo.reshape")
 def _reshape(op: Operation) -> OpFn | None:
-    if len(op.operands) != 1 or not _static(op.result_types[0].shape):
+    if len(op.operands) != 1 or not static(op.result_types[0].shape):
         return None
     shape = tuple(op.result_types[0].shape)
 
@@ -81,7 +78,7 @@ def _broadcast_in_dim(op: Operation) -> OpFn | None:
     if len(op.operands) != 1:
         return None
     in_shape, shape = op.operand_types[0].shape, op.result_types[0].shape
-    if not (_static(in_shape) and _static(shape)):
+    if not (static(in_shape) and static(shape)):
         return None
     dims = ints(op, "broadcast_dimensions")
     order = sorted(range(len(dims)), key=lambda i: dims[i])
@@ -260,7 +257,7 @@ def _scatter(op: Operation) -> OpFn | None:
     r = len(shape)
     idx_t = op.operand_types[1]
     if (
-        not _static(shape) or not _static(idx_t.shape)
+        not static(shape) or not static(idx_t.shape)
         or list(dn.get("update_window_dims", [])) or dn.get("input_batching_dims")
         or list(dn["inserted_window_dims"]) != list(range(r))
         or list(dn["scattered_dims_to_operand_dims"]) != list(range(r))

@@ -20,15 +20,12 @@ from typing import Any
 
 import torch
 
-from ._registry import OpFn, Runner, ints
+from ._registry import OpFn, Runner, ints, static
 from ._specialize import SPECIALIZERS, specializer
 from .ir import Operation
 
 __all__: list[str] = []
 
-
-def _static(shape: tuple[int, ...]) -> bool:
-    return all(s >= 0 for s in shape)
 
 
 def _index_shape(idx_shape: tuple[int, ...], ivd: int, width: int) -> tuple[int, ...] | None:
@@ -47,7 +44,7 @@ def _gather(op: Operation) -> OpFn | None:
     x_t, idx_t = op.operand_types
     shape, r = tuple(x_t.shape), len(x_t.shape)
     if (
-        r < 1 or not _static(shape) or not _static(idx_t.shape) or shape[0] < 1
+        r < 1 or not static(shape) or not static(idx_t.shape) or shape[0] < 1
         or dn.get("operand_batching_dims") or dn.get("start_indices_batching_dims")
         or idx_t.dtype not in ("i32", "i64", "si32", "si64")
     ):  # fmt: skip
@@ -108,7 +105,7 @@ def _scatter(op: Operation) -> OpFn | None:
     x_t, idx_t, u_t = op.operand_types
     shape, r = tuple(x_t.shape), len(x_t.shape)
     if (
-        r < 2 or not _static(shape) or not _static(idx_t.shape) or not _static(u_t.shape)
+        r < 2 or not static(shape) or not static(idx_t.shape) or not static(u_t.shape)
         or dn.get("input_batching_dims") or dn.get("scatter_indices_batching_dims")
         or x_t.dtype == "i1" or x_t.dtype != u_t.dtype
         or list(dn["inserted_window_dims"]) != [0]

@@ -45,7 +45,7 @@ from ._absorb import absorb_broadcasts, absorb_transposes
 from ._dtypes import TORCH_DTYPES
 from ._fuse import Fused, fuse
 from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
-from ._simplify import _region_reads, simplify
+from ._simplify import region_reads, simplify
 from ._specialize import specialize
 from .ir import Function, Module, Operation, TensorType
 
@@ -134,10 +134,11 @@ class _Block:
         self.hot: list[_Step] = []
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
+        pinned = region_reads(ops)
         body, returns = simplify(
-            ops if end is None else ops[:end], None if end is None else ops[end].operands
+            ops if end is None else ops[:end], None if end is None else ops[end].operands,
+            pinned,
         )
-        pinned = _region_reads(ops, set())
         body = absorb_broadcasts(fuse(body, returns, pinned), returns, pinned)
         body = absorb_transposes(body, returns, pinned)
         self.returns = returns
