@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.compiler.compiled import assert_compiles_to_eager
 from torchneuron.compiler import compile_graph
 
 _g = torch.Generator().manual_seed(0)
@@ -56,10 +57,7 @@ CASES = _cases()
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_index_reduction_compiles_to_eagers_numbers(name: str) -> None:
     fn, inputs = CASES[name]
-    got = compile_graph(fn, inputs, name=name).run(inputs)[0]
-    want = fn(*inputs)
-    assert got.shape == want.shape and got.dtype == want.dtype
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert_compiles_to_eager(fn, inputs, rtol=1e-5, atol=1e-6, equal_nan=True, name=name)
 
 
 def test_embedding_max_norm_renormalizes_the_named_rows_in_place_like_eager() -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
+from tests.compiler.compiled import assert_compiles_to_eager
 from torchneuron.compiler import compile_graph
 
 _g = torch.Generator().manual_seed(0)
@@ -55,15 +56,7 @@ CASES: dict[str, tuple[Callable[..., Any], list[torch.Tensor]]] = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_lu_family_compiles_to_eagers_numbers(name: str) -> None:
     fn, inputs = CASES[name]
-    got = compile_graph(fn, inputs, name=name).run(inputs)
-    want = pytree.tree_leaves(fn(*inputs))
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        if w.is_floating_point():
-            torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-4, equal_nan=True)
-        else:
-            assert torch.equal(g, w)  # pivots, info
+    assert_compiles_to_eager(fn, inputs, rtol=1e-3, atol=1e-4, equal_nan=True, name=name)
 
 
 _N = A @ A.mT + torch.eye(4)

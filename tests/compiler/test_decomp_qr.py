@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
-from torchneuron.compiler import compile_graph
+from tests.compiler.compiled import assert_compiles_to_eager
 
 _g = torch.Generator().manual_seed(0)
 TALL = torch.randn(3, 5, 4, generator=_g)
@@ -40,9 +39,4 @@ CASES: dict[str, tuple[Callable[..., Any], list[torch.Tensor]]] = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_qr_family_compiles_to_eagers_numbers(name: str) -> None:
     fn, inputs = CASES[name]
-    got = compile_graph(fn, inputs, name=name).run(inputs)
-    want = pytree.tree_leaves(fn(*inputs))
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-4)
+    assert_compiles_to_eager(fn, inputs, rtol=1e-3, atol=1e-4, name=name)
