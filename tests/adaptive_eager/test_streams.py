@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -29,7 +31,9 @@ def test_loop_that_never_syncs_finds_its_period() -> None:
     assert periodic and ae.stats()["replays"] >= 3, ae.explain()
 
 
-def test_greedy_decoding_with_growing_kv_cache() -> None:
+def _greedy_decoding(steps: int) -> Callable[[str], dict]:
+    """Greedy decoding with a KV cache that grows one token per step, ``.item()`` on each
+    token: the loop both decoding tests run."""
     torch.manual_seed(0)
     emb, proj = torch.nn.Embedding(12, 8), torch.nn.Linear(8, 12)
 
@@ -39,7 +43,7 @@ def test_greedy_decoding_with_growing_kv_cache() -> None:
             tok = torch.tensor([3]).to(device)
             keys = torch.zeros(0, 8, device=device)
             out = []
-            for _ in range(10):
+            for _ in range(steps):
                 q = e(tok)
                 keys = torch.cat([keys, q])  # the cache grows one token per step
                 att = torch.softmax(q @ keys.t(), -1) @ keys
@@ -47,6 +51,11 @@ def test_greedy_decoding_with_growing_kv_cache() -> None:
                 out.append(tok.item())
         return {"tokens": torch.tensor(out), "keys": keys}
 
+    return loop
+
+
+def test_greedy_decoding_with_growing_kv_cache() -> None:
+    loop = _greedy_decoding(10)
     assert_same(run(loop, "neuron"), run(loop, "neuron", adaptive=True))
 
 
@@ -120,20 +129,6 @@ def test_random_programs_give_eager_results(prog: list[str], diverge: int, steps
                    "4 x TORCHNEURON_AE_MAX_VARIANTS recorded shapes new ones are not even "
                    "tracked (too-many-variants). Eager's results, no replay.")
 def test_greedy_decoding_with_growing_kv_cache_replays() -> None:
-    torch.manual_seed(0)
-    emb, proj = torch.nn.Embedding(12, 8), torch.nn.Linear(8, 12)
-
-    def loop(device: str) -> dict:
-        e, p = emb.to(device), proj.to(device)
-        with torch.no_grad():
-            tok = torch.tensor([3]).to(device)
-            keys = torch.zeros(0, 8, device=device)
-            for _ in range(24):
-                q = e(tok)
-                keys = torch.cat([keys, q])
-                tok = p(torch.softmax(q @ keys.t(), -1) @ keys + q).argmax(-1)
-                tok.item()
-        return {"keys": keys}
-
+    loop = _greedy_decoding(24)
     assert_same(run(loop, "neuron"), run(loop, "neuron", adaptive=True))
     assert ae.stats()["replays"] >= 1, ae.explain()
