@@ -7,11 +7,14 @@ fixed shapes, though (embeddings, layer norms, projections, the MLP, the logits)
 consecutive steps that are the same ops in the same order and differ only in integers
 (sizes, strides, offsets, int arguments such as ``arange``'s bounds) at a minority of
 positions show which ops vary: each such op becomes a *pattern*, its signature with the
-integers that changed replaced by a wildcard. From then on an op matching a pattern ends
-the segment (closing the fixed-shape ops before it as a region) and runs eagerly, outside
+integers that changed replaced by a wildcard, kept with its position in the step (ops since
+the last boundary, however they ran). From then on an op at that position matching the
+pattern ends the segment (closing the fixed-shape ops before it as a region) and runs eagerly, outside
 any region; the fixed-shape pieces between such ops are ordinary regions, found hot in the
 next steps, compiled, and replayed (identical layers share one). The growing ops cost what
-eager costs; nothing is compiled for a shape that will not come again.
+eager costs; nothing is compiled for a shape that will not come again. The position is
+what tells ``q`` of shape ``[1, 1, 16]`` (fixed) from the scores ``[1, 1, L]`` at L = 16:
+the wildcard alone would match both.
 
 Only integers may differ: a float (lifted instead, see ``lift``), a dtype or a different
 op sequence teaches nothing. Every decision is made from the op stream alone, so the step
@@ -28,6 +31,7 @@ from typing import Any
 __all__ = ["Growing", "ANY", "wildcard", "matches"]
 
 _MAX_PATTERNS = 256  # patterns kept; past this, no more are learned
+_KEEP_STEPS = 8  # whole steps remembered, one per (length, first op)
 
 
 class _Any:
@@ -86,20 +90,24 @@ class Growing:
     steps (boundary to boundary, every op recorded); ``active`` once there is one."""
 
     def __init__(self) -> None:
-        self.patterns: dict[Any, list[tuple]] = {}  # op overload -> patterns of its static
+        # position in the step -> (op overload, pattern of its static) learned there
+        self.patterns: dict[int, list[tuple[Any, tuple]]] = {}
         self.count = 0
         self.active = False
-        self.prev: list[tuple[Any, tuple]] | None = None  # (func, static) of the last whole step
+        # the last whole step of each (length, first op): steps may alternate with others
+        # (a read of each step's output to the host is a step of its own)
+        self.prev: dict[tuple[int, Any], list[tuple[Any, tuple]]] = {}
         self.ran_in_step = 0  # ops run between regions since the last boundary
+        self.exited_in_step = 0  # ops run eagerly at side exits since the last boundary
 
-    def varies(self, func: Any, static: tuple) -> bool:
-        """Whether the op (overload, static signature from ``recorder.static_of``) is one
-        whose shapes change every step."""
-        pats = self.patterns.get(func)
+    def varies(self, pos: int, func: Any, static: tuple) -> bool:
+        """Whether the op at position ``pos`` of the step (overload, static signature
+        from ``recorder.static_of``) is one whose shapes change every step."""
+        pats = self.patterns.get(pos)
         if pats is None:
             return False
-        for p in pats:
-            if matches(p, static):
+        for f, p in pats:
+            if f is func and matches(p, static):
                 return True
         return False
 
@@ -110,12 +118,19 @@ class Growing:
         without ops (two syncs in a row) is no step."""
         if ops is not None and not ops:
             return
-        self.ran_in_step = 0
-        prev, self.prev = self.prev, (list(ops) if ops is not None else None)
-        if prev is None or ops is None or len(prev) != len(ops):
+        self.ran_in_step = self.exited_in_step = 0
+        if ops is None:
+            return
+        ops = list(ops)
+        key = (len(ops), ops[0][0])
+        prev = self.prev.pop(key, None)
+        self.prev[key] = ops
+        if len(self.prev) > _KEEP_STEPS:
+            del self.prev[next(iter(self.prev))]  # the least recently seen
+        if prev is None:
             return
         found = []
-        for (fa, sa), (fb, sb) in zip(prev, ops, strict=True):
+        for pos, ((fa, sa), (fb, sb)) in enumerate(zip(prev, ops, strict=True)):
             if fa is not fb:
                 return
             if sa == sb:
@@ -123,13 +138,13 @@ class Growing:
             pat = wildcard(sa, sb)
             if pat is None:
                 return
-            found.append((fa, pat))
+            found.append((pos, fa, pat))
         if not found or 2 * len(found) > len(ops):
             return
-        for func, pat in found:
-            pats = self.patterns.setdefault(func, [])
-            if pat in pats or self.count >= _MAX_PATTERNS:
+        for pos, func, pat in found:
+            pats = self.patterns.setdefault(pos, [])
+            if (func, pat) in pats or self.count >= _MAX_PATTERNS:
                 continue
-            pats.append(pat)
+            pats.append((func, pat))
             self.count += 1
             self.active = True

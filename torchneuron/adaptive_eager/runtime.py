@@ -155,7 +155,7 @@ class Runtime:
             except Unsupported:
                 self.end_segment()
                 return func(*args, **kwargs)
-            if self.growing.active and self.growing.varies(func, static):
+            if self.growing.active and self.growing.varies(self._step_pos(), func, static):
                 return self.between_regions(func, args, kwargs, tensors)
             if not self.segment.entries:
                 out = self.try_start(func, args, kwargs, static, tensors)
@@ -231,6 +231,11 @@ class Runtime:
             self.epoch += 1
             self.epoch_pos = pos
         seg.clear()
+
+    def _step_pos(self) -> int:
+        """Ops since the last boundary, however they ran (``growing``'s positions)."""
+        g = self.growing
+        return self._pos() - self.epoch_pos + g.ran_in_step + g.exited_in_step
 
     def _pos(self) -> int:
         """Ops seen so far, recorded or replayed (side-exited ops aside)."""
@@ -622,6 +627,7 @@ class Runtime:
     def replay_exited(self, rp: Replay, reason: Reason) -> None:
         region = rp.region
         self.counts["side_exits"] += 1
+        self.growing.exited_in_step += rp.pos
         self.reasons[reason.value] += 1
         core = get_core(rp.index)
         if core.timeline.observers:
