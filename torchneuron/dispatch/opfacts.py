@@ -18,8 +18,6 @@ import torch
 __all__ = ["OpFacts", "op_facts", "eager_signature"]
 
 _HOST_VALUE_TYPES = ("number", "Scalar", "bool", "int", "float", "complex", "SymInt", "SymFloat")
-# How the schema spells Tensor, Tensor? and Tensor[] returns (``split`` returns ``List[Tensor]``)
-_TENSOR_RETURN_TYPES = ("Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]")
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ def op_facts(func: Any) -> OpFacts:
         returns_host_values=any(str(r.type) in _HOST_VALUE_TYPES for r in returns),
         random=torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()),
         returns_tensors_only=schema is not None and all(
-            str(r.type) in _TENSOR_RETURN_TYPES for r in returns
+            str(r.type).startswith("Tensor") for r in returns
         ),
     )
 
