@@ -116,10 +116,8 @@ class Growing:
         was recorded whole, else None. Two whole steps in a row that differ only in
         integers at no more than half of their positions teach the varying ops. A step
         without ops (two syncs in a row) is no step."""
-        if ops is not None and not ops:
-            return
         self.ran_in_step = self.exited_in_step = 0
-        if ops is None:
+        if not ops:
             return
         ops = list(ops)
         key = (len(ops), ops[0][0])

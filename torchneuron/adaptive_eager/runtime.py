@@ -225,8 +225,9 @@ class Runtime:
                 self.at_boundary = False
         if boundary:
             pos = self._pos()
-            whole = pos - self.epoch_pos == len(seg) and not self.growing.ran_in_step
-            self.growing.step_ended([(e.func, e.static[:3]) for e in seg.entries] if whole else None)
+            g = self.growing
+            whole = pos - self.epoch_pos == len(seg) and not (g.ran_in_step or g.exited_in_step)
+            g.step_ended([(e.func, e.static[:3]) for e in seg.entries] if whole else None)
             self.longest_epoch = max(self.longest_epoch, pos - self.epoch_pos)
             self.epoch += 1
             self.epoch_pos = pos
