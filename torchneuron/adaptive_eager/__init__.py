@@ -103,6 +103,8 @@ def stats() -> dict[str, Any]:
         "enabled": is_enabled(),
         "ops_recorded": c["ops_recorded"],
         "ops_deferred": c["ops_deferred"],
+        # ops whose shapes change every step (a growing KV cache), run eagerly between regions
+        "ops_between_regions": c["ops_between_regions"],
         "regions_detected": c["regions_detected"],
         "compilations": c["compilations"],
         "compile_failures": c["compile_failures"],

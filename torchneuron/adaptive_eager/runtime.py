@@ -41,6 +41,7 @@ from torchneuron.adaptive_eager.capture import (
     example_inputs,
     plan_region,
 )
+from torchneuron.adaptive_eager.growing import Growing
 from torchneuron.adaptive_eager.lift import Lifter, block_identity, may_lift
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
@@ -116,6 +117,7 @@ class Runtime:
         self.at_boundary = False  # closing a segment that ended at a boundary
         self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
         self.lifter = Lifter()
+        self.growing = Growing()  # ops whose shapes change every step run between regions
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
@@ -153,6 +155,8 @@ class Runtime:
             except Unsupported:
                 self.end_segment()
                 return func(*args, **kwargs)
+            if self.growing.active and self.growing.varies(self._step_pos(), func, static):
+                return self.between_regions(func, args, kwargs, tensors)
             if not self.segment.entries:
                 out = self.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
@@ -173,6 +177,17 @@ class Runtime:
                 else:
                     self.end_segment()
         return func(*args, **kwargs)
+
+    def between_regions(self, func: Any, args: tuple, kwargs: dict,
+                        tensors: list[torch.Tensor]) -> Any:
+        """An op whose shapes change every step (``growing``): the segment ends before
+        it, and it runs eagerly, unrecorded, so that the next op is a start point."""
+        self.end_segment(boundary=False)
+        core = get_core(self.index)
+        core.host(core.profile.record_ns, "record")  # matched like an op being recorded
+        self.counts["ops_between_regions"] += 1
+        self.growing.ran_in_step += 1
+        return run_eagerly(func, args, kwargs, tensors)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                tensors: list[torch.Tensor]) -> Any:
@@ -210,10 +225,18 @@ class Runtime:
                 self.at_boundary = False
         if boundary:
             pos = self._pos()
+            g = self.growing
+            whole = pos - self.epoch_pos == len(seg) and not (g.ran_in_step or g.exited_in_step)
+            g.step_ended([(e.func, e.static[:3]) for e in seg.entries] if whole else None)
             self.longest_epoch = max(self.longest_epoch, pos - self.epoch_pos)
             self.epoch += 1
             self.epoch_pos = pos
         seg.clear()
+
+    def _step_pos(self) -> int:
+        """Ops since the last boundary, however they ran (``growing``'s positions)."""
+        g = self.growing
+        return self._pos() - self.epoch_pos + g.ran_in_step + g.exited_in_step
 
     def _pos(self) -> int:
         """Ops seen so far, recorded or replayed (side-exited ops aside)."""
@@ -605,6 +628,7 @@ class Runtime:
     def replay_exited(self, rp: Replay, reason: Reason) -> None:
         region = rp.region
         self.counts["side_exits"] += 1
+        self.growing.exited_in_step += rp.pos
         self.reasons[reason.value] += 1
         core = get_core(rp.index)
         if core.timeline.observers:

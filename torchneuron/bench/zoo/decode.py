@@ -1,8 +1,9 @@
 """Greedy decoding with a KV cache: step 0 is the prompt (prefill), each later step one token.
 
 The cache grows by one position per step (``torch.cat``), the plain way to write it: every
-step has new shapes, which is what static-shape compilers pay for and what adaptive eager
-meets as region variants.
+step has new shapes, which is what static-shape compilers pay for. Adaptive eager runs the
+ops whose shapes grow (the ``cat`` onto the cache and the attention over it) eagerly
+between regions and replays the fixed-shape pieces between them (``adaptive_eager.growing``).
 """
 
 from __future__ import annotations
