@@ -170,7 +170,7 @@ class Executable:
         sig = self.signature
         if self._prepared is None:
             self._random_specs = [RandomInputSpec.from_dict(s) for s in sig["random_inputs"]]
-            self._prepared = prepare(self._module())
+            self._prepared = prepare(self._module(), self._unused_outputs())
         specs = self._random_specs
         if len(inputs) != sig["num_user_inputs"]:
             raise ExecuteError(
@@ -196,6 +196,22 @@ class Executable:
             # eager's error for a failed factorization (prepare lifted the check out)
             torch.ops.aten._linalg_check_errors(outs[out_i], api, is_matrix=is_matrix)
         return self._user_outputs(inputs, outs)
+
+    def _unused_outputs(self) -> list[int]:
+        """The program outputs ``run`` never reads: a user output that is an input (or a
+        view of one) is taken from the input, so the program need not compute it."""
+        sig = self.signature
+        read = {i for i, _ in sig["write_backs"]}
+        read |= {c[0] for c in sig.get("error_checks", ())}
+        aliased = set()
+        for uo in sig["user_outputs"]:
+            if uo["kind"] == "none":
+                continue
+            if uo["kind"] == "tensor" and uo.get("alias_input") is not None:
+                aliased.add(uo["index"])
+            else:
+                read.add(uo["index"])
+        return sorted(aliased - read)
 
     def _user_outputs(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> list[Any]:
         """The user's flat outputs: graph results, scalars, or (views of) inputs."""

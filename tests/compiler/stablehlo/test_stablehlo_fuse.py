@@ -247,3 +247,34 @@ def test_one_hot_lookup_is_exact(positions: list[int], out_of_range: bool, monke
     fast, slow, used = _runs(fn, [i, table], monkeypatch)
     assert "torchneuron.fused.one_hot_lookup" in used
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[0], fn(i, table))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threshold", [0.0, 0.5])
+def test_relu_backward_is_fused_and_exact(dtype: torch.dtype, threshold: float,
+                                          monkeypatch) -> None:  # noqa: ANN001
+    """``threshold_backward`` (ReLU's gradient): one fused call, the op-by-op bits and
+    eager's, with NaN, signed zeros and values at the threshold in both inputs."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 50, generator=g).to(dtype)
+    grad = torch.randn(6, 50, generator=g).to(dtype)
+    x.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, threshold, float("inf"), -1.0])
+    grad.view(-1)[6:10] = torch.tensor([float("nan"), -0.0, 0.0, float("-inf")])
+
+    def fn(gr: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return aten.threshold_backward(gr, t, threshold)
+
+    fast, slow, fused = _runs(fn, [grad, x], monkeypatch)
+    assert "torchneuron.fused.relu_backward" in fused
+    assert _same_bits(fast[0], slow[0])
+    assert _same_bits(fast[0], fn(grad, x))
+
+
+def test_select_of_a_negative_zero_is_not_relu_backward(monkeypatch) -> None:  # noqa: ANN001
+    """A select whose "zero" is -0.0 is not ReLU's gradient: the original ops run."""
+    x, grad = torch.randn(4, 40), torch.randn(4, 40)
+    fn = lambda gr, t: torch.where(t <= 0, torch.tensor(-0.0), gr)  # noqa: E731
+    fast, slow, fused = _runs(fn, [grad, x], monkeypatch)
+    assert "torchneuron.fused.relu_backward" in fused  # matched; its check refuses
+    assert _same_bits(fast[0], slow[0])
+    assert _same_bits(fast[0], fn(grad, x))

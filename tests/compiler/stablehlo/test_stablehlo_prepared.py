@@ -43,3 +43,22 @@ def test_cached_constant_output_is_not_shared_with_caller() -> None:
     const2, total2 = prepared.run([torch.ones(2)])
     assert const2.tolist() == [1.0, 2.0]
     assert total2.tolist() == [2.0, 3.0]
+
+
+def test_unused_outputs_are_not_computed() -> None:
+    """An output the caller takes from its inputs (``Executable``'s aliased user outputs)
+    comes back as None, and the ops only it needs are dropped; the others are unchanged."""
+    text = """func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<2x3xf32>) {
+  %t = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %s = stablehlo.add %arg0, %arg0 : tensor<2x3xf32>
+  return %t, %s : tensor<3x2xf32>, tensor<2x3xf32>
+}"""
+    module = parse_module(text)
+    x = torch.randn(2, 3)
+    pruned = prepare(module, unused_outputs=[0])
+    t, s = pruned.run([x])
+    assert t is None
+    assert torch.equal(s, interpret(module, [x])[1])
+    block = pruned.block(pruned.entry.body)
+    assert [step.op.name for step in block.steps] == ["stablehlo.add"]
+    assert prepare(module).run([x])[0] is not None

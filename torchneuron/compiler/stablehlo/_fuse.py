@@ -9,7 +9,8 @@ took more wall time than the rest of the executable. Here, once per block, each 
 run is recognised and replaced by one ``Fused`` op computing the run's results from
 strided views of the input (one compare and two selects per window position, no
 copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
-BatchNorm's batch variance (the same torch calls, in one step).
+BatchNorm's batch variance (the same torch calls, in one step); ``_fuse_relu`` ReLU's
+backward (``threshold_backward``).
 
 Rules every fusion keeps:
 
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 
 from ._fuse_norm import batch_variance
+from ._fuse_relu import relu_backward
 from ._registry import OPS, OpFn, Runner, ints
 from ._specialize import specialize
 from ._specialize_math import select
@@ -415,6 +417,7 @@ _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], .
     _max_pool_backward,
     _one_hot_lookup,
     batch_variance,
+    relu_backward,
 )
 
 

@@ -24,7 +24,7 @@ gives the bits the op-by-op implementations give. ``interpret(module, inputs)`` 
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -125,9 +125,11 @@ class _Block:
     and run only the other steps (``hot``).
     """
 
-    __slots__ = ("steps", "returns", "consts", "hot")
+    __slots__ = ("steps", "returns", "consts", "hot", "slots", "width")
 
-    def __init__(self, ops: list[Operation], owner: Prepared) -> None:
+    def __init__(
+        self, ops: list[Operation], owner: Prepared, unused: frozenset[int] = frozenset()
+    ) -> None:
         self.steps: list[_Step] = []
         self.returns: tuple[str, ...] | None = None
         self.consts: dict[str, Any] | None = None
@@ -135,13 +137,19 @@ class _Block:
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
         pinned = region_reads(ops)
-        body, returns = simplify(
-            ops if end is None else ops[:end], None if end is None else ops[end].operands,
-            pinned,
-        )
+        rets = None if end is None else list(ops[end].operands)
+        if rets is not None and unused:  # nobody reads these: computing them is waste
+            rets = [r for i, r in enumerate(rets) if i not in unused]
+        body, returns = simplify(ops if end is None else ops[:end], rets, pinned)
         body = absorb_broadcasts(fuse(body, returns, pinned), returns, pinned)
         body = absorb_transposes(body, returns, pinned)
         self.returns = returns
+        # where each kept result goes among the block's returns (None: an unused one)
+        self.slots: tuple[int, ...] | None = None
+        self.width = 0
+        if unused and end is not None:
+            self.slots = tuple(i for i in range(len(ops[end].operands)) if i not in unused)
+            self.width = len(ops[end].operands)
         for op, operands in body:
             fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
@@ -160,8 +168,11 @@ class _Block:
 class Prepared:
     """A module made ready to run many times (see the module docstring)."""
 
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, unused_outputs: Iterable[int] = ()) -> None:
         self.module = module
+        # entry results nobody reads (the caller takes those from its inputs): not
+        # computed, returned as None
+        self.unused = frozenset(unused_outputs)
         self.constant_storages: set[int] = set()  # storages of cached constants
         self._blocks: dict[int, tuple[list[Operation], _Block]] = {}
         fn = module.functions[module.entry]
@@ -180,11 +191,13 @@ class Prepared:
         """The prepared form of ``ops`` (a function body or an op's region), built once."""
         hit = self._blocks.get(id(ops))
         if hit is None or hit[0] is not ops:
-            hit = self._blocks[id(ops)] = (ops, _Block(ops, self))  # keeps ``ops`` alive
+            unused = self.unused if ops is self.entry.body else frozenset()
+            hit = self._blocks[id(ops)] = (ops, _Block(ops, self, unused))  # keeps ``ops`` alive
         return hit[1]
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Run the entry function on CPU tensors; returns fresh contiguous outputs."""
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Run the entry function on CPU tensors; returns fresh contiguous outputs
+        (None for the unused ones)."""
         args = list(inputs)
         for i, (exact, x) in enumerate(zip(self._exact, args, strict=False)):
             if exact is not None and x.dtype == exact[0] and x.shape == exact[1]:
@@ -206,6 +219,9 @@ class Prepared:
         seen |= self.constant_storages  # a cached constant must never reach the caller
         result = []
         for o in outs:  # never hand back storage shared with an input or another output
+            if o is None:  # an unused output: not computed
+                result.append(o)
+                continue
             o = o.contiguous()
             if o.numel():
                 ptr = o.untyped_storage().data_ptr()
@@ -307,7 +323,13 @@ class _Interpreter:
             raise StableHLOExecutionError("block ended without a return op")
         if consts is None:  # first complete run: keep what every later run starts from
             block.consts = {r: env[r] for s in block.steps if s.hoisted for r in s.results}
-        return [env[o] for o in block.returns]
+        values = [env[o] for o in block.returns]
+        if block.slots is None:
+            return values
+        full: list[Any] = [None] * block.width
+        for i, v in zip(block.slots, values, strict=True):
+            full[i] = v
+        return full
 
 
 def _describe(op: Operation) -> str:
@@ -334,9 +356,12 @@ def _check(op: Operation, value: Any, tt: TensorType, check_shapes: bool) -> Non
         )
 
 
-def prepare(module: Module) -> Prepared:
-    """``module`` made ready to run many times (the module must not change afterwards)."""
-    return Prepared(module)
+def prepare(module: Module, unused_outputs: Iterable[int] = ()) -> Prepared:
+    """``module`` made ready to run many times (the module must not change afterwards).
+
+    ``unused_outputs``: indices of entry results the caller never reads; they are not
+    computed (ops only they need are dropped) and come back as None."""
+    return Prepared(module, unused_outputs)
 
 
 def interpret(module: Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
