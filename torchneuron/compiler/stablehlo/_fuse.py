@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ._fuse_norm import batch_variance
+from ._fuse_pool import native_max_pool2d
 from ._fuse_relu import relu_backward
 from ._registry import OPS, OpFn, Runner, ints
 from ._specialize import specialize
@@ -227,6 +228,10 @@ def _max_pool_forward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]]
             return slow(op, args, run)
         return [v.reshape(out_shape), i.reshape(out_shape)]
 
+    if pooled == [rank - 2, rank - 1] and out_shape == tuple(piece_t.shape):
+        native = native_max_pool2d(tuple(src_t.shape), kernel, stride, out_shape, slow)
+        if native is not None:
+            return _make(red, outer, run_ops, native, "max_pool_window"), run_ids
     fused = _make(red, outer, run_ops, max_pool, "max_pool_window")
     return fused, run_ids
 
