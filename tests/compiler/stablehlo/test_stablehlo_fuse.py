@@ -278,3 +278,21 @@ def test_select_of_a_negative_zero_is_not_relu_backward(monkeypatch) -> None:  #
     assert "torchneuron.fused.relu_backward" in fused  # matched; its check refuses
     assert _same_bits(fast[0], slow[0])
     assert _same_bits(fast[0], fn(grad, x))
+
+
+@pytest.mark.parametrize("out_of_range", [False, True])
+def test_element_scatter_that_replaces_is_specialized_and_exact(out_of_range: bool,
+                                                               monkeypatch) -> None:  # noqa: ANN001
+    """Cross-entropy's gradient writes one element per row (a scatter whose body returns
+    the update): the specialized ``index_put_`` gives the generic path's bits."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.randint(0, 7, (5,), generator=g)
+    if out_of_range:
+        t[2] = 9  # dropped by both paths
+    v = torch.randn(5, generator=g)
+    fn = lambda src, i: torch.zeros(5, 7).scatter(1, i[:, None], src[:, None])  # noqa: E731
+    fast, slow, used = _runs(fn, [v, t], monkeypatch)
+    assert "scatter_add" in used  # the element scatter's specialized callable
+    assert _same_bits(fast[0], slow[0])
+    if not out_of_range:
+        assert _same_bits(fast[0], fn(v, t))

@@ -247,10 +247,16 @@ def _max_with_index(dims: list[int]) -> OpFn:
 @specializer("stablehlo.scatter")
 def _scatter(op: Operation) -> OpFn | None:
     """``scatter`` with one operand, scalar updates (no window dims), the index vector
-    last, every operand dim indexed in order and an add body: a flat ``index_add_``."""
+    last, every operand dim indexed in order and an add body: a flat ``index_add_``;
+    with a body returning the update (cross-entropy's gradient), the generic path's
+    ``index_put_`` on the same flat positions in the same order."""
+    from ._ops_gather import _is_replace
     from ._ops_reduce import simple_body
 
-    if len(op.operands) != 3 or simple_body(op) != "stablehlo.add":
+    if len(op.operands) != 3:
+        return None
+    replace = _is_replace(op, 1)
+    if not replace and simple_body(op) != "stablehlo.add":
         return None
     dn = op.attributes["scatter_dimension_numbers"]
     shape = op.operand_types[0].shape
@@ -281,9 +287,13 @@ def _scatter(op: Operation) -> OpFn | None:
         linear = (idx * weights).sum(-1)
         out = x.clone().reshape(-1)
         if bool(ok.all()):
-            out.index_add_(0, linear.reshape(-1), updates.reshape(-1))
+            linear, updates = linear.reshape(-1), updates.reshape(-1)
         else:
-            out.index_add_(0, linear[ok], updates[ok])
+            linear, updates = linear[ok], updates[ok]
+        if replace:
+            out.index_put_((linear,), updates)  # what ``out[linear] = updates`` calls
+        else:
+            out.index_add_(0, linear, updates)
         return [out.reshape(shape)]
 
     return scatter_add
