@@ -107,9 +107,9 @@ def _constant(fn: OpFn, owner: Prepared) -> OpFn:
     def cached(op: Operation, args: list[Any], run: Any) -> list[Any]:
         if not cache:
             values = fn(op, args, run)
-            owner.constant_storages.update(
-                v.untyped_storage().data_ptr() for v in values
-                if isinstance(v, torch.Tensor) and v.numel()
+            owner.constant_ids.update(  # each constant's owner of its storage
+                id(v._base if v._is_view() else v) for v in values
+                if isinstance(v, torch.Tensor)
             )  # fmt: skip
             cache.append(values)
         return list(cache[0])
@@ -173,7 +173,7 @@ class Prepared:
         # entry results nobody reads (the caller takes those from its inputs): not
         # computed, returned as None
         self.unused = frozenset(unused_outputs)
-        self.constant_storages: set[int] = set()  # storages of cached constants
+        self.constant_ids: set[int] = set()  # the cached constant tensors themselves
         self._blocks: dict[int, tuple[list[Operation], _Block]] = {}
         fn = module.functions[module.entry]
         self.entry = fn
@@ -215,20 +215,31 @@ class Prepared:
                 )
         with torch.no_grad():  # the simulator executes a program; it never records autograd
             outs = _Interpreter(self).run_function(self.entry, args)
-        seen = {x.untyped_storage().data_ptr() for x in args if x.numel()}
-        seen |= self.constant_storages  # a cached constant must never reach the caller
-        result = []
-        for o in outs:  # never hand back storage shared with an input or another output
+        return self._fresh(args, outs)
+
+    def _fresh(self, args: list[Any], outs: list[Any]) -> list[Any]:
+        """The outputs made contiguous, each one its own storage (cloned where not).
+
+        Why by identity: asking every input and output for its storage costs more than
+        some small programs' ops. Every tensor the interpreter makes is either a view,
+        whose ``_base`` is the tensor that owns its storage, or owns its storage (the op
+        implementations never alias memory another way: no ``detach``, ``set_`` or
+        storage tricks). So an output shares storage with an input, a cached constant
+        or an earlier output exactly when its owner is one of theirs.
+        """
+        known = set(self.constant_ids)
+        for x in args:
+            known.add(id(x._base if x._is_view() else x))
+        result: list[Any] = []
+        for o in outs:
             if o is None:  # an unused output: not computed
                 result.append(o)
                 continue
             o = o.contiguous()
-            if o.numel():
-                ptr = o.untyped_storage().data_ptr()
-                if ptr in seen:
-                    o = o.clone()
-                    ptr = o.untyped_storage().data_ptr()
-                seen.add(ptr)
+            owner = o._base if o._is_view() else o
+            if id(owner) in known:
+                o = owner = o.clone()
+            known.add(id(owner))
             result.append(o)
         return result
 
