@@ -296,3 +296,18 @@ def test_element_scatter_that_replaces_is_specialized_and_exact(out_of_range: bo
     assert _same_bits(fast[0], slow[0])
     if not out_of_range:
         assert _same_bits(fast[0], fn(v, t))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_sum_specialization_is_exact(dtype: torch.dtype, monkeypatch) -> None:  # noqa: ANN001
+    """A float sum reduce: the generic path's bits (signed zeros, NaN, inf included)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 5, 6, generator=g).to(dtype)
+    x[0] = -0.0  # a slice of negative zeros: the init's +0.0 decides the sign
+    x[1, 0, 0], x[2, 1, 1] = float("nan"), float("inf")
+    fn = lambda t: (t.sum(dim=(0, 2)), t.sum(dim=1), t.sum())  # noqa: E731
+    fast, slow, used = _runs(fn, [x], monkeypatch)
+    assert "float_sum" in used
+    assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
+    for a, b in zip(fast, fn(x), strict=True):
+        torch.testing.assert_close(a, b, equal_nan=True)

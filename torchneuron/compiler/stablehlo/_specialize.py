@@ -137,25 +137,48 @@ def _convert(op: Operation) -> OpFn | None:
 
 @specializer("stablehlo.reduce")
 def _reduce(op: Operation) -> OpFn | None:
-    from ._ops_reduce import _COMBINE, _fast_reduce, reduce_tensors, simple_body
+    from ._ops_reduce import simple_body
 
     dims = ints(op, "dimensions")
     n = len(op.operands) // 2
     kind = simple_body(op)
-    if kind is not None and n == 1:
-        combine = _COMBINE[kind]
-
-        def simple(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    out_t = TORCH_DTYPES.get(op.result_types[0].dtype) if op.result_types else None
+    if (
+        kind == "stablehlo.add" and n == 1 and dims and out_t is not None
+        and out_t.is_floating_point
+        and all(TORCH_DTYPES.get(t.dtype) == out_t for t in op.operand_types)
+    ):  # fmt: skip
+        # a float sum (the most common reduce): the generic path's ``sum`` then the
+        # init added, without its dispatch on kind and dtype, the add in place
+        def float_sum(op: Operation, args: list[Any], run: Runner) -> list[Any]:
             x, init = args
-            r = _fast_reduce(kind, x, dims)
-            if r is None:
-                return reduce_tensors(op, [x], [init], dims, run)
-            return [combine(r, init.to(r.dtype)).to(x.dtype)]
+            if x.dtype != out_t or init.dtype != out_t:
+                return [reduce_generic(op, args, run)[0]]
+            return [torch.sum(x, dim=dims, dtype=out_t).add_(init)]
 
-        return simple
+        reduce_generic = _simple(kind, dims)
+        return float_sum
+    if kind is not None and n == 1:
+        return _simple(kind, dims)
     if n == 2 and _is_max_with_first_index(op):
         return _max_with_index(dims)
     return None
+
+
+def _simple(kind: str, dims: list[int]) -> OpFn:
+    """A reduce with a one-op body: torch's reduction, then the init combined."""
+    from ._ops_reduce import _COMBINE, _fast_reduce, reduce_tensors
+
+    combine = _COMBINE[kind]
+
+    def simple(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+        x, init = args
+        r = _fast_reduce(kind, x, dims)
+        if r is None:
+            return reduce_tensors(op, [x], [init], dims, run)
+        return [combine(r, init.to(r.dtype)).to(x.dtype)]
+
+    return simple
 
 
 def _is_max_with_first_index(op: Operation) -> bool:
