@@ -24,7 +24,7 @@ gives the bits the op-by-op implementations give. ``interpret(module, inputs)`` 
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -75,7 +75,7 @@ class _Step:
     """One op, resolved: its implementation and what to check about its results."""
 
     __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks", "hoisted",
-                 "single")  # fmt: skip
+                 "single", "fetch")  # fmt: skip
 
     def __init__(
         self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool, operands: tuple[str, ...]
@@ -85,6 +85,7 @@ class _Step:
         # resolved once: constants cached, other ops specialized to their attributes
         self.fn = _constant(fn, owner) if hoist else specialize(op, fn)
         self.operands = operands  # after ``simplify``'s aliasing
+        self.fetch = _fetcher(operands)  # env -> the operand values
         self.results = tuple(op.results)
         # (dtype it must have or None, static torch.Size or None when any dim is dynamic)
         self.dtypes = tuple(TORCH_DTYPES.get(tt.dtype) for tt in op.result_types)
@@ -99,6 +100,23 @@ class _Step:
         self.single = (
             len(self.checks) == 1 and self.dtypes[0] is not None and self.shapes[0] is not None
         )
+
+
+def _fetcher(operands: tuple[str, ...]) -> Callable[[Any], list[Any]]:
+    """A callable listing ``operands``' values from an env: spelled out for the common
+    arities (half the cost of a comprehension, which is a call of its own)."""
+    if not operands:
+        return lambda env: []
+    if len(operands) == 1:
+        (a,) = operands
+        return lambda env: [env[a]]
+    if len(operands) == 2:
+        a, b = operands
+        return lambda env: [env[a], env[b]]
+    if len(operands) == 3:
+        a, b, c = operands
+        return lambda env: [env[a], env[b], env[c]]
+    return lambda env: [env[o] for o in operands]
 
 
 def _constant(fn: OpFn, owner: Prepared) -> OpFn:
@@ -303,7 +321,7 @@ class _Interpreter:
         for step in steps:
             op = step.op
             try:
-                results = step.fn(op, [env[o] for o in step.operands], self)
+                results = step.fn(op, step.fetch(env), self)
             except (UnsupportedStableHLOOp, StableHLOExecutionError):
                 raise
             except Exception as e:
