@@ -7,9 +7,11 @@ Each result is checked against its declared type, so an op implementation that
 drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing numerics.
 
 Why ``prepare`` then ``run``: an executable runs the same program every training step.
-``prepare`` works on each block once, in this order: ``_simplify`` turns no-op ops into
-aliases; ``_fuse`` replaces runs of ops that are one torch call (max-pooling forward and
-backward) or a few (BatchNorm's batch variance, ``_fuse_norm``) by one op; ``_absorb``
+``prepare`` works on each block once, in this order: results the caller never reads
+(``unused_outputs``: ``Executable``'s outputs that are views of its inputs) are dropped;
+``_simplify`` turns no-op ops into aliases; ``_fuse`` replaces runs of ops that are one
+torch call (max-pooling forward, ``_fuse_pool``, and backward; ReLU's backward,
+``_fuse_relu``) or a few (BatchNorm's batch variance, ``_fuse_norm``) by one op; ``_absorb``
 drops broadcasts that torch's implicit broadcasting does and folds transposes into the
 ``dot_general`` reading them; then each op is resolved to its implementation (``_specialize*``: attributes read once), its operand and result
 names and the dtype and shape its results must have. Constants, and every op computed
@@ -17,8 +19,10 @@ from constants only (a broadcast scalar, a reshaped mask), are computed on the f
 and kept; later runs start from them and run only the other steps, a straight loop with
 no table lookups or attribute parsing. None of this touches the program (the compiler's
 cost model reads the program, so simulated times never depend on it), and every step
-gives the bits the op-by-op implementations give. ``interpret(module, inputs)`` is
-``prepare(module).run(inputs)``; ``Executable`` keeps its prepared program.
+gives the bits the op-by-op implementations give. Outputs never share storage with an
+input, a kept constant or another output (checked by identity of the tensor owning each
+one's storage). ``interpret(module, inputs)`` is ``prepare(module).run(inputs)``;
+``Executable`` keeps its prepared program.
 """
 
 from __future__ import annotations
