@@ -293,7 +293,7 @@ def _max_pool_backward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]
         idx = idx.reshape(upd_shape)
         if idx.dtype != torch.int64:
             idx = idx.to(torch.int64)
-        if idx.numel() and not (int(idx.min()) >= 0 and int(idx.max()) < size):
+        if not _in_range(idx, size):
             return slow(op, args, run)  # out-of-range updates are dropped there
         return [z.clone().scatter_add_(r - 1, idx, u)]
 
@@ -380,12 +380,21 @@ def _lookup(full: tuple[int, ...], d: int, out_shape: tuple[int, ...], slow: OpF
         if not checked[1]:
             return slow(op, args, run)
         i = idx.to(torch.int64)
-        if int(i.min()) >= 0 and int(i.max()) < k:  # the usual case: every index hits
+        if _in_range(i, k):  # the usual case: every index hits
             return [table.expand(full).gather(d, i).reshape(out_shape)]
         picked = table.expand(full).gather(d, i.clamp(0, k - 1))
         return [torch.where((i >= 0) & (i < k), picked, 0).to(table.dtype).reshape(out_shape)]
 
     return lookup
+
+
+def _in_range(i: torch.Tensor, size: int) -> bool:
+    """Whether every element of the integer tensor ``i`` is in ``[0, size)`` (one pass
+    for both bounds)."""
+    if not i.numel():
+        return True
+    lo, hi = torch.aminmax(i)
+    return int(lo) >= 0 and int(hi) < size
 
 
 def _type_of(body: Body, g: _Graph, name: str) -> Any:
