@@ -55,6 +55,7 @@ class Executable:
     from_cache: bool = field(default=False, repr=False, compare=False)
     _prepared: Any = field(default=None, repr=False, compare=False)
     _random_specs: Any = field(default=None, repr=False, compare=False)
+    _plan: Any = field(default=None, repr=False, compare=False)
 
     # -- serialization -------------------------------------------------------
 
@@ -170,7 +171,7 @@ class Executable:
         sig = self.signature
         if self._prepared is None:
             self._random_specs = [RandomInputSpec.from_dict(s) for s in sig["random_inputs"]]
-            self._prepared = prepare(self._module())
+            self._prepared = prepare(self._module(), self._unused_outputs())
         specs = self._random_specs
         if len(inputs) != sig["num_user_inputs"]:
             raise ExecuteError(
@@ -178,7 +179,9 @@ class Executable:
                 op=None,
                 reason="bad-arity",
             )
-        args = list(inputs) + draw_random_inputs(specs, generator_context)
+        args = list(inputs)
+        if specs:  # (no random inputs: no generator swap either)
+            args += draw_random_inputs(specs, generator_context)
         args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
         try:
             outs = self._prepared.run(args)
@@ -197,30 +200,52 @@ class Executable:
             torch.ops.aten._linalg_check_errors(outs[out_i], api, is_matrix=is_matrix)
         return self._user_outputs(inputs, outs)
 
+    def _unused_outputs(self) -> list[int]:
+        """The program outputs ``run`` never reads: a user output that is an input (or a
+        view of one) is taken from the input, so the program need not compute it."""
+        sig = self.signature
+        read = {i for i, _ in sig["write_backs"]}
+        read |= {c[0] for c in sig.get("error_checks", ())}
+        aliased = set()
+        for uo in sig["user_outputs"]:
+            if uo["kind"] == "none":
+                continue
+            if uo["kind"] == "tensor" and uo.get("alias_input") is not None:
+                aliased.add(uo["index"])
+            else:
+                read.add(uo["index"])
+        return sorted(aliased - read)
+
     def _user_outputs(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> list[Any]:
         """The user's flat outputs: graph results, scalars, or (views of) inputs."""
+        if self._plan is None:  # the signature read once: one tuple per user output
+            specs = self.signature["outputs"]
+            self._plan = [
+                (uo["kind"], uo["index"], uo.get("alias_input"), uo.get("alias_output"),
+                 None if uo.get("view") is None else tuple(uo["view"]),
+                 None if uo["kind"] != "tensor" or uo["index"] is None
+                 else tuple(specs[uo["index"]]["stride"]))
+                for uo in self.signature["user_outputs"]
+            ]  # fmt: skip
         leaves: list[Any] = []
-        specs = self.signature["outputs"]
-        for uo in self.signature["user_outputs"]:
-            if uo["kind"] == "none":
+        for kind, i, alias_input, alias_output, view, stride in self._plan:
+            if kind == "none":
                 leaves.append(None)
-            elif uo["kind"] == "scalar":
-                leaves.append(outs[uo["index"]].item())
-            elif uo.get("alias_input") is not None:
-                base = inputs[uo["alias_input"]]
-                view = uo.get("view")
+            elif kind == "scalar":
+                leaves.append(outs[i].item())
+            elif alias_input is not None:
+                base = inputs[alias_input]
                 leaves.append(base if view is None else base.as_strided(*view))
-            elif uo.get("alias_output") is not None and uo.get("view") is not None:
-                leaves.append(leaves[uo["alias_output"]].as_strided(*uo["view"]))
+            elif alias_output is not None and view is not None:
+                leaves.append(leaves[alias_output].as_strided(*view))
             else:
-                i = uo["index"]
-                leaves.append(_restride(outs[i], specs[i]["stride"]))
+                leaves.append(_restride(outs[i], stride))
         return leaves
 
 
-def _restride(t: torch.Tensor, stride: list[int]) -> torch.Tensor:
+def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
     """Give a result the strides eager would have produced (the interpreter's are contiguous)."""
-    if list(t.stride()) == list(stride) or t.numel() <= 1 or 0 in stride:
+    if t.stride() == stride or t.numel() <= 1 or 0 in stride:
         return t
     out = torch.empty_strided(t.shape, stride, dtype=t.dtype)
     return out.copy_(t)

@@ -247,3 +247,67 @@ def test_one_hot_lookup_is_exact(positions: list[int], out_of_range: bool, monke
     fast, slow, used = _runs(fn, [i, table], monkeypatch)
     assert "torchneuron.fused.one_hot_lookup" in used
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[0], fn(i, table))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threshold", [0.0, 0.5])
+def test_relu_backward_is_fused_and_exact(dtype: torch.dtype, threshold: float,
+                                          monkeypatch) -> None:  # noqa: ANN001
+    """``threshold_backward`` (ReLU's gradient): one fused call, the op-by-op bits and
+    eager's, with NaN, signed zeros and values at the threshold in both inputs."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 50, generator=g).to(dtype)
+    grad = torch.randn(6, 50, generator=g).to(dtype)
+    x.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, threshold, float("inf"), -1.0])
+    grad.view(-1)[6:10] = torch.tensor([float("nan"), -0.0, 0.0, float("-inf")])
+
+    def fn(gr: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return aten.threshold_backward(gr, t, threshold)
+
+    fast, slow, fused = _runs(fn, [grad, x], monkeypatch)
+    assert "torchneuron.fused.relu_backward" in fused
+    assert _same_bits(fast[0], slow[0])
+    assert _same_bits(fast[0], fn(grad, x))
+
+
+def test_select_of_a_negative_zero_is_not_relu_backward(monkeypatch) -> None:  # noqa: ANN001
+    """A select whose "zero" is -0.0 is not ReLU's gradient: the original ops run."""
+    x, grad = torch.randn(4, 40), torch.randn(4, 40)
+    fn = lambda gr, t: torch.where(t <= 0, torch.tensor(-0.0), gr)  # noqa: E731
+    fast, slow, fused = _runs(fn, [grad, x], monkeypatch)
+    assert "torchneuron.fused.relu_backward" in fused  # matched; its check refuses
+    assert _same_bits(fast[0], slow[0])
+    assert _same_bits(fast[0], fn(grad, x))
+
+
+@pytest.mark.parametrize("out_of_range", [False, True])
+def test_element_scatter_that_replaces_is_specialized_and_exact(out_of_range: bool,
+                                                               monkeypatch) -> None:  # noqa: ANN001
+    """Cross-entropy's gradient writes one element per row (a scatter whose body returns
+    the update): the specialized ``index_put_`` gives the generic path's bits."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.randint(0, 7, (5,), generator=g)
+    if out_of_range:
+        t[2] = 9  # dropped by both paths
+    v = torch.randn(5, generator=g)
+    fn = lambda src, i: torch.zeros(5, 7).scatter(1, i[:, None], src[:, None])  # noqa: E731
+    fast, slow, used = _runs(fn, [v, t], monkeypatch)
+    assert "scatter_add" in used  # the element scatter's specialized callable
+    assert _same_bits(fast[0], slow[0])
+    if not out_of_range:
+        assert _same_bits(fast[0], fn(v, t))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_sum_specialization_is_exact(dtype: torch.dtype, monkeypatch) -> None:  # noqa: ANN001
+    """A float sum reduce: the generic path's bits (signed zeros, NaN, inf included)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 5, 6, generator=g).to(dtype)
+    x[0] = -0.0  # a slice of negative zeros: the init's +0.0 decides the sign
+    x[1, 0, 0], x[2, 1, 1] = float("nan"), float("inf")
+    fn = lambda t: (t.sum(dim=(0, 2)), t.sum(dim=1), t.sum())  # noqa: E731
+    fast, slow, used = _runs(fn, [x], monkeypatch)
+    assert "float_sum" in used
+    assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
+    for a, b in zip(fast, fn(x), strict=True):
+        torch.testing.assert_close(a, b, equal_nan=True)

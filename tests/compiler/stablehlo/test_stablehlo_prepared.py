@@ -43,3 +43,51 @@ def test_cached_constant_output_is_not_shared_with_caller() -> None:
     const2, total2 = prepared.run([torch.ones(2)])
     assert const2.tolist() == [1.0, 2.0]
     assert total2.tolist() == [2.0, 3.0]
+
+
+def test_unused_outputs_are_not_computed() -> None:
+    """An output the caller takes from its inputs (``Executable``'s aliased user outputs)
+    comes back as None, and the ops only it needs are dropped; the others are unchanged."""
+    text = """func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<2x3xf32>) {
+  %t = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %s = stablehlo.add %arg0, %arg0 : tensor<2x3xf32>
+  return %t, %s : tensor<3x2xf32>, tensor<2x3xf32>
+}"""
+    module = parse_module(text)
+    x = torch.randn(2, 3)
+    pruned = prepare(module, unused_outputs=[0])
+    t, s = pruned.run([x])
+    assert t is None
+    assert torch.equal(s, interpret(module, [x])[1])
+    block = pruned.block(pruned.entry.body)
+    assert [step.op.name for step in block.steps] == ["stablehlo.add"]
+    assert prepare(module).run([x])[0] is not None
+
+
+def test_no_output_shares_storage_with_an_input_a_constant_or_another_output() -> None:
+    """An input returned as is or as a view, a value returned twice, a view of another
+    output and a broadcast constant each come back in storage of their own, on the first
+    run and on later ones (which start from the kept constants)."""
+    text = """func.func @main(%arg0: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<6xf32>,
+      tensor<2x3xf32>, tensor<2x3xf32>, tensor<6xf32>, tensor<2x3xf32>) {
+  %r = stablehlo.reshape %arg0 : (tensor<2x3xf32>) -> tensor<6xf32>
+  %s = stablehlo.add %arg0, %arg0 : tensor<2x3xf32>
+  %v = stablehlo.reshape %s : (tensor<2x3xf32>) -> tensor<6xf32>
+  %c = stablehlo.constant dense<1.5> : tensor<f32>
+  %b = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<2x3xf32>
+  return %arg0, %r, %s, %s, %v, %b : tensor<2x3xf32>, tensor<6xf32>, tensor<2x3xf32>,
+      tensor<2x3xf32>, tensor<6xf32>, tensor<2x3xf32>
+}"""
+    prepared = prepare(parse_module(text))
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        outs = prepared.run([x])
+        storages = [o.untyped_storage().data_ptr() for o in outs]
+        assert len(set(storages)) == len(outs)
+        assert x.untyped_storage().data_ptr() not in storages
+        assert torch.equal(outs[0], x) and torch.equal(outs[1], x.reshape(6))
+        assert torch.equal(outs[4], (x + x).reshape(6))
+        for o in outs:
+            o.fill_(7.0)  # the caller owns its outputs
+        assert torch.equal(outs[5], torch.full((2, 3), 7.0))
+    assert torch.equal(prepared.run([torch.zeros(2, 3)])[5], torch.full((2, 3), 1.5))

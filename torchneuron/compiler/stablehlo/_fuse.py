@@ -9,7 +9,8 @@ took more wall time than the rest of the executable. Here, once per block, each 
 run is recognised and replaced by one ``Fused`` op computing the run's results from
 strided views of the input (one compare and two selects per window position, no
 copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
-BatchNorm's batch variance (the same torch calls, in one step).
+BatchNorm's batch variance (the same torch calls, in one step); ``_fuse_relu`` ReLU's
+backward (``threshold_backward``).
 
 Rules every fusion keeps:
 
@@ -33,6 +34,8 @@ from typing import Any
 import torch
 
 from ._fuse_norm import batch_variance
+from ._fuse_pool import native_max_pool2d
+from ._fuse_relu import relu_backward
 from ._registry import OPS, OpFn, Runner, ints
 from ._specialize import specialize
 from ._specialize_math import select
@@ -225,6 +228,10 @@ def _max_pool_forward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]]
             return slow(op, args, run)
         return [v.reshape(out_shape), i.reshape(out_shape)]
 
+    if pooled == [rank - 2, rank - 1] and out_shape == tuple(piece_t.shape):
+        native = native_max_pool2d(tuple(src_t.shape), kernel, stride, out_shape, slow)
+        if native is not None:
+            return _make(red, outer, run_ops, native, "max_pool_window"), run_ids
     fused = _make(red, outer, run_ops, max_pool, "max_pool_window")
     return fused, run_ids
 
@@ -286,7 +293,7 @@ def _max_pool_backward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]
         idx = idx.reshape(upd_shape)
         if idx.dtype != torch.int64:
             idx = idx.to(torch.int64)
-        if idx.numel() and not (int(idx.min()) >= 0 and int(idx.max()) < size):
+        if not _in_range(idx, size):
             return slow(op, args, run)  # out-of-range updates are dropped there
         return [z.clone().scatter_add_(r - 1, idx, u)]
 
@@ -373,12 +380,21 @@ def _lookup(full: tuple[int, ...], d: int, out_shape: tuple[int, ...], slow: OpF
         if not checked[1]:
             return slow(op, args, run)
         i = idx.to(torch.int64)
-        if int(i.min()) >= 0 and int(i.max()) < k:  # the usual case: every index hits
+        if _in_range(i, k):  # the usual case: every index hits
             return [table.expand(full).gather(d, i).reshape(out_shape)]
         picked = table.expand(full).gather(d, i.clamp(0, k - 1))
         return [torch.where((i >= 0) & (i < k), picked, 0).to(table.dtype).reshape(out_shape)]
 
     return lookup
+
+
+def _in_range(i: torch.Tensor, size: int) -> bool:
+    """Whether every element of the integer tensor ``i`` is in ``[0, size)`` (one pass
+    for both bounds)."""
+    if not i.numel():
+        return True
+    lo, hi = torch.aminmax(i)
+    return int(lo) >= 0 and int(hi) < size
 
 
 def _type_of(body: Body, g: _Graph, name: str) -> Any:
@@ -415,6 +431,7 @@ _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], .
     _max_pool_backward,
     _one_hot_lookup,
     batch_variance,
+    relu_backward,
 )
 
 

@@ -137,25 +137,48 @@ def _convert(op: Operation) -> OpFn | None:
 
 @specializer("stablehlo.reduce")
 def _reduce(op: Operation) -> OpFn | None:
-    from ._ops_reduce import _COMBINE, _fast_reduce, reduce_tensors, simple_body
+    from ._ops_reduce import simple_body
 
     dims = ints(op, "dimensions")
     n = len(op.operands) // 2
     kind = simple_body(op)
-    if kind is not None and n == 1:
-        combine = _COMBINE[kind]
-
-        def simple(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    out_t = TORCH_DTYPES.get(op.result_types[0].dtype) if op.result_types else None
+    if (
+        kind == "stablehlo.add" and n == 1 and dims and out_t is not None
+        and out_t.is_floating_point
+        and all(TORCH_DTYPES.get(t.dtype) == out_t for t in op.operand_types)
+    ):  # fmt: skip
+        # a float sum (the most common reduce): the generic path's ``sum`` then the
+        # init added, without its dispatch on kind and dtype, the add in place
+        def float_sum(op: Operation, args: list[Any], run: Runner) -> list[Any]:
             x, init = args
-            r = _fast_reduce(kind, x, dims)
-            if r is None:
-                return reduce_tensors(op, [x], [init], dims, run)
-            return [combine(r, init.to(r.dtype)).to(x.dtype)]
+            if x.dtype != out_t or init.dtype != out_t:
+                return [reduce_generic(op, args, run)[0]]
+            return [torch.sum(x, dim=dims, dtype=out_t).add_(init)]
 
-        return simple
+        reduce_generic = _simple(kind, dims)
+        return float_sum
+    if kind is not None and n == 1:
+        return _simple(kind, dims)
     if n == 2 and _is_max_with_first_index(op):
         return _max_with_index(dims)
     return None
+
+
+def _simple(kind: str, dims: list[int]) -> OpFn:
+    """A reduce with a one-op body: torch's reduction, then the init combined."""
+    from ._ops_reduce import _COMBINE, _fast_reduce, reduce_tensors
+
+    combine = _COMBINE[kind]
+
+    def simple(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+        x, init = args
+        r = _fast_reduce(kind, x, dims)
+        if r is None:
+            return reduce_tensors(op, [x], [init], dims, run)
+        return [combine(r, init.to(r.dtype)).to(x.dtype)]
+
+    return simple
 
 
 def _is_max_with_first_index(op: Operation) -> bool:
@@ -247,10 +270,16 @@ def _max_with_index(dims: list[int]) -> OpFn:
 @specializer("stablehlo.scatter")
 def _scatter(op: Operation) -> OpFn | None:
     """``scatter`` with one operand, scalar updates (no window dims), the index vector
-    last, every operand dim indexed in order and an add body: a flat ``index_add_``."""
+    last, every operand dim indexed in order and an add body: a flat ``index_add_``;
+    with a body returning the update (cross-entropy's gradient), the generic path's
+    ``index_put_`` on the same flat positions in the same order."""
+    from ._ops_gather import _is_replace
     from ._ops_reduce import simple_body
 
-    if len(op.operands) != 3 or simple_body(op) != "stablehlo.add":
+    if len(op.operands) != 3:
+        return None
+    replace = _is_replace(op, 1)
+    if not replace and simple_body(op) != "stablehlo.add":
         return None
     dn = op.attributes["scatter_dimension_numbers"]
     shape = op.operand_types[0].shape
@@ -281,9 +310,13 @@ def _scatter(op: Operation) -> OpFn | None:
         linear = (idx * weights).sum(-1)
         out = x.clone().reshape(-1)
         if bool(ok.all()):
-            out.index_add_(0, linear.reshape(-1), updates.reshape(-1))
+            linear, updates = linear.reshape(-1), updates.reshape(-1)
         else:
-            out.index_add_(0, linear[ok], updates[ok])
+            linear, updates = linear[ok], updates[ok]
+        if replace:
+            out.index_put_((linear,), updates)  # what ``out[linear] = updates`` calls
+        else:
+            out.index_add_(0, linear, updates)
         return [out.reshape(shape)]
 
     return scatter_add

@@ -67,12 +67,23 @@ def _dot_general(op: Operation) -> OpFn | None:
     b3 = (_prod(bs), _prod(cs), _prod(rfs))
     shape = tuple(bs + lfs + rfs)
 
+    # a matrix without batch dims (a linear layer's operands): the same 3-d view made by
+    # ``unsqueeze`` (and ``t``), cheaper than permute + reshape (same sizes and strides)
+    a_mat = not lb and len(a_t.shape) == 2
+    b_mat = not rb and len(b_t.shape) == 2
+
     def dot_general(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         a, b = args
         if a.dtype != out or b.dtype != out:
             return generic(op, args, run)
-        x = (a if a_id else a.permute(a_perm)).reshape(a3)
-        y = (b if b_id else b.permute(b_perm)).reshape(b3)
+        if a_mat:
+            x = (a if a_id else a.t()).unsqueeze(0)
+        else:
+            x = (a if a_id else a.permute(a_perm)).reshape(a3)
+        if b_mat:
+            y = (b if b_id else b.t()).unsqueeze(0)
+        else:
+            y = (b if b_id else b.permute(b_perm)).reshape(b3)
         return [torch.bmm(x, y).reshape(shape)]
 
     return dot_general

@@ -7,9 +7,11 @@ Each result is checked against its declared type, so an op implementation that
 drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing numerics.
 
 Why ``prepare`` then ``run``: an executable runs the same program every training step.
-``prepare`` works on each block once, in this order: ``_simplify`` turns no-op ops into
-aliases; ``_fuse`` replaces runs of ops that are one torch call (max-pooling forward and
-backward) or a few (BatchNorm's batch variance, ``_fuse_norm``) by one op; ``_absorb``
+``prepare`` works on each block once, in this order: results the caller never reads
+(``unused_outputs``: ``Executable``'s outputs that are views of its inputs) are dropped;
+``_simplify`` turns no-op ops into aliases; ``_fuse`` replaces runs of ops that are one
+torch call (max-pooling forward, ``_fuse_pool``, and backward; ReLU's backward,
+``_fuse_relu``) or a few (BatchNorm's batch variance, ``_fuse_norm``) by one op; ``_absorb``
 drops broadcasts that torch's implicit broadcasting does and folds transposes into the
 ``dot_general`` reading them; then each op is resolved to its implementation (``_specialize*``: attributes read once), its operand and result
 names and the dtype and shape its results must have. Constants, and every op computed
@@ -17,14 +19,16 @@ from constants only (a broadcast scalar, a reshaped mask), are computed on the f
 and kept; later runs start from them and run only the other steps, a straight loop with
 no table lookups or attribute parsing. None of this touches the program (the compiler's
 cost model reads the program, so simulated times never depend on it), and every step
-gives the bits the op-by-op implementations give. ``interpret(module, inputs)`` is
-``prepare(module).run(inputs)``; ``Executable`` keeps its prepared program.
+gives the bits the op-by-op implementations give. Outputs never share storage with an
+input, a kept constant or another output (checked by identity of the tensor owning each
+one's storage). ``interpret(module, inputs)`` is ``prepare(module).run(inputs)``;
+``Executable`` keeps its prepared program.
 """
 
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -75,7 +79,7 @@ class _Step:
     """One op, resolved: its implementation and what to check about its results."""
 
     __slots__ = ("op", "fn", "operands", "results", "dtypes", "shapes", "checks", "hoisted",
-                 "single")  # fmt: skip
+                 "single", "fetch")  # fmt: skip
 
     def __init__(
         self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool, operands: tuple[str, ...]
@@ -85,6 +89,7 @@ class _Step:
         # resolved once: constants cached, other ops specialized to their attributes
         self.fn = _constant(fn, owner) if hoist else specialize(op, fn)
         self.operands = operands  # after ``simplify``'s aliasing
+        self.fetch = _fetcher(operands)  # env -> the operand values
         self.results = tuple(op.results)
         # (dtype it must have or None, static torch.Size or None when any dim is dynamic)
         self.dtypes = tuple(TORCH_DTYPES.get(tt.dtype) for tt in op.result_types)
@@ -101,15 +106,32 @@ class _Step:
         )
 
 
+def _fetcher(operands: tuple[str, ...]) -> Callable[[Any], list[Any]]:
+    """A callable listing ``operands``' values from an env: spelled out for the common
+    arities (half the cost of a comprehension, which is a call of its own)."""
+    if not operands:
+        return lambda env: []
+    if len(operands) == 1:
+        (a,) = operands
+        return lambda env: [env[a]]
+    if len(operands) == 2:
+        a, b = operands
+        return lambda env: [env[a], env[b]]
+    if len(operands) == 3:
+        a, b, c = operands
+        return lambda env: [env[a], env[b], env[c]]
+    return lambda env: [env[o] for o in operands]
+
+
 def _constant(fn: OpFn, owner: Prepared) -> OpFn:
     cache: list[list[Any]] = []
 
     def cached(op: Operation, args: list[Any], run: Any) -> list[Any]:
         if not cache:
             values = fn(op, args, run)
-            owner.constant_storages.update(
-                v.untyped_storage().data_ptr() for v in values
-                if isinstance(v, torch.Tensor) and v.numel()
+            owner.constant_ids.update(  # each constant's owner of its storage
+                id(v._base if v._is_view() else v) for v in values
+                if isinstance(v, torch.Tensor)
             )  # fmt: skip
             cache.append(values)
         return list(cache[0])
@@ -125,9 +147,11 @@ class _Block:
     and run only the other steps (``hot``).
     """
 
-    __slots__ = ("steps", "returns", "consts", "hot")
+    __slots__ = ("steps", "returns", "consts", "hot", "slots", "width")
 
-    def __init__(self, ops: list[Operation], owner: Prepared) -> None:
+    def __init__(
+        self, ops: list[Operation], owner: Prepared, unused: frozenset[int] = frozenset()
+    ) -> None:
         self.steps: list[_Step] = []
         self.returns: tuple[str, ...] | None = None
         self.consts: dict[str, Any] | None = None
@@ -135,13 +159,19 @@ class _Block:
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
         pinned = region_reads(ops)
-        body, returns = simplify(
-            ops if end is None else ops[:end], None if end is None else ops[end].operands,
-            pinned,
-        )
+        rets = None if end is None else list(ops[end].operands)
+        if rets is not None and unused:  # nobody reads these: computing them is waste
+            rets = [r for i, r in enumerate(rets) if i not in unused]
+        body, returns = simplify(ops if end is None else ops[:end], rets, pinned)
         body = absorb_broadcasts(fuse(body, returns, pinned), returns, pinned)
         body = absorb_transposes(body, returns, pinned)
         self.returns = returns
+        # where each kept result goes among the block's returns (None: an unused one)
+        self.slots: tuple[int, ...] | None = None
+        self.width = 0
+        if unused and end is not None:
+            self.slots = tuple(i for i in range(len(ops[end].operands)) if i not in unused)
+            self.width = len(ops[end].operands)
         for op, operands in body:
             fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
@@ -160,9 +190,12 @@ class _Block:
 class Prepared:
     """A module made ready to run many times (see the module docstring)."""
 
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, unused_outputs: Iterable[int] = ()) -> None:
         self.module = module
-        self.constant_storages: set[int] = set()  # storages of cached constants
+        # entry results nobody reads (the caller takes those from its inputs): not
+        # computed, returned as None
+        self.unused = frozenset(unused_outputs)
+        self.constant_ids: set[int] = set()  # the cached constant tensors themselves
         self._blocks: dict[int, tuple[list[Operation], _Block]] = {}
         fn = module.functions[module.entry]
         self.entry = fn
@@ -180,11 +213,13 @@ class Prepared:
         """The prepared form of ``ops`` (a function body or an op's region), built once."""
         hit = self._blocks.get(id(ops))
         if hit is None or hit[0] is not ops:
-            hit = self._blocks[id(ops)] = (ops, _Block(ops, self))  # keeps ``ops`` alive
+            unused = self.unused if ops is self.entry.body else frozenset()
+            hit = self._blocks[id(ops)] = (ops, _Block(ops, self, unused))  # keeps ``ops`` alive
         return hit[1]
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Run the entry function on CPU tensors; returns fresh contiguous outputs."""
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Run the entry function on CPU tensors; returns fresh contiguous outputs
+        (None for the unused ones)."""
         args = list(inputs)
         for i, (exact, x) in enumerate(zip(self._exact, args, strict=False)):
             if exact is not None and x.dtype == exact[0] and x.shape == exact[1]:
@@ -202,17 +237,31 @@ class Prepared:
                 )
         with torch.no_grad():  # the simulator executes a program; it never records autograd
             outs = _Interpreter(self).run_function(self.entry, args)
-        seen = {x.untyped_storage().data_ptr() for x in args if x.numel()}
-        seen |= self.constant_storages  # a cached constant must never reach the caller
-        result = []
-        for o in outs:  # never hand back storage shared with an input or another output
+        return self._fresh(args, outs)
+
+    def _fresh(self, args: list[Any], outs: list[Any]) -> list[Any]:
+        """The outputs made contiguous, each one its own storage (cloned where not).
+
+        Why by identity: asking every input and output for its storage costs more than
+        some small programs' ops. Every tensor the interpreter makes is either a view,
+        whose ``_base`` is the tensor that owns its storage, or owns its storage (the op
+        implementations never alias memory another way: no ``detach``, ``set_`` or
+        storage tricks). So an output shares storage with an input, a cached constant
+        or an earlier output exactly when its owner is one of theirs.
+        """
+        known = set(self.constant_ids)
+        for x in args:
+            known.add(id(x._base if x._is_view() else x))
+        result: list[Any] = []
+        for o in outs:
+            if o is None:  # an unused output: not computed
+                result.append(o)
+                continue
             o = o.contiguous()
-            if o.numel():
-                ptr = o.untyped_storage().data_ptr()
-                if ptr in seen:
-                    o = o.clone()
-                    ptr = o.untyped_storage().data_ptr()
-                seen.add(ptr)
+            owner = o._base if o._is_view() else o
+            if id(owner) in known:
+                o = owner = o.clone()
+            known.add(id(owner))
             result.append(o)
         return result
 
@@ -276,7 +325,7 @@ class _Interpreter:
         for step in steps:
             op = step.op
             try:
-                results = step.fn(op, [env[o] for o in step.operands], self)
+                results = step.fn(op, step.fetch(env), self)
             except (UnsupportedStableHLOOp, StableHLOExecutionError):
                 raise
             except Exception as e:
@@ -307,7 +356,13 @@ class _Interpreter:
             raise StableHLOExecutionError("block ended without a return op")
         if consts is None:  # first complete run: keep what every later run starts from
             block.consts = {r: env[r] for s in block.steps if s.hoisted for r in s.results}
-        return [env[o] for o in block.returns]
+        values = [env[o] for o in block.returns]
+        if block.slots is None:
+            return values
+        full: list[Any] = [None] * block.width
+        for i, v in zip(block.slots, values, strict=True):
+            full[i] = v
+        return full
 
 
 def _describe(op: Operation) -> str:
@@ -334,9 +389,12 @@ def _check(op: Operation, value: Any, tt: TensorType, check_shapes: bool) -> Non
         )
 
 
-def prepare(module: Module) -> Prepared:
-    """``module`` made ready to run many times (the module must not change afterwards)."""
-    return Prepared(module)
+def prepare(module: Module, unused_outputs: Iterable[int] = ()) -> Prepared:
+    """``module`` made ready to run many times (the module must not change afterwards).
+
+    ``unused_outputs``: indices of entry results the caller never reads; they are not
+    computed (ops only they need are dropped) and come back as None."""
+    return Prepared(module, unused_outputs)
 
 
 def interpret(module: Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
