@@ -29,6 +29,9 @@ _CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...]]] = {
                               (2, 3, 8, 9)),
     "fractional_max_pool3d": (lambda: torch.nn.FractionalMaxPool3d((2, 2, 3), output_size=3),
                               (2, 2, 5, 6, 7)),
+    # inputs with no elements: Dynamo's fake copy of an empty neuron tensor used to fail
+    "batch_norm2d_empty_batch": (lambda: torch.nn.BatchNorm2d(3), (0, 3, 4, 4)),
+    "layer_norm_empty": (lambda: torch.nn.LayerNorm([2, 0]), (3, 2, 0)),
 }
 
 
