@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
+from torchneuron.compiler.index_bounds import without_index_checks
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
@@ -76,7 +77,8 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             # TracingContext AOTAutograd leaves installed (its ShapeEnv is symbolic).
             # Nor under its fake mode: the neuron compiler folds constants with real
             # tensors, and the graph key hashes them.
-            with torch._guards.tracing(None), unset_fake_temporarily():
+            # AOTAutograd's trace added the index-range checks (user ops only).
+            with torch._guards.tracing(None), unset_fake_temporarily(), without_index_checks():
                 exe = compile_graph(graph, example_inputs, name=name, source="torch.compile",
                                     store=default_store(),
                                     graph_key=fx_graph_key(graph, example_inputs))
