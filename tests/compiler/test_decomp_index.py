@@ -48,6 +48,14 @@ def _cases() -> dict[str, tuple[Callable[..., Any], list[torch.Tensor]]]:
     cases["as_strided_scatter"] = (
         lambda x, s: torch.as_strided_scatter(x, s, (2, 3), (8, 2), 1), [torch.randn(4, 6, generator=_g),
                                                                       torch.randn(2, 3, generator=_g)])
+    ml_target = torch.tensor([[3, 0, -1, 1], [1, -1, 0, 0], [0, 1, 2, 3]])  # rows end early
+    for red in (0, 1, 2):  # none, mean, sum: PyTorch's decomposition gave other numbers
+        cases[f"multilabel_margin_loss_{red}"] = (
+            lambda x, t, r=red: torch.ops.aten.multilabel_margin_loss_forward(x, t, r),
+            [torch.randn(3, 4, generator=_g), ml_target])
+    cases["multilabel_margin_loss_1d"] = (
+        lambda x, t: torch.ops.aten.multilabel_margin_loss_forward(x, t, 0),
+        [torch.randn(4, generator=_g), ml_target[0]])
     return cases
 
 
