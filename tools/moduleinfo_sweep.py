@@ -11,7 +11,9 @@ For each module and each selected float32 sample: the module is built on CPU
 wrapped in ``torch.compile(backend="neuron")`` (``--mode compile``, Dynamo reset
 per sample, so no sample silently runs eagerly past Dynamo's recompile limit; the
 compile counters -- graphs compiled, compile failures by stage, eager fallback runs,
-graph breaks -- are reported per module). Both run the same forward inputs (tensors copied, aliases kept), each
+graph breaks -- are reported per module; a module with any compile failure or eager
+fallback run fails, even when its numbers match, since the bar is "compiles with no
+failure and matches CPU"). Both run the same forward inputs (tensors copied, aliases kept), each
 forward seeded the same way (lazy modules initialize and dropout draws
 identically). Compared with ``torch.testing.assert_close``: every forward output
 (floating outputs must live on ``neuron``), parameters and buffers after the
@@ -268,6 +270,13 @@ def check_module(
         res.status = "cpu-only-errors" if chosen else "no-samples"
     if mode == "compile":
         res.compile = _compile_counts()
+        fallback = res.compile["failures"] or res.compile["eager_fallback_runs"]
+        if res.status == "pass" and fallback:
+            # matched CPU, but (partly) eagerly: the bar is "compiles with no failure"
+            res.status = "fail"
+            res.reason = (f"matches CPU, but graphs ran eagerly: failures "
+                          f"{res.compile['failures']}, {res.compile['eager_fallback_runs']} "
+                          "eager fallback runs")
     res.seconds = time.perf_counter() - t0
     return res
 

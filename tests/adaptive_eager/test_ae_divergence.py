@@ -83,6 +83,29 @@ def test_out_of_range_index_raises_eagers_error() -> None:
     assert ae.stats()["fallback_reasons"].get("index-out-of-range") == 1, ae.explain()
 
 
+def test_an_index_computed_in_a_replayed_region_out_of_range_raises_eagers_error() -> None:
+    # The guard sees only index inputs; an index the region computes reaches the
+    # executable, whose post-run check (compiler/index_bounds.py) raises eager's error.
+    def loop(device: str) -> dict:
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4).to(device)
+        outs, errors = [], []
+        for step in range(STEPS):
+            ids = torch.tensor([1, 2, 6 if step == K else 3]).to(device)
+            try:
+                j = ids * 2 - 1  # 11 at step K
+                outs.append(torch.tensor([(emb(j) * 2).relu().sum().item()]))
+            except (IndexError, RuntimeError) as e:
+                errors.append(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+        return {"outs": torch.cat(outs), "_errors": errors}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert eager["_errors"] and adaptive["_errors"] == eager["_errors"]
+    assert_same(eager, adaptive)
+    assert ae.stats()["replays"] >= 1, ae.explain()
+
+
 @pytest.mark.parametrize("case", ["branch", "different-op", "shape-change", "intermediate-read",
                                   "input-mutated", "exception", "host-data", "swapped",
                                   "data-set"])

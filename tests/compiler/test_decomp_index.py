@@ -48,6 +48,14 @@ def _cases() -> dict[str, tuple[Callable[..., Any], list[torch.Tensor]]]:
     cases["as_strided_scatter"] = (
         lambda x, s: torch.as_strided_scatter(x, s, (2, 3), (8, 2), 1), [torch.randn(4, 6, generator=_g),
                                                                       torch.randn(2, 3, generator=_g)])
+    ml_target = torch.tensor([[3, 0, -1, 1], [1, -1, 0, 0], [0, 1, 2, 3]])  # rows end early
+    for red in (0, 1, 2):  # none, mean, sum: PyTorch's decomposition gave other numbers
+        cases[f"multilabel_margin_loss_{red}"] = (
+            lambda x, t, r=red: torch.ops.aten.multilabel_margin_loss_forward(x, t, r),
+            [torch.randn(3, 4, generator=_g), ml_target])
+    cases["multilabel_margin_loss_1d"] = (
+        lambda x, t: torch.ops.aten.multilabel_margin_loss_forward(x, t, 0),
+        [torch.randn(4, generator=_g), ml_target[0]])
     return cases
 
 
@@ -117,3 +125,92 @@ def test_nonzero_static_and_masked_row_assignment() -> None:
 
         torch.testing.assert_close(compile_graph(put, [base, mask, row]).run([base, mask, row])[0],
                                    put(base, mask, row))
+
+
+# -- out-of-range indices raise eager's error (compiler/index_bounds.py) ---------------------
+
+_W = torch.randn(3, 4, generator=_g)
+# name -> (fn(x, i), an index in range, one out of range); ``i`` indexes dim 0 unless said
+_RANGE_CASES: dict[str, tuple[Callable[..., Any], list[int], list[int]]] = {
+    "index": (lambda x, i: x[i], [0, -3], [0, 3]),
+    "index_negative": (lambda x, i: x[i], [2, -1], [0, -4]),
+    "index_second_dim": (lambda x, i: x[:, i], [3, -4], [0, 4]),
+    "index_put": (lambda x, i: x.index_put((i,), torch.tensor(1.0)), [0, -1], [0, 3]),
+    "index_put_accumulate": (lambda x, i: x.index_put((i,), torch.tensor(1.0), accumulate=True),
+                             [-1, -1], [-5, 1]),
+    "take": (torch.take, [11, -12], [0, 12]),
+    "put": (lambda x, i: x.put(i, torch.ones(2)), [11, -12], [0, -13]),
+    "gather": (lambda x, i: torch.gather(x, 1, i.reshape(1, 2).expand(3, 2)), [3, 0], [0, 4]),
+    "gather_negative": (lambda x, i: torch.gather(x, 0, i.reshape(2, 1)), [2, 0], [-1, 0]),
+    "scatter": (lambda x, i: x.scatter(0, i.reshape(2, 1), 7.0), [2, 0], [0, 3]),
+    "scatter_add": (lambda x, i: x.scatter_add(0, i.reshape(2, 1).expand(2, 4), torch.ones(2, 4)),
+                    [2, 2], [5, 0]),
+    "index_select": (lambda x, i: torch.index_select(x, 0, i), [2, 0], [0, -1]),
+    "embedding": (lambda x, i: torch.nn.functional.embedding(i, x), [2, 1], [3, 1]),
+    "index_add": (lambda x, i: x.index_add(0, i, torch.ones(2, 4)), [2, 0], [0, 3]),
+    "index_copy": (lambda x, i: x.index_copy(0, i, torch.ones(2, 4)), [2, 0], [0, 3]),
+    "index_fill": (lambda x, i: x.index_fill(0, i, 2.0), [-3, 2], [-4, 0]),
+}
+
+
+def _eager_error(fn: Callable[..., Any], *args: torch.Tensor) -> BaseException:
+    with pytest.raises(Exception) as info:  # noqa: PT011 - whichever type eager raises
+        fn(*args)
+    return info.value
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["input_index", "computed_index"])
+@pytest.mark.parametrize("name", sorted(_RANGE_CASES))
+def test_an_out_of_range_index_raises_eagers_error(name: str, computed: bool) -> None:
+    """The index as a graph input, or computed in the graph (``i + k``): in range, the
+    executable gives eager's numbers; out of range, eager's exception type and message."""
+    op, good, bad = _RANGE_CASES[name]
+    fn = (lambda x, i, k: op(x, i + k)) if computed else op
+    x = _W.clone()
+    extra = [torch.tensor(0)] if computed else []
+    exe = compile_graph(fn, [x, torch.tensor(good), *extra], name=name)
+    got, want = exe.run([x.clone(), torch.tensor(good), *extra]), fn(x, torch.tensor(good), *extra)
+    torch.testing.assert_close(got[0], want)
+    expected = _eager_error(fn, x, torch.tensor(bad), *extra)
+    x_compiled = x.clone()
+    with pytest.raises(type(expected)) as info:
+        exe.run([x_compiled, torch.tensor(bad), *extra])
+    assert str(info.value).startswith(str(expected))
+    assert torch.equal(x_compiled, x)  # raised before any write into an input
+
+
+def test_an_index_input_adds_no_device_work() -> None:
+    """The check of an index that is a graph input is the host's: the program (StableHLO,
+    and so the simulated time) is the one compiled without checks."""
+    from torchneuron.compiler.index_bounds import without_index_checks
+
+    def fn(w: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(i, w).sum(0)
+
+    inputs = [_W, torch.tensor([0, 2])]
+    checked = compile_graph(fn, inputs)
+    with without_index_checks():
+        plain = compile_graph(fn, inputs)
+    assert checked.signature["index_checks"] == [["input", 1, 0, 3, 0, "in_self"]]
+    assert "index_checks" not in plain.signature
+    assert checked.stablehlo == plain.stablehlo and checked.device_ns == plain.device_ns
+
+
+def test_decompositions_own_gathers_are_not_checked() -> None:
+    """``max_pool2d_with_indices_backward`` decomposes to a scatter-add of in-range indices
+    it builds itself: only ops the program calls are checked."""
+    x = torch.randn(1, 1, 4, 4, generator=_g)
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return torch.take(t, torch.tensor([1, 5]))
+
+    assert len(compile_graph(fn, [x]).signature["index_checks"]) == 1
+    y = torch.randn(1, 1, 4, 4, generator=_g, requires_grad=True)
+    out, idx = torch.nn.functional.max_pool2d(y, 2, return_indices=True)
+
+    def backward(g: torch.Tensor, t: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.max_pool2d_with_indices_backward(g, t, [2, 2], [2, 2], [0, 0],
+                                                               [1, 1], False, i)
+
+    exe = compile_graph(backward, [torch.ones_like(out), y.detach(), idx])
+    assert "index_checks" not in exe.signature

@@ -114,3 +114,35 @@ def test_graph_that_cannot_lower_runs_eagerly_and_is_counted() -> None:
     assert s["failures"] == 1 and s["compilations"] == 0
     assert list(s["eager_fallback_runs"].values()) == [3]
     assert "lower:" in next(iter(s["failures_by_stage"]))
+
+
+def test_an_out_of_range_index_raises_eagers_error_forward_and_after_backward() -> None:
+    """An embedding of token ids and a gather of computed indices, trained compiled: in
+    range, eager's numbers; a bad id or a bad computed index raises eager's exception
+    type and message (compiler/index_bounds.py), never a clamped value."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(6, 4)
+    dev = copy.deepcopy(emb).to("neuron")
+
+    def f(m: torch.nn.Module, ids: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        h = m(ids)
+        return torch.gather(h, 1, (ids % 4 + shift).reshape(-1, 1)).sum()
+
+    torch._dynamo.reset()
+    tc.reset_stats()
+    compiled = torch.compile(f, backend="neuron")
+    ids, shift = torch.tensor([0, 5, 3]), torch.tensor(0)
+    want = f(emb, ids, shift)
+    got = compiled(dev, ids.to("neuron"), shift.to("neuron"))
+    torch.testing.assert_close(got.cpu(), want.detach())
+    want.backward()
+    got.backward()
+    torch.testing.assert_close(dev.weight.grad.cpu(), emb.weight.grad)
+    for bad_ids, bad_shift in ((torch.tensor([0, 6, 3]), shift), (ids, torch.tensor(1))):
+        with pytest.raises(Exception) as eager:  # noqa: PT011 - whichever type eager raises
+            f(emb, bad_ids, bad_shift)
+        with pytest.raises(type(eager.value)) as info:
+            compiled(dev, bad_ids.to("neuron"), bad_shift.to("neuron"))
+        assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
+    s = tc.stats()
+    assert s["failures"] == 0 and sum(s["eager_fallback_runs"].values()) == 0, tc.explain()

@@ -322,3 +322,42 @@ def index_put_mask(x: torch.Tensor, indices: Any, values: torch.Tensor,
     row = values.to(x.dtype).expand(1, *rest).reshape(rest)
     m = mask.reshape(*mask.shape, *([1] * len(rest)))
     return torch.where(m, x + row if accumulate else row, x)
+
+
+@_register(aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor, reduction: int
+                                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sample b: the sum over its targets j (the labels before the first -1) and its
+    non-target classes i of max(0, 1 - (x[b, y[b, j]] - x[b, i])) / C; ``is_target`` marks
+    the targets. PyTorch's own decomposition also sums the terms of the positions after
+    the -1 (it gathers class 0 there): wrong numbers whenever a -1 ends a row early."""
+    x2, t2 = torch.atleast_2d(x), torch.atleast_2d(target)
+    c = x2.shape[-1]
+    pos = torch.arange(c, device=x.device)
+    end = torch.amin(torch.where(t2 == -1, pos, c), dim=-1, keepdim=True)
+    valid = pos < end  # (B, j): position j holds a target
+    u = torch.gather(x2, -1, torch.where(valid, t2, 0))  # x[b, y[b, j]]
+    is_target = (pos == torch.where(valid, t2, -1).unsqueeze(-1)).any(1)  # (B, i)
+    z = (1.0 - u.unsqueeze(-1) + x2.unsqueeze(1)).clamp_min(0) / c  # (B, j, i)
+    z = torch.where(valid.unsqueeze(-1) & ~is_target.unsqueeze(1), z, 0.0)
+    per_sample = z.sum((1, 2))
+    if reduction == 1:  # mean
+        loss = per_sample.mean()
+    elif reduction == 2:  # sum
+        loss = per_sample.sum()
+    else:
+        loss = per_sample.reshape(()) if x.dim() <= 1 else per_sample
+    return loss, is_target.to(x.dtype).reshape(target.shape)
+
+
+def _replace_pytorchs_traced_kernel() -> None:
+    """PyTorch registers its decomposition of ``multilabel_margin_loss_forward`` as the
+    op's Python kernel at the Autograd key, which every trace (make_fx, AOTAutograd) runs
+    before any decomposition table is consulted: ours would never be seen. Ours takes
+    that place; eager (the C++ kernel) is untouched."""
+    op = aten.multilabel_margin_loss_forward.default
+    op.py_kernels[torch._C.DispatchKey.Autograd] = multilabel_margin_loss_forward
+    op._dispatch_cache.clear()
+
+
+_replace_pytorchs_traced_kernel()

@@ -77,6 +77,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
     table.update(shape_decompositions(table))  # wraps the entries above, so last
+    from torchneuron.compiler.index_bounds import with_index_checks
+
+    table.update(with_index_checks(table))  # out-of-range indices raise: outermost
     return table
 
 

@@ -191,6 +191,10 @@ class Executable:
                 op=getattr(e, "op", None),
                 reason=type(e).__name__,
             ) from e
+        if "index_checks" in sig:  # eager's error for an out-of-range index, before writing
+            from torchneuron.compiler.index_bounds import raise_out_of_range
+
+            raise_out_of_range(sig["index_checks"], inputs, outs, self.name)
         for out_i, in_i in sig["write_backs"]:
             inputs[in_i].copy_(outs[out_i])
         if core is not None:

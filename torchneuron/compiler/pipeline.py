@@ -113,6 +113,8 @@ def _signature(prepared: PreparedGraph, num_ops: int | None) -> dict[str, Any]:
 
     checks = {"error_checks": [[c.output, c.api, c.is_matrix] for c in prepared.error_checks]} \
         if prepared.error_checks else {}  # absent otherwise: other graphs' keys stay as they were
+    if prepared.index_checks:
+        checks["index_checks"] = [c.to_list() for c in prepared.index_checks]
     return {
         **checks,
         "num_user_inputs": prepared.num_user_inputs,

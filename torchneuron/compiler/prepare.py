@@ -10,7 +10,8 @@ Steps, in order (each a small function below):
   4. clean-up: python-scalar outputs become 0-d tensors, None outputs are dropped,
      outputs that alias inputs or other outputs are recorded, dead nodes removed.
   5. error checks: `_linalg_check_errors` (raise on a singular / non-PD input) leaves the
-     graph; its info becomes an output checked after the run (`raise_errors`).
+     graph; its info becomes an output checked after the run (`raise_errors`); so do the
+     index-range checks (`index_bounds.lift_index_checks`).
 Placeholders of the result are the user's tensor inputs followed by the random inputs;
 outputs are the user outputs, the write-back values, then the lifted checks' info.
 """
@@ -31,6 +32,7 @@ from torchneuron.compiler.corrections import fix_degenerate_variances
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
+from torchneuron.compiler.index_bounds import IndexCheck, lift_index_checks, raise_out_of_range
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
 
 __all__ = ["TensorSpec", "UserOutput", "ErrorCheck", "PreparedGraph", "prepare", "format_graph",
@@ -94,6 +96,7 @@ class PreparedGraph:
     out_tree: Any = None
     graph_text: str = ""
     error_checks: list[ErrorCheck] = field(default_factory=list)
+    index_checks: list[IndexCheck] = field(default_factory=list)
 
     def apply_write_backs(self, inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor]) -> None:
         """Copy write-back outputs into the mutated user inputs, as eager would have."""
@@ -124,6 +127,7 @@ class PreparedGraph:
         run, write back, assemble. The numbers every lowering is checked against."""
         rand = draw_random_inputs(self.random_inputs, generator_context)
         results = list(self.gm(*inputs, *rand))
+        raise_out_of_range(self.index_checks, inputs, results)
         self.apply_write_backs(inputs, results)
         raise_errors(self.error_checks, results)
         return self.assemble_outputs(inputs, results)
@@ -174,6 +178,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         write_backs.append((len(outputs), in_idx))
         outputs.append(src)
     error_checks = _lift_error_checks(gm, outputs)
+    index_checks = lift_index_checks(gm, outputs, n_in)
     out_node.args = (tuple(outputs),)
     _fold_aliases(gm)
     _fold_0d_reductions(gm)
@@ -186,7 +191,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         input_specs=[TensorSpec.of(p.meta["val"]) for p in placeholders],
         output_specs=[TensorSpec.of(o.meta["val"]) for o in outputs],
         user_outputs=user_outputs, out_tree=box.get("tree"), graph_text=format_graph(gm),
-        error_checks=error_checks)
+        error_checks=error_checks, index_checks=index_checks)
 
 
 def _lift_error_checks(gm: fx.GraphModule, outputs: list[Any]) -> list[ErrorCheck]:

@@ -37,6 +37,21 @@ def neuron_device(index: int = 0) -> torch.device:
     return d
 
 
+def _storage_size(size: Any) -> int | None:
+    """The bytes a wrapper's own (data-less) storage advertises: PyTorch's default,
+    except 1 for a tensor with no elements.
+
+    Why: converting a tensor to a fake tensor (Dynamo, AOTAutograd) resizes the fake
+    copy's storage to zero bytes when the real one has zero bytes (``meta_utils``,
+    after ``assert_metadata_eq``). On a PrivateUse1 storage, ``resize_`` calls the C++
+    ``PrivateUse1HooksInterface::resizePrivateUse1Bytes``, which a Python backend
+    cannot provide (``torch._C._acc.PrivateUse1Hooks`` exposes only three methods),
+    so every compiled graph with an empty input failed. The wrapper holds no values
+    (they live in ``buffer``), so its storage size is never read for data.
+    """
+    return 1 if 0 in tuple(size) else None
+
+
 class Pending(Protocol):
     """A value that will exist later; ``materialize`` makes it exist now."""
 
@@ -92,6 +107,7 @@ class NeuronTensor(torch.Tensor):
             layout=like.layout,
             device=neuron_device(device_index),
             requires_grad=requires_grad,
+            storage_size=_storage_size(like.size()),
         )
         r._buffer = buffer
         r._pending = pending
@@ -114,6 +130,14 @@ class NeuronTensor(torch.Tensor):
                 attach(self, value, self._device_index)
         assert self._buffer is not None, "a neuron tensor without a buffer or a producer"
         return self._buffer
+
+    @buffer.setter
+    def buffer(self, new: torch.Tensor) -> None:
+        """Replace the buffer (same values): AOTAutograd does this to a backward tangent
+        whose buffer has other strides than traced (``process_runtime_tangent``), which
+        for an empty tensor or a size-1 dimension the wrapper's contiguity cannot see."""
+        buffers.attach(self, new, self._device_index)
+        self._pending = None
 
     @property
     def is_pending(self) -> bool:
@@ -172,6 +196,7 @@ def pending_tensor(size: tuple, stride: tuple, offset: int, dtype: torch.dtype,
     r = torch.Tensor._make_wrapper_subclass(
         NeuronTensor, size, strides=stride, storage_offset=offset, dtype=dtype,
         layout=torch.strided, device=neuron_device(device_index), requires_grad=False,
+        storage_size=_storage_size(size),
     )
     r._buffer = None
     r._pending = pending

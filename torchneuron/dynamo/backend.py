@@ -20,12 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
+from torchneuron.compiler.index_bounds import without_index_checks
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
@@ -76,7 +78,8 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             # TracingContext AOTAutograd leaves installed (its ShapeEnv is symbolic).
             # Nor under its fake mode: the neuron compiler folds constants with real
             # tensors, and the graph key hashes them.
-            with torch._guards.tracing(None), unset_fake_temporarily():
+            # AOTAutograd's trace added the index-range checks (user ops only).
+            with torch._guards.tracing(None), unset_fake_temporarily(), without_index_checks():
                 exe = compile_graph(graph, example_inputs, name=name, source="torch.compile",
                                     store=default_store(),
                                     graph_key=fx_graph_key(graph, example_inputs))
@@ -195,30 +198,52 @@ def _is_symbolic(x: Any) -> bool:
     return False
 
 
-# torch-level calls whose fake-tensor (meta) result has another shape than eager's for
-# some inputs: such a graph would hand back that shape, so it runs eagerly (counted).
-# multilabel_margin_loss of a 1-d input: PyTorch's meta kernel and decomposition give
-# shape [1] with reduction='none', eager a 0-d loss.
-_META_SHAPE_DEFECTS = {torch.nn.functional.multilabel_margin_loss: lambda x: x.dim() <= 1}
+def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any = None,
+                            reduce: Any = None, reduction: str = "mean") -> torch.Tensor:
+    """``F.multilabel_margin_loss`` through our decomposition (``decomp_index``).
+
+    Why: under tracing, PyTorch decomposes the op at its Autograd key with a formula that
+    also counts the positions after a row's -1 (wrong numbers), and its meta kernel gives
+    a 0-d / 1-d input's unreduced loss shape [1] where eager gives a 0-d loss.
+    """
+    from torch.nn import _reduction
+
+    from torchneuron.compiler.decomp_index import multilabel_margin_loss_forward
+
+    if size_average is not None or reduce is not None:
+        reduction = _reduction.legacy_get_string(size_average, reduce)
+    return multilabel_margin_loss_forward(x, y, _reduction.get_enum(reduction))[0]
 
 
-def _meta_shape_defect(gm: torch.fx.GraphModule) -> str | None:
-    for node in gm.graph.nodes:
-        wrong = _META_SHAPE_DEFECTS.get(node.target) if node.op == "call_function" else None
-        x = node.args[0].meta.get("example_value") if wrong and node.args and isinstance(
+def _rewrite_multilabel_margin_loss(gm: torch.fx.GraphModule) -> str | None:
+    """Every ``F.multilabel_margin_loss`` call goes through ``_multilabel_margin_loss``.
+    For a 0-d / 1-d input Dynamo traced the loss's users with the meta shape [1]: only a
+    loss returned as is can take eager's 0-d shape; otherwise the graph runs eagerly
+    (returned: the reason, counted as a failure)."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not F.multilabel_margin_loss:
+            continue
+        x = node.args[0].meta.get("example_value") if node.args and isinstance(
             node.args[0], torch.fx.Node) else None
-        if isinstance(x, torch.Tensor) and wrong(x):
-            return f"{node.target.__name__} of a {x.dim()}-d input"
+        if not isinstance(x, torch.Tensor):
+            return "multilabel_margin_loss of an input without a traced value"
+        if x.dim() <= 1 and any(u.op != "output" for u in node.users):
+            return f"multilabel_margin_loss of a {x.dim()}-d input, used in the graph: " \
+                   "PyTorch's fake-tensor result has another shape than eager's there"
+        node.target = _multilabel_margin_loss
+        changed = True
+    if changed:
+        gm.recompile()
     return None
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
-    defect = _meta_shape_defect(gm)
+    defect = _rewrite_multilabel_margin_loss(gm)
     if defect is not None:
         record_failure("dynamo", "prepare", "meta-shape-differs",
-                       f"{defect}: PyTorch's fake-tensor result has another shape than "
-                       "eager's there, so the graph runs eagerly on the device")
+                       f"{defect}, so the graph runs eagerly on the device")
         return gm.forward
     if not torch._dynamo.config.assume_static_by_default:
         raise DynamicShapesNotSupported(

@@ -1,0 +1,296 @@
+"""Out-of-range indices raise in compiled code, with eager's exception type and message.
+
+Why: eager PyTorch checks every index of ``x[i]``, ``index_put``, gather, scatter,
+index_select, embedding, take, put and the ``index_*`` ops, and raises (IndexError or
+RuntimeError). StableHLO's gather clamps its start indices and its scatter drops
+out-of-range updates, so a compiled graph (and an adaptive-eager replay, which runs the
+same executable) would hand back clamped values instead of failing: a wrong number.
+
+How, in three places:
+
+1. trace (``with_index_checks`` wraps the decomposition table's entries for those ops):
+   the op as the *user* called it gets ``torchneuron::index_bounds(index, low, high,
+   dim, kind)`` traced just before it, one per index tensor. Only at the outermost
+   decomposition layer: the gathers and scatters that our or PyTorch's decompositions
+   emit build in-range indices themselves and are not checked. The same wrapper gives
+   ``index_put`` and ``index_fill`` their negative indices wrapped, which eager accepts
+   and this torch-mlir's lowering does not (it wrote elsewhere). The Dynamo backend
+   turns the checks off (``without_index_checks``) when it compiles AOTAutograd's
+   graphs, which already hold them.
+2. prepare (``lift_index_checks``): each check leaves the graph. Its index is read after the run:
+   an index that is a graph input stays an input (the program is unchanged), any other
+   becomes an extra output.
+3. run (``raise_out_of_range``): after the program ran and before any write-back into
+   an input, the host checks each index and raises eager's error. This is the
+   simulator's bookkeeping, like eager's own check on the host; it adds no device work.
+
+Eager runs of the check op (the Dynamo fallback and verification's reference run the
+AOTAutograd graph op by op) do the same check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+__all__ = ["IndexCheck", "with_index_checks", "without_index_checks", "lift_index_checks",
+           "raise_out_of_range", "check_index"]
+
+aten = torch.ops.aten
+
+_BOUNDS = "index {v} is out of bounds for dimension {dim} with size {size}"
+# kind -> (eager's exception type, eager's message); {v}: the first index out of range
+_KINDS: dict[str, tuple[type[Exception], str]] = {
+    "index": (IndexError, _BOUNDS),  # x[i], index_put, index_fill
+    "scatter": (RuntimeError, _BOUNDS),  # gather, scatter*, index_add
+    "in_self": (IndexError, "index out of range in self"),  # index_select, embedding, ...
+    "flat": (IndexError, "out of range: tried to access index {v} on a tensor of {size} "
+                         "elements."),  # take, put
+    "index_copy": (IndexError, "index_copy_(): " + _BOUNDS),
+}
+
+_lib = torch.library.Library("torchneuron", "FRAGMENT")
+_lib.define("index_bounds(Tensor index, int low, int high, int dim, str kind) -> ()")
+
+
+def check_index(index: torch.Tensor, low: int, high: int, dim: int, kind: str,
+                where: str = "") -> None:
+    """Raise eager's error if any element of ``index`` lies outside ``[low, high)``."""
+    if index.numel() == 0:
+        return
+    flat = index.reshape(-1)
+    bad = (flat < low) | (flat >= high)
+    if not bool(bad.any()):
+        return
+    first = int(flat[bad.nonzero()[0, 0]])
+    error, message = _KINDS[kind]
+    raise error(message.format(v=first, dim=dim, size=high) + where)
+
+
+def _eager(index: torch.Tensor, low: int, high: int, dim: int, kind: str) -> None:
+    check_index(index.cpu() if index.device.type != "cpu" else index, low, high, dim, kind)
+
+
+def _fake(index: torch.Tensor, low: int, high: int, dim: int, kind: str) -> None:
+    return None
+
+
+_lib.impl("index_bounds", _eager, "CompositeExplicitAutograd")
+_lib.impl("index_bounds", _fake, "Meta")
+INDEX_BOUNDS = torch.ops.torchneuron.index_bounds.default
+torch.fx.node.has_side_effect(INDEX_BOUNDS)  # a check with no output: never dead code
+
+# ---------------------------------------------------------------------------- 1. trace
+
+_enabled: ContextVar[bool] = ContextVar("torchneuron_index_checks", default=True)
+
+
+@contextlib.contextmanager
+def without_index_checks() -> Iterator[None]:
+    """Trace without adding checks (a graph that already holds them)."""
+    token = _enabled.set(False)
+    try:
+        yield
+    finally:
+        _enabled.reset(token)
+
+
+Spec = tuple[torch.Tensor, int, int, int, str]  # index, low, high, dim, kind
+
+
+def _size(x: torch.Tensor, dim: int) -> tuple[int, int]:
+    """(normalized dim, its size); a 0-d tensor indexes like a 1-element one."""
+    if x.dim() == 0:
+        return 0, 1
+    d = dim % x.dim()
+    return d, int(x.shape[d])
+
+
+def _along_dim(kind: str, negative: bool) -> Callable[..., list[Spec]]:
+    """Ops called ``(self, dim, index, ...)``."""
+    def specs(x: torch.Tensor, dim: int, index: torch.Tensor, *args: Any, **kwargs: Any
+              ) -> list[Spec]:
+        d, n = _size(x, dim)
+        return [(index, -n if negative else 0, n, d, kind)]
+
+    return specs
+
+
+def _indices(x: torch.Tensor, indices: Sequence[torch.Tensor | None], *args: Any,
+             **kwargs: Any) -> list[Spec]:
+    """``x[i0, i1, ...]`` (index.Tensor, index_put): eager numbers the indexed dims."""
+    specs: list[Spec] = []
+    dim = k = 0
+    for i in indices:
+        if i is None:
+            dim += 1
+            continue
+        if i.dtype in (torch.bool, torch.uint8):  # a mask: a shape check, made at trace
+            dim, k = dim + i.dim(), k + i.dim()
+            continue
+        n = int(x.shape[dim]) if dim < x.dim() else 1
+        specs.append((i, -n, n, k, "index"))
+        dim, k = dim + 1, k + 1
+    return specs
+
+
+def _flat(x: torch.Tensor, index: torch.Tensor, *args: Any, **kwargs: Any) -> list[Spec]:
+    n = x.numel()
+    return [(index, -n, n, 0, "flat")]
+
+
+def _embedding(weight: torch.Tensor, indices: torch.Tensor, *args: Any, **kwargs: Any
+               ) -> list[Spec]:
+    return [(indices, 0, int(weight.shape[0]), 0, "in_self")]
+
+
+_SCATTER = _along_dim("scatter", negative=False)
+_CHECKED: dict[Any, Callable[..., list[Spec]]] = {
+    aten.index.Tensor: _indices,
+    aten.index_put.default: _indices,
+    aten.take.default: _flat,
+    aten.put.default: _flat,
+    aten.gather.default: _SCATTER,
+    aten.scatter.src: _SCATTER,
+    aten.scatter.value: _SCATTER,
+    aten.scatter.reduce: _SCATTER,
+    aten.scatter.value_reduce: _SCATTER,
+    aten.scatter_add.default: _SCATTER,
+    aten.scatter_reduce.two: _SCATTER,
+    aten.index_add.default: _SCATTER,
+    aten.index_select.default: _along_dim("in_self", negative=False),
+    aten.index_reduce.default: _along_dim("in_self", negative=False),
+    aten.index_copy.default: _along_dim("index_copy", negative=False),
+    aten.index_fill.int_Scalar: _along_dim("index", negative=True),
+    aten.index_fill.int_Tensor: _along_dim("index", negative=True),
+    aten.embedding.default: _embedding,
+}
+
+
+def _wrap(index: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.where(index < 0, index + n, index)
+
+
+def _index_put_wrapped(x: torch.Tensor, indices: Sequence[torch.Tensor | None], values: Any,
+                       accumulate: bool = False) -> Any:
+    wrapped: list[torch.Tensor | None] = []
+    dim = 0
+    for i in indices:
+        if i is not None and not (i.dtype in (torch.bool, torch.uint8) or i.is_floating_point()):
+            i = _wrap(i, int(x.shape[dim]) if dim < x.dim() else 1)
+        wrapped.append(i)
+        dim += 1 if i is None or i.dtype not in (torch.bool, torch.uint8) else i.dim()
+    return aten.index_put.default(x, wrapped, values, accumulate)
+
+
+def _index_fill_wrapped(op: Any) -> Callable[..., Any]:
+    def fn(x: torch.Tensor, dim: int, index: torch.Tensor, value: Any) -> Any:
+        return op(x, dim, _wrap(index, _size(x, dim)[1]), value)
+
+    return fn
+
+
+# Ops whose negative indices eager accepts and this torch-mlir's lowering does not (it
+# writes elsewhere): the user's op gets them wrapped (``i + n`` where ``i < 0``). Only the
+# user's: decompositions that call index_put build non-negative indices.
+_WRAP_NEGATIVE: dict[Any, Callable[..., Any]] = {
+    aten.index_put.default: _index_put_wrapped,
+    aten.index_fill.int_Scalar: _index_fill_wrapped(aten.index_fill.int_Scalar),
+    aten.index_fill.int_Tensor: _index_fill_wrapped(aten.index_fill.int_Tensor),
+}
+
+
+def _outermost() -> bool:
+    """Called by the tracer for an op of the traced program itself, not for one that a
+    decomposition emitted (the tracer counts the decomposition layers it is inside)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    mode = get_proxy_mode()
+    return mode is not None and getattr(mode, "decomp_layers", 0) == 1
+
+
+def _checked(op: Any, specs: Callable[..., list[Spec]], prev: Callable[..., Any] | None
+             ) -> Callable[..., Any]:
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        if _enabled.get() and _outermost():
+            for index, low, high, dim, kind in specs(*args, **kwargs):
+                if index.numel() and not index.is_floating_point() \
+                        and index.dtype is not torch.bool:
+                    INDEX_BOUNDS(index, low, high, dim, kind)
+            wrap = _WRAP_NEGATIVE.get(op)
+            if wrap is not None:
+                return wrap(*args, **kwargs)  # the op again, one layer down: as before
+        return NotImplemented if prev is None else prev(*args, **kwargs)
+
+    return fn
+
+
+def with_index_checks(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """Entries for ``table`` that add the checks, then do what ``table`` did (its entry,
+    or the op itself). Outermost: applied after every other wrapper."""
+    return {op: _checked(op, specs, table.get(op)) for op, specs in _CHECKED.items()}
+
+
+# ---------------------------------------------------------------------------- 2. prepare
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """One lifted check: the index is user input ``position`` (``source`` "input") or
+    graph output ``position`` ("output"); it must lie in ``[low, high)``."""
+
+    source: str
+    position: int
+    low: int
+    high: int
+    dim: int
+    kind: str
+
+    def to_list(self) -> list[Any]:
+        return [self.source, self.position, self.low, self.high, self.dim, self.kind]
+
+
+def lift_index_checks(gm: fx.GraphModule, outputs: list[Any], num_user_inputs: int
+                      ) -> list[IndexCheck]:
+    """Take every ``index_bounds`` node out of ``gm``; an index that is not a user input
+    (the first ``num_user_inputs`` placeholders) is appended to ``outputs``."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"][:num_user_inputs]
+    inputs = {n: i for i, n in enumerate(placeholders)}
+    checks: list[IndexCheck] = []
+    exported: dict[fx.Node, int] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not INDEX_BOUNDS:
+            continue
+        index, low, high, dim, kind = node.args
+        if index in inputs:
+            source, position = "input", inputs[index]
+        else:
+            if index not in exported:
+                exported[index] = len(outputs)
+                outputs.append(index)
+            source, position = "output", exported[index]
+        check = IndexCheck(source, position, int(low), int(high), int(dim), str(kind))
+        if check not in checks:
+            checks.append(check)
+        gm.graph.erase_node(node)
+    return checks
+
+
+# ---------------------------------------------------------------------------- 3. run
+
+
+def raise_out_of_range(checks: Sequence[IndexCheck | Sequence[Any]],
+                       inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor],
+                       name: str = "") -> None:
+    """Raise eager's error for the first check whose index is out of range."""
+    for c in checks:
+        source, position, low, high, dim, kind = c.to_list() if isinstance(c, IndexCheck) else c
+        index = inputs[position] if source == "input" else results[position]
+        where = f"\n(found after running the compiled program {name})" if name else ""
+        check_index(index, low, high, dim, kind, where)
