@@ -39,25 +39,25 @@ def storage_nbytes(buffer: torch.Tensor) -> int:
     return buffer.untyped_storage().nbytes()
 
 
-class _Token:
-    """Released when the wrapper holding it dies."""
+class _Token(tuple):
+    """Released when the wrapper holding it dies; it is its storage's key.
 
-    __slots__ = ("key",)
+    A tuple subclass: made by ``tuple``'s C constructor, with no Python ``__init__``
+    frame (one is made for nearly every eager op's result)."""
 
-    def __init__(self, key: tuple[int, int]) -> None:
-        self.key = key
+    __slots__ = ()
 
     def __del__(self) -> None:
-        entry = _live.get(self.key)
+        entry = _live.get(self)
         if entry is None:
             return
         entry.refs -= 1
         if entry.refs == 0:
-            del _live[self.key]
+            del _live[self]
             entry.core.memory.free(entry.nbytes)
 
 
-def track(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> None:
+def track(wrapper: object, buffer: torch.Tensor, index: int) -> None:
     """Account ``buffer``'s storage to device ``index`` for as long as ``wrapper`` lives."""
     storage = buffer.untyped_storage()
     nbytes = storage.nbytes()

@@ -39,7 +39,7 @@ class OpRecord:
     """One overload's dispatch facts (see the module docstring); never mutated."""
 
     __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
-                 "is_copy", "plain", "keeps_metadata")  # fmt: skip
+                 "is_copy", "plain", "keeps_metadata", "op", "fast")  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -62,6 +62,14 @@ class OpRecord:
         self.plain = (
             self.fused is None and not self.facts.random and not self.host_results
             and not self.facts.returns_host_values and not self.is_copy
+        )  # fmt: skip
+        # what calling ``func`` calls (``OpOverload.__call__`` is a Python frame around it)
+        self.op = func._op if type(func) is torch._ops.OpOverload else func
+        # dispatch may take the one-pass path (``eager._run_unwrapped``): no host copy or
+        # read-back, no written argument whose metadata must follow the buffer's
+        self.fast = (
+            not self.is_copy and not self.facts.returns_host_values
+            and (not self.written or self.keeps_metadata)
         )  # fmt: skip
 
 
