@@ -21,7 +21,7 @@ from torchneuron.device.tensor import NeuronTensor, wrap_buffer
 from torchneuron.dispatch import fastpath, host_args, tracking
 from torchneuron.dispatch.opfacts import eager_signature
 from torchneuron.dispatch.oprecord import OpRecord, record
-from torchneuron.dispatch.support import fallback_reason
+from torchneuron.dispatch.support import dtype_reason, fallback_reason
 from torchneuron.dispatch.tracking import count_executed as _count_executed
 from torchneuron.hardware import KernelWork, aten_kernel_work, get_core
 
@@ -154,7 +154,7 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     """
     rec = record(func)
     if rec.fast and kwargs.get("device") is None:
-        u = fastpath.unwrap(rec, args, kwargs)
+        u = fastpath.unwrap(rec, args, kwargs, keyed=rec.kernel)
         if u is not None and _get_dispatch_mode(_FAKE) is None:
             if u.index is not None:
                 index = u.index
@@ -168,6 +168,15 @@ def _run_unwrapped(rec: OpRecord, u: fastpath.Unwrapped, index: int) -> Any:
     """The common case: arguments unwrapped and keyed, no tracing, no host copy, no
     metadata of an argument to follow (``OpRecord.fast``)."""
     core = get_core(index)
+    if not rec.kernel:  # metadata only: the charge is the dispatch, whatever the shapes
+        reason = rec.host_reason or dtype_reason(u.tensors)
+        if reason is not None:
+            out = _run_on_host(core, rec, reason, u.uargs, u.ukwargs, u.tensors, index)
+        else:
+            out = rec.op(*u.uargs, **u.ukwargs) if rec.plain else _call(rec, u.uargs, u.ukwargs, index)
+            _count_executed(rec.name)
+            core.run_eager_kernel(rec.name, (), None)
+        return _wrap_outputs(out, u.same, index, host=rec.host_results)
     key = u.key
     sig = fastpath.facts_for(key) if key is not None else None
     if sig is None:
@@ -179,7 +188,19 @@ def _run_unwrapped(rec: OpRecord, u: fastpath.Unwrapped, index: int) -> Any:
         return _wrap_outputs(out, u.same, index, host=rec.host_results)
     out = rec.op(*u.uargs, **u.ukwargs) if rec.plain else _call(rec, u.uargs, u.ukwargs, index)
     _count_executed(rec.name)
-    _charge(core, rec, key, sig, u.uargs, u.ukwargs, u.tensors, out)
+    if type(out) is torch.Tensor:  # the common case, inline
+        hit = None
+        if key is not None:
+            hit = sig.results.get((out.shape, out.stride(), out.dtype))  # its ``out_key``
+        if hit is not None and hit[2] is core.profile:
+            core.run_eager_kernel(rec.name, hit[3], hit[0], hit[1], hit[4])
+        else:
+            _charge(core, rec, key, sig, u.uargs, u.ukwargs, u.tensors, out)
+        if not rec.host_results:
+            original = u.same.get(id(out))
+            return original if original is not None else _wrap_one(out, u.same, index, True)
+    else:
+        _charge(core, rec, key, sig, u.uargs, u.ukwargs, u.tensors, out)
     return _wrap_outputs(out, u.same, index, host=rec.host_results)
 
 

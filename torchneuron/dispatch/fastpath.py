@@ -252,13 +252,15 @@ class _General(Exception):
     """An argument the one-pass ``unwrap`` leaves to the general path."""
 
 
-def unwrap(func: Any, args: tuple, kwargs: dict) -> Unwrapped | None:
+def unwrap(func: Any, args: tuple, kwargs: dict, keyed: bool = True) -> Unwrapped | None:
     """Unwrap, scan devices and build the signature key in one pass, for common arguments.
 
     Why one pass: unwrapping and keying each walked every argument, and together they
     were a large part of an eager op's Python cost. The key equals
     ``signature_key(func, uflat, spec)`` over the same leaves (the general path's key),
     so both paths share cache entries.
+
+    ``keyed=False``: no key (``Unwrapped.key`` is None), for ops whose charge needs none.
 
     Handles neuron tensors (exactly ``NeuronTensor``, with plain CPU buffers, not
     pending), 0-dim CPU tensors (host scalars), scalars and one level of lists/tuples.
@@ -288,12 +290,16 @@ def unwrap(func: Any, args: tuple, kwargs: dict) -> Unwrapped | None:
                     return None
                 bid = id(b)
                 same[bid] = a
-                parts.append((b.shape, b.stride(), b.dtype, seen.setdefault(bid, len(parts) - 2)))
+                if keyed:
+                    parts.append(
+                        (b.shape, b.stride(), b.dtype, seen.setdefault(bid, len(parts) - 2))
+                    )
                 tensors.append(b)
                 uargs.append(b)
                 aspec.append(None)
             elif tp is float:
-                parts.append(_FLOAT)
+                if keyed:
+                    parts.append(_FLOAT)
                 uargs.append(a)
                 aspec.append(None)
             elif tp is list or tp is tuple:
@@ -316,8 +322,10 @@ def unwrap(func: Any, args: tuple, kwargs: dict) -> Unwrapped | None:
                 kspec.append((k, None))
     except _General:
         return None
+    if not (keyed and state[1]):
+        return Unwrapped(uargs, ukwargs, same, tensors, state[0], None)
     parts[1] = (tuple(aspec), tuple(kspec))
-    return Unwrapped(uargs, ukwargs, same, tensors, state[0], tuple(parts) if state[1] else None)
+    return Unwrapped(uargs, ukwargs, same, tensors, state[0], tuple(parts))
 
 
 def _leaf(
