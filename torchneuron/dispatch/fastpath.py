@@ -113,6 +113,7 @@ class _Marker:
         return f"<{self.name}>"
 
 
+_Tensor = torch.Tensor  # a global: read once per tensor argument of every op
 _FLOAT, _COMPLEX, _TRUE, _FALSE = (_Marker(n) for n in ("float", "complex", "True", "False"))
 _EXACT = (int, type(None), str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 
@@ -281,7 +282,7 @@ def unwrap(func: Any, args: tuple, kwargs: dict, keyed: bool = True) -> Unwrappe
             tp = type(a)
             if tp is NeuronTensor and a._pending is None:  # the common case, inline
                 b = a._buffer
-                if type(b) is not torch.Tensor:
+                if type(b) is not _Tensor:
                     return None
                 i = a._device_index
                 if state[0] is None:
@@ -344,11 +345,11 @@ def _leaf(
             state[0] = i
         elif i != state[0]:
             raise _General
-        if type(b) is not torch.Tensor:
+        if type(b) is not _Tensor:
             raise _General
         bid = id(b)
         same[bid] = a
-    elif tp is torch.Tensor:
+    elif tp is _Tensor:
         if a.device.type != "cpu" or a.dim() != 0:
             raise _General
         b = a
