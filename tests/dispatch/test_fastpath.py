@@ -124,6 +124,9 @@ def test_cache_is_bounded() -> None:
         (torch.ops.aten.cat.default, lambda n: ([n(2, 3), n(1, 3)], 0), {}),
         (torch.ops.aten.sum.dim_IntList, lambda n: (n(4, 4), [0], True), {}),
         (torch.ops.aten.mul.Tensor, lambda n: (n(4, 4), torch.tensor(2.0)), {}),  # host scalar
+        (torch.ops.aten.transpose.int, lambda n: (n(4, 4), 0, 1), {}),
+        (torch.ops.aten.view.default, lambda n: (n(4, 4), [2, 8]), {}),
+        (torch.ops.aten.var.correction, lambda n: (n(4, 4), [1], None), {"keepdim": True}),
     ],
 )
 def test_one_pass_key_is_the_general_paths_key(func, args, kwargs) -> None:  # noqa: ANN001

@@ -303,8 +303,20 @@ def unwrap(func: Any, args: tuple, kwargs: dict, keyed: bool = True) -> Unwrappe
                     parts.append(_FLOAT)
                 uargs.append(a)
                 aspec.append(None)
+            elif tp is int or a is None:  # dims, sizes' entries, absent optionals
+                if keyed:
+                    parts.append(a)
+                uargs.append(a)
+                aspec.append(None)
             elif tp is list or tp is tuple:
-                items = [_leaf(x, parts, same, seen, tensors, state) for x in a]
+                items = []
+                for x in a:
+                    if type(x) is int:  # sizes, dims: their own key part, passed as is
+                        if keyed:
+                            parts.append(x)
+                        items.append(x)
+                    else:
+                        items.append(_leaf(x, parts, same, seen, tensors, state))
                 uargs.append(tp(items))
                 aspec.append((tp, len(items)))
             else:
