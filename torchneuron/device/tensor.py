@@ -192,11 +192,15 @@ def wrap_buffer(buffer: torch.Tensor, device_index: int) -> NeuronTensor:
     if buffer.layout is not _STRIDED:
         return buffers.attach(NeuronTensor(buffer, device_index), buffer, device_index)  # type: ignore[return-value]
     device = _devices.get(device_index)
-    r = _make_wrapper(
-        NeuronTensor, buffer.size(), strides=buffer.stride(),
-        storage_offset=buffer.storage_offset(), dtype=buffer.dtype,
-        device=device if device is not None else neuron_device(device_index),
-    )  # fmt: skip
+    if device is None:
+        device = neuron_device(device_index)
+    offset = buffer.storage_offset()
+    if offset:
+        r = _make_wrapper(NeuronTensor, buffer.size(), strides=buffer.stride(),
+                          storage_offset=offset, dtype=buffer.dtype, device=device)  # fmt: skip
+    else:  # most results: the argument is cheaper left out (it defaults to 0)
+        r = _make_wrapper(NeuronTensor, buffer.size(), strides=buffer.stride(),
+                          dtype=buffer.dtype, device=device)  # fmt: skip
     r._buffer = buffer
     r._pending = None
     r._device_index = device_index
