@@ -198,7 +198,11 @@ def _run_unwrapped(rec: OpRecord, u: fastpath.Unwrapped, index: int) -> Any:
             _charge(core, rec, key, sig, u.uargs, u.ukwargs, u.tensors, out)
         if not rec.host_results:
             original = u.same.get(id(out))
-            return original if original is not None else _wrap_one(out, u.same, index, True)
+            if original is not None:
+                return original
+            if out._is_zerotensor():
+                return _wrap_one(out, u.same, index, True)
+            return wrap_buffer(out, index)
     else:
         _charge(core, rec, key, sig, u.uargs, u.ukwargs, u.tensors, out)
     return _wrap_outputs(out, u.same, index, host=rec.host_results)
@@ -348,7 +352,7 @@ def _wrap_one(o: torch.Tensor, same: dict[int, Any], index: int, track: bool) ->
             # gives them real zeros (same metadata) so they can be held.
             o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).zero_()
         if track:
-            original = wrap(o, index)
+            original = wrap_buffer(o, index)
         else:
             original = NeuronTensor(o, index)
             buffers.mirror_bits(original, o)
