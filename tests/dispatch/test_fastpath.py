@@ -114,3 +114,63 @@ def test_cache_is_bounded() -> None:
     for n in range(1, 40):
         torch.ones(n, device="neuron") + 1
     assert fastpath.cache_info()["signatures"] <= fastpath.CACHE_SIZE
+
+
+@pytest.mark.parametrize(
+    ("func", "args", "kwargs"),
+    [
+        (torch.ops.aten.add.Tensor, lambda n: (n(4, 4), n(4, 4)), {"alpha": 0.5}),
+        (torch.ops.aten.add.Tensor, lambda n: ((x := n(4, 4)), x), {}),  # aliasing
+        (torch.ops.aten.cat.default, lambda n: ([n(2, 3), n(1, 3)], 0), {}),
+        (torch.ops.aten.sum.dim_IntList, lambda n: (n(4, 4), [0], True), {}),
+        (torch.ops.aten.mul.Tensor, lambda n: (n(4, 4), torch.tensor(2.0)), {}),  # host scalar
+        (torch.ops.aten.transpose.int, lambda n: (n(4, 4), 0, 1), {}),
+        (torch.ops.aten.view.default, lambda n: (n(4, 4), [2, 8]), {}),
+        (torch.ops.aten.var.correction, lambda n: (n(4, 4), [1], None), {"keepdim": True}),
+    ],
+)
+def test_one_pass_key_is_the_general_paths_key(func, args, kwargs) -> None:  # noqa: ANN001
+    """Both paths must file a signature under one key (else each keeps its own entry)."""
+    from torchneuron.dispatch.oprecord import record
+
+    rec = record(func)
+    a = args(lambda *s: torch.randn(*s).to("neuron"))
+    u = fastpath.unwrap(rec, a, kwargs)
+    flat, spec = fastpath.flatten(tuple(u.uargs), u.ukwargs)
+    assert u.key is not None
+    assert u.key == fastpath.signature_key(rec, flat, spec)
+    assert fastpath.unwrap(rec, a, kwargs, keyed=False).key is None
+
+
+@pytest.mark.parametrize(
+    ("func", "make"),
+    [
+        (torch.ops.aten.view.default, lambda x: (x, [16])),
+        (torch.ops.aten.t.default, lambda x: (x,)),
+        (torch.ops.aten.detach.default, lambda x: (x,)),
+        (torch.ops.aten.expand.default, lambda x: (x[:1], [4, 4])),
+        (torch.ops.aten.add.Tensor, lambda x: (x, x)),
+        (torch.ops.aten.mm.default, lambda x: (x, x)),
+        (torch.ops.aten.fill_.Scalar, lambda x: (x.clone(), 1.0)),
+        (torch.ops.aten._local_scalar_dense.default, lambda x: (x[0, 0],)),
+    ],
+)
+def test_metadata_only_ops_are_known_per_overload(func, make) -> None:  # noqa: ANN001
+    """Dispatch skips the signature key of ops ``launches_kernel`` calls metadata-only:
+    that must agree with the work computed from the actual arguments."""
+    from torchneuron.hardware.eager_work import aten_kernel_work, launches_kernel
+
+    args = make(torch.randn(4, 4))
+    out = func(*args)
+    assert launches_kernel(func) == (aten_kernel_work(func, args, {}, out) is not None)
+
+
+def test_a_float64_view_still_falls_back() -> None:
+    """Metadata-only ops take no signature key, but still honour the dtype fallback."""
+    from torchneuron.dispatch import fallback_ops, reset_op_tracking
+
+    x = torch.randn(4, 4, dtype=torch.float64).to("neuron")
+    reset_op_tracking()
+    y = x.t()
+    assert fallback_ops().get("t") == 1
+    assert torch.equal(y.cpu(), x.cpu().t())

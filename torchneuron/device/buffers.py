@@ -2,16 +2,20 @@
 
 A neuron tensor's memory is its buffer's *storage*: views share it and must not
 count twice. We count each storage once, from the first wrapper that holds it to
-the last wrapper's death (a token in the wrapper's ``__dict__`` whose ``__del__``
-releases it: no weakref, so ``torch.utils.swap_tensors`` and ``Module.to`` keep
-working), keyed by the storage's data
-pointer. Each entry remembers the core it was charged to, so a storage allocated
-before ``torchneuron.hardware.reset()`` is released on the core that counted it,
-never on its fresh successor. Allocation is checked *before* a factory op materializes its result, so an
-oversized request raises ``torch.OutOfMemoryError`` and leaves state intact.
+the last wrapper's death: every wrapper over the storage holds the same token in its
+``__dict__``, so Python's reference count is the count of wrappers, and the token's
+``__del__`` releases the storage (no weakref to the wrapper, so
+``torch.utils.swap_tensors`` and ``Module.to`` keep working). Tokens are found by the
+storage's data pointer through weak references. Each token remembers the core it was
+charged to, so a storage allocated before ``torchneuron.hardware.reset()`` is released
+on the core that counted it, never on its fresh successor. Allocation is checked
+*before* a factory op materializes its result, so an oversized request raises
+``torch.OutOfMemoryError`` and leaves state intact.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -20,61 +24,57 @@ from torchneuron.hardware import NeuronCore, get_core
 __all__ = ["attach", "defer_write", "mirror_bits", "track", "storage_nbytes", "live_storages"]
 
 
-class _Entry:
-    """One accounted storage: how many wrappers hold it, its bytes, the core charged."""
+class _Token:
+    """One accounted storage, held by every wrapper over it: its key, bytes, the core charged.
 
-    __slots__ = ("refs", "nbytes", "core")
+    Why shared, not one per wrapper: a view (and nearly every eager op's result is a new
+    wrapper) then costs no new object and its death no ``__del__``; only the storage's
+    last wrapper runs one.
+    """
 
-    def __init__(self, nbytes: int, core: NeuronCore) -> None:
-        self.refs = 1
+    __slots__ = ("key", "nbytes", "core", "__weakref__")
+
+    def __init__(self, key: tuple[int, int], nbytes: int, core: NeuronCore) -> None:
+        self.key = key
         self.nbytes = nbytes
         self.core = core
 
+    def __del__(self) -> None:
+        ref = _live.get(self.key)
+        if ref is not None:
+            held = ref()
+            # None: the garbage collector cleared the reference before finalizing
+            if held is self or held is None:
+                del _live[self.key]
+        self.core.memory.free(self.nbytes)
 
-# (device index, storage data_ptr) -> entry
-_live: dict[tuple[int, int], _Entry] = {}
+
+# (device index, storage data_ptr) -> the storage's token (weakly: wrappers keep it alive)
+_live: dict[tuple[int, int], weakref.ref[_Token]] = {}
 
 
 def storage_nbytes(buffer: torch.Tensor) -> int:
     return buffer.untyped_storage().nbytes()
 
 
-class _Token:
-    """Released when the wrapper holding it dies."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: tuple[int, int]) -> None:
-        self.key = key
-
-    def __del__(self) -> None:
-        entry = _live.get(self.key)
-        if entry is None:
-            return
-        entry.refs -= 1
-        if entry.refs == 0:
-            del _live[self.key]
-            entry.core.memory.free(entry.nbytes)
-
-
-def track(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> None:
+def track(wrapper: object, buffer: torch.Tensor, index: int) -> None:
     """Account ``buffer``'s storage to device ``index`` for as long as ``wrapper`` lives."""
     storage = buffer.untyped_storage()
     nbytes = storage.nbytes()
     if nbytes == 0:
         return
     key = (index, storage.data_ptr())
-    entry = _live.get(key)
-    if entry is None:
+    ref = _live.get(key)
+    token = ref() if ref is not None else None
+    if token is None:
         core = get_core(index)
         core.memory.allocate(nbytes)
-        _live[key] = _Entry(nbytes, core)
-    else:
-        if nbytes > entry.nbytes:  # resized in place: account the growth
-            entry.core.memory.allocate(nbytes - entry.nbytes)
-            entry.nbytes = nbytes
-        entry.refs += 1
-    wrapper._memory_token = _Token(key)  # type: ignore[attr-defined]
+        token = _Token(key, nbytes, core)
+        _live[key] = weakref.ref(token)
+    elif nbytes > token.nbytes:  # resized in place: account the growth
+        token.core.memory.allocate(nbytes - token.nbytes)
+        token.nbytes = nbytes
+    wrapper._memory_token = token  # type: ignore[attr-defined]
 
 
 def live_storages() -> int:

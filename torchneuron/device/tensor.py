@@ -21,7 +21,7 @@ import torch
 
 from torchneuron.device import buffers
 
-__all__ = ["NeuronTensor", "set_op_handler", "neuron_device", "pending_tensor"]
+__all__ = ["NeuronTensor", "set_op_handler", "neuron_device", "pending_tensor", "wrap_buffer"]
 
 _DEVICE_TYPE = "neuron"
 
@@ -201,4 +201,37 @@ def pending_tensor(size: tuple, stride: tuple, offset: int, dtype: torch.dtype,
     r._buffer = None
     r._pending = pending
     r._device_index = device_index
+    return r
+
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
+
+
+def wrap_buffer(buffer: torch.Tensor, device_index: int) -> NeuronTensor:
+    """A new neuron tensor over ``buffer``, accounted against device ``device_index``'s HBM.
+
+    What ``buffers.attach(NeuronTensor(buffer, device_index), buffer, device_index)``
+    makes, in fewer Python calls: eager dispatch makes one for nearly every op's result.
+    """
+    if buffer.layout is not _STRIDED:
+        return buffers.attach(NeuronTensor(buffer, device_index), buffer, device_index)  # type: ignore[return-value]
+    device = _devices.get(device_index)
+    if device is None:
+        device = neuron_device(device_index)
+    offset = buffer.storage_offset()
+    if offset:
+        r = _make_wrapper(NeuronTensor, buffer.size(), strides=buffer.stride(),
+                          storage_offset=offset, dtype=buffer.dtype, device=device)  # fmt: skip
+    else:  # most results: the argument is cheaper left out (it defaults to 0)
+        r = _make_wrapper(NeuronTensor, buffer.size(), strides=buffer.stride(),
+                          dtype=buffer.dtype, device=device)  # fmt: skip
+    r._buffer = buffer
+    r._pending = None
+    r._device_index = device_index
+    buffers.track(r, buffer, device_index)
+    if buffer.is_conj():
+        torch._C._set_conj(r, True)
+    if buffer.is_neg():
+        torch._C._set_neg(r, True)
     return r

@@ -17,11 +17,12 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torchneuron.device import buffers, random
-from torchneuron.device.tensor import NeuronTensor
+from torchneuron.device.tensor import NeuronTensor, wrap_buffer
 from torchneuron.dispatch import fastpath, host_args, tracking
 from torchneuron.dispatch.opfacts import eager_signature
 from torchneuron.dispatch.oprecord import OpRecord, record
-from torchneuron.dispatch.support import fallback_reason
+from torchneuron.dispatch.support import dtype_reason, fallback_reason
+from torchneuron.dispatch.tracking import count_executed as _count_executed
 from torchneuron.hardware import KernelWork, aten_kernel_work, get_core
 
 __all__ = ["run_op", "wrap", "unwrap_device"]
@@ -33,7 +34,7 @@ _FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 def wrap(buffer: torch.Tensor, index: int) -> NeuronTensor:
     """A new neuron tensor over ``buffer``, accounted against device ``index``'s HBM."""
-    return buffers.attach(NeuronTensor(buffer, index), buffer, index)
+    return wrap_buffer(buffer, index)
 
 
 def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -> None:
@@ -148,64 +149,129 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     What depends only on the overload and the tensors' metadata (fallback decision,
     kernel work and cost, compile signature) is looked up per signature in
     ``fastpath``'s bounded cache; what depends only on the overload, in its
-    ``oprecord``; flat argument lists skip pytree.
+    ``oprecord``. Common arguments are unwrapped and keyed in one pass
+    (``fastpath.unwrap``); the rest take the general path.
     """
     rec = record(func)
-    fu = fastpath.unwrap(args, kwargs) if kwargs.get("device") is None else None
-    if fu is not None and fu.cpu_seen and fu.index is not None:
-        fu = None  # host and device tensors: the general path checks (and raises) per op
-    if fu is not None:  # one pass did it all: no device arguments, no traced buffers
-        fast = True
-        uargs, ukwargs, uflat, spec = fu.uargs, fu.ukwargs, fu.uflat, fu.spec
-        same, tensors = fu.same, fu.tensors
-        if fu.index is not None:
-            index = fu.index
-        elif index is None:
-            index = 0
-        to_host = rec.is_copy and not isinstance(args[0], NeuronTensor)
-        tracing = _get_dispatch_mode(_FAKE) is not None
-    else:
-        fast = fastpath.flatten(args, kwargs)
-        flat, spec = fast if fast is not None else tree_flatten((args, kwargs))
-        found = _scan(rec, flat, host_args.host_tensor_ids(func, args, kwargs))
-        if found is not None:
-            index = found
-        target = kwargs.get("device")
-        to_host = target is not None and torch.device(target).type != "neuron"
-        if rec.is_copy and not isinstance(args[0], NeuronTensor):
-            to_host = True  # copying device values into a host tensor is a read
-        if target is not None and not to_host:
-            index = _device_index(target)
-        if index is None:
-            index = 0
+    if rec.fast and kwargs.get("device") is None:
+        u = fastpath.unwrap(rec, args, kwargs, keyed=rec.kernel)
+        if u is not None and _get_dispatch_mode(_FAKE) is None:
+            if u.index is not None:
+                index = u.index
+            elif index is None:
+                index = 0
+            return _run_unwrapped(rec, u, index)
+    return _run_general(rec, func, args, kwargs, index)
 
-        same: dict[int, Any] = {}
-        uflat = []
-        tensors: list[torch.Tensor] = []
-        for a in flat:
-            if isinstance(a, torch.Tensor):
-                if isinstance(a, NeuronTensor):
-                    b = a.buffer
-                elif a.device.type == "neuron":
-                    b = _traced_to_cpu(a)
-                else:
-                    b = a
-                same[id(b)] = a
-                uflat.append(b)
-                tensors.append(b)
-            elif isinstance(a, torch.device) and a.type == "neuron":
-                uflat.append(torch.device("cpu"))
-            else:
-                uflat.append(a)
-        if fast is not None:
-            uargs, ukwargs = fastpath.unflatten(uflat, spec)
+
+def _run_unwrapped(rec: OpRecord, u: fastpath.Unwrapped, index: int) -> Any:
+    """The common case: arguments unwrapped and keyed, no tracing, no host copy, no
+    metadata of an argument to follow (``OpRecord.fast``)."""
+    core = get_core(index)
+    if not rec.kernel:  # metadata only: the charge is the dispatch, whatever the shapes
+        reason = rec.host_reason or dtype_reason(u.tensors)
+        if reason is not None:
+            out = _run_on_host(core, rec, reason, u.uargs, u.ukwargs, u.tensors, index)
         else:
-            uargs, ukwargs = tree_unflatten(uflat, spec)
-        if "device" in ukwargs:
-            ukwargs["device"] = unwrap_device(ukwargs["device"])
-        tracing = _tracing(tensors)
+            out = rec.op(*u.uargs, **u.ukwargs) if rec.plain else _call(rec, u.uargs, u.ukwargs, index)
+            _count_executed(rec.name)
+            core.run_eager_kernel(rec.name, (), None)
+        return _wrap_outputs(out, u.same, index, host=rec.host_results)
+    key = u.key
+    sig = fastpath.facts_for(key) if key is not None else None
+    if sig is None:
+        sig = fastpath.SignatureFacts(fallback_reason(rec.name, u.tensors))
+        if key is not None:
+            fastpath.remember(key, sig)
+    if sig.fallback is not None:
+        out = _run_on_host(core, rec, sig.fallback, u.uargs, u.ukwargs, u.tensors, index)
+        return _wrap_outputs(out, u.same, index, host=rec.host_results)
+    out = rec.op(*u.uargs, **u.ukwargs) if rec.plain else _call(rec, u.uargs, u.ukwargs, index)
+    _count_executed(rec.name)
+    if type(out) is torch.Tensor:  # the common case, inline
+        hit = None
+        if key is not None:
+            hit = sig.results.get((out.shape, out.stride(), out.dtype))  # its ``out_key``
+        if hit is not None and hit[2] is core.profile:
+            core.run_eager_kernel(rec.name, hit[3], hit[0], hit[1], hit[4])
+        else:
+            _charge(core, rec, key, sig, u.uargs, u.ukwargs, u.tensors, out)
+        if not rec.host_results:
+            original = u.same.get(id(out))
+            if original is not None:
+                return original
+            if out._is_zerotensor():
+                return _wrap_one(out, u.same, index, True)
+            return wrap_buffer(out, index)
+    else:
+        _charge(core, rec, key, sig, u.uargs, u.ukwargs, u.tensors, out)
+    return _wrap_outputs(out, u.same, index, host=rec.host_results)
 
-    if tracing:
+
+def _charge(
+    core: Any, rec: OpRecord, key: tuple | None, sig: fastpath.SignatureFacts,
+    uargs: Any, ukwargs: Any, tensors: list[torch.Tensor], out: Any,
+) -> None:  # fmt: skip
+    """Charge the kernel that computed ``out``: its work and cost from the signature's
+    facts when this result metadata was seen before, else computed (and kept)."""
+    okey = fastpath.out_key(out) if key is not None else None
+    hit = sig.results.get(okey) if okey is not None else None
+    if hit is not None and hit[2] is core.profile:
+        core.run_eager_kernel(rec.name, hit[3], hit[0], hit[1], hit[4])
+        return
+    # first time for this signature and result (or the profile changed)
+    name = rec.name
+    work = aten_kernel_work(rec.func, uargs, ukwargs, out)
+    signature = eager_signature(name, tensors)
+    cost = core.run_eager_kernel(name, signature, work)
+    if okey is not None:
+        seen = fastpath.SeenKey((name, signature))
+        sig.results[okey] = (work, cost, core.profile, signature, seen)
+
+
+def _run_general(rec: OpRecord, func: Any, args: tuple, kwargs: dict, index: int | None) -> Any:
+    """Any op: device arguments, host tensors, nested arguments, tracing, host copies,
+    arguments whose metadata the op changes."""
+    fast = fastpath.flatten(args, kwargs)
+    flat, spec = fast if fast is not None else tree_flatten((args, kwargs))
+    found = _scan(rec, flat, host_args.host_tensor_ids(func, args, kwargs))
+    if found is not None:
+        index = found
+    target = kwargs.get("device")
+    to_host = target is not None and torch.device(target).type != "neuron"
+    if rec.is_copy and not isinstance(args[0], NeuronTensor):
+        to_host = True  # copying device values into a host tensor is a read
+    if target is not None and not to_host:
+        index = _device_index(target)
+    if index is None:
+        index = 0
+
+    same: dict[int, Any] = {}
+    uflat = []
+    tensors: list[torch.Tensor] = []
+    for a in flat:
+        if isinstance(a, torch.Tensor):
+            if isinstance(a, NeuronTensor):
+                b = a.buffer
+            elif a.device.type == "neuron":
+                b = _traced_to_cpu(a)
+            else:
+                b = a
+            same[id(b)] = a
+            uflat.append(b)
+            tensors.append(b)
+        elif isinstance(a, torch.device) and a.type == "neuron":
+            uflat.append(torch.device("cpu"))
+        else:
+            uflat.append(a)
+    if fast is not None:
+        uargs, ukwargs = fastpath.unflatten(uflat, spec)
+    else:
+        uargs, ukwargs = tree_unflatten(uflat, spec)
+    if "device" in ukwargs:
+        ukwargs["device"] = unwrap_device(ukwargs["device"])
+
+    if _tracing(tensors):
         # Tracing (fake / functional tensors under torch.compile): metadata only,
         # nothing runs on the device and nothing is charged.
         out = (rec.fused or func)(*uargs, **ukwargs)
@@ -235,17 +301,7 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
         if to_host or rec.facts.returns_host_values:
             _read_back(core, name, tensors)
         else:
-            okey = fastpath.out_key(out) if key is not None else None
-            hit = sig.results.get(okey) if okey is not None else None
-            if hit is not None and hit[2] is core.profile:
-                core.run_eager_kernel(name, hit[3], hit[0], hit[1], hit[4])
-            else:  # first time for this signature (or the profile changed)
-                work = aten_kernel_work(func, uargs, ukwargs, out)
-                signature = eager_signature(name, tensors)
-                cost = core.run_eager_kernel(name, signature, work)
-                if okey is not None:
-                    seen = fastpath.SeenKey((name, signature))
-                    sig.results[okey] = (work, cost, core.profile, signature, seen)
+            _charge(core, rec, key, sig, uargs, ukwargs, tensors, out)
 
     if to_host:
         return out
@@ -296,7 +352,7 @@ def _wrap_one(o: torch.Tensor, same: dict[int, Any], index: int, track: bool) ->
             # gives them real zeros (same metadata) so they can be held.
             o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).zero_()
         if track:
-            original = wrap(o, index)
+            original = wrap_buffer(o, index)
         else:
             original = NeuronTensor(o, index)
             buffers.mirror_bits(original, o)

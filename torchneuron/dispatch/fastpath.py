@@ -113,6 +113,7 @@ class _Marker:
         return f"<{self.name}>"
 
 
+_Tensor = torch.Tensor  # a global: read once per tensor argument of every op
 _FLOAT, _COMPLEX, _TRUE, _FALSE = (_Marker(n) for n in ("float", "complex", "True", "False"))
 _EXACT = (int, type(None), str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 
@@ -234,117 +235,157 @@ def clear_cache() -> None:
 
 
 class Unwrapped:
-    """Arguments unwrapped in one pass (see ``unwrap``)."""
+    """Arguments unwrapped in one pass, with their signature key (see ``unwrap``)."""
 
-    __slots__ = ("uargs", "ukwargs", "uflat", "spec", "same", "tensors", "index", "cpu_seen")
+    __slots__ = ("uargs", "ukwargs", "same", "tensors", "index", "key")
 
-    def __init__(self) -> None:
-        self.uargs: list = []
-        self.ukwargs: dict = {}
-        self.uflat: list = []
-        self.spec: Any = None
-        self.same: dict[int, Any] = {}
-        self.tensors: list[torch.Tensor] = []
-        self.index: int | None = None
-        self.cpu_seen = False
+    def __init__(self, uargs: list, ukwargs: dict, same: dict[int, Any],
+                 tensors: list[torch.Tensor], index: int | None, key: tuple | None) -> None:  # fmt: skip
+        self.uargs = uargs
+        self.ukwargs = ukwargs
+        self.same = same  # id(buffer) -> the argument it came from
+        self.tensors = tensors  # every tensor argument's buffer, in order
+        self.index = index  # the neuron tensors' device (None: there are none)
+        self.key = key  # ``signature_key`` of the unwrapped arguments (None: not cacheable)
 
 
-def unwrap(args: tuple, kwargs: dict) -> Unwrapped | None:
-    """Flatten, scan devices and unwrap in one pass, for the common argument shapes.
+class _General(Exception):
+    """An argument the one-pass ``unwrap`` leaves to the general path."""
 
-    Handles neuron tensors (exactly ``NeuronTensor``, with plain CPU buffers), plain
-    CPU tensors, scalars and one level of lists/tuples. Returns None, leaving the op to
-    the general path, for anything else: deeper nesting, dicts, devices (factory ops),
-    tensors of two neuron devices (the general path raises the error), traced
-    (fake/functional) tensors, other tensor subclasses.
+
+def unwrap(func: Any, args: tuple, kwargs: dict, keyed: bool = True) -> Unwrapped | None:
+    """Unwrap, scan devices and build the signature key in one pass, for common arguments.
+
+    Why one pass: unwrapping and keying each walked every argument, and together they
+    were a large part of an eager op's Python cost. The key equals
+    ``signature_key(func, uflat, spec)`` over the same leaves (the general path's key),
+    so both paths share cache entries.
+
+    ``keyed=False``: no key (``Unwrapped.key`` is None), for ops whose charge needs none.
+
+    Handles neuron tensors (exactly ``NeuronTensor``, with plain CPU buffers, not
+    pending), 0-dim CPU tensors (host scalars), scalars and one level of lists/tuples.
+    Returns None, leaving the op to the general path, for anything else: deeper
+    nesting, dicts, devices (factory ops), CPU tensors with dimensions (the general
+    path checks which ops may take them), tensors of two neuron devices (it raises
+    the error), traced (fake/functional) or pending tensors, other tensor subclasses.
     """
-    u = Unwrapped()
-    aspec = []
-    uargs = u.uargs
-    for a in args:
-        tp = type(a)
-        if tp is NeuronTensor and a._pending is None:  # the common case, inline
-            b = a._buffer
-            i = a._device_index
-            if u.index is None:
-                u.index = i
-            elif i != u.index:
-                return None
-            if type(b) is not torch.Tensor:
-                return None
-            u.same[id(b)] = a
-            u.uflat.append(b)
-            u.tensors.append(b)
-            uargs.append(b)
-            aspec.append(None)
-            continue
-        if tp is float or tp is int or tp is bool or a is None:
-            u.uflat.append(a)
-            uargs.append(a)
-            aspec.append(None)
-            continue
-        got = _argument(a, u)
-        if got is None:
-            return None
-        uargs.append(got[0])
-        aspec.append(got[1])
-    kspec = []
-    for k, a in kwargs.items():
-        got = _argument(a, u)
-        if got is None:
-            return None
-        u.ukwargs[k] = got[0]
-        kspec.append((k, got[1]))
-    u.spec = (tuple(aspec), tuple(kspec))
-    return u
-
-
-_GENERAL = _Marker("general path")
-
-
-def _argument(a: Any, u: Unwrapped) -> tuple[Any, Any] | None:
-    """One positional or keyword argument unwrapped, with its spec (``(type, length)``
-    for a flat list or tuple, else None); None when it needs the general path."""
-    tp = type(a)
-    if tp is list or tp is tuple:
-        items = []
-        for x in a:
-            v = _one(x, u)
-            if v is _GENERAL:
-                return None
-            items.append(v)
-        return tp(items), (tp, len(items))
-    v = _one(a, u)
-    if v is _GENERAL:
+    parts: list[Any] = [func, None]  # the spec goes in second, once known
+    same: dict[int, Any] = {}
+    seen: dict[int, int] = {}
+    tensors: list[torch.Tensor] = []
+    state = [None, True]  # device index, cacheable
+    uargs: list = []
+    aspec: list = []
+    try:
+        for a in args:
+            tp = type(a)
+            if tp is NeuronTensor and a._pending is None:  # the common case, inline
+                b = a._buffer
+                if type(b) is not _Tensor:
+                    return None
+                i = a._device_index
+                if state[0] is None:
+                    state[0] = i
+                elif i != state[0]:
+                    return None
+                bid = id(b)
+                same[bid] = a
+                if keyed:
+                    parts.append(
+                        (b.shape, b.stride(), b.dtype, seen.setdefault(bid, len(parts) - 2))
+                    )
+                tensors.append(b)
+                uargs.append(b)
+                aspec.append(None)
+            elif tp is float:
+                if keyed:
+                    parts.append(_FLOAT)
+                uargs.append(a)
+                aspec.append(None)
+            elif tp is int or a is None:  # dims, sizes' entries, absent optionals
+                if keyed:
+                    parts.append(a)
+                uargs.append(a)
+                aspec.append(None)
+            elif tp is list or tp is tuple:
+                items = []
+                for x in a:
+                    if type(x) is int:  # sizes, dims: their own key part, passed as is
+                        if keyed:
+                            parts.append(x)
+                        items.append(x)
+                    else:
+                        items.append(_leaf(x, parts, same, seen, tensors, state))
+                uargs.append(tp(items))
+                aspec.append((tp, len(items)))
+            else:
+                uargs.append(_leaf(a, parts, same, seen, tensors, state))
+                aspec.append(None)
+        ukwargs: dict = {}
+        kspec = []
+        for k, a in kwargs.items():
+            tp = type(a)
+            if tp is list or tp is tuple:
+                items = [_leaf(x, parts, same, seen, tensors, state) for x in a]
+                ukwargs[k] = tp(items)
+                kspec.append((k, (tp, len(items))))
+            else:
+                ukwargs[k] = _leaf(a, parts, same, seen, tensors, state)
+                kspec.append((k, None))
+    except _General:
         return None
-    return v, None
+    if not (keyed and state[1]):
+        return Unwrapped(uargs, ukwargs, same, tensors, state[0], None)
+    parts[1] = (tuple(aspec), tuple(kspec))
+    return Unwrapped(uargs, ukwargs, same, tensors, state[0], tuple(parts))
 
 
-def _one(a: Any, u: Unwrapped) -> Any:
+def _leaf(
+    a: Any, parts: list, same: dict[int, Any], seen: dict[int, int],
+    tensors: list[torch.Tensor], state: list,
+) -> Any:  # fmt: skip
+    """One leaf unwrapped; its key part appended to ``parts`` (as ``signature_key``
+    makes it); raises ``_General`` when the general path must take the op."""
     tp = type(a)
-    if tp is torch.Tensor:
-        if a.device.type != "cpu":
-            return _GENERAL
-        if a.dim() != 0:
-            u.cpu_seen = True
-        b = a
-    elif tp is NeuronTensor:
+    if tp is NeuronTensor:
+        if a._pending is not None:
+            raise _General
+        b = a._buffer
         i = a._device_index
-        if u.index is None:
-            u.index = i
-        elif i != u.index:
-            return _GENERAL
-        b = a.buffer
-        if type(b) is not torch.Tensor:
-            return _GENERAL
-    elif tp is list or tp is tuple or tp is dict or tp is torch.device:
-        return _GENERAL
-    elif isinstance(a, torch.Tensor):
-        return _GENERAL
-    else:
-        u.uflat.append(a)
+        if state[0] is None:
+            state[0] = i
+        elif i != state[0]:
+            raise _General
+        if type(b) is not _Tensor:
+            raise _General
+        bid = id(b)
+        same[bid] = a
+    elif tp is _Tensor:
+        if a.device.type != "cpu" or a.dim() != 0:
+            raise _General
+        b = a
+        bid = id(b)
+        same[bid] = a
+    elif tp is float:
+        parts.append(_FLOAT)
         return a
-    u.same[id(b)] = a
-    u.uflat.append(b)
-    u.tensors.append(b)
+    elif tp is bool:
+        parts.append(_TRUE if a else _FALSE)
+        return a
+    elif tp is list or tp is tuple or tp is dict or tp is torch.device:
+        raise _General
+    elif isinstance(a, torch.Tensor):
+        raise _General
+    else:
+        if tp in _EXACT:
+            parts.append(a)
+        elif tp is complex:
+            parts.append(_COMPLEX)
+        else:
+            parts.append(None)
+            state[1] = False  # SymInts, generators, ...: not cacheable
+        return a
+    parts.append((b.shape, b.stride(), b.dtype, seen.setdefault(bid, len(parts) - 2)))
+    tensors.append(b)
     return b

@@ -17,6 +17,8 @@ import torch
 from torchneuron.dispatch import host_args
 from torchneuron.dispatch.opfacts import OpFacts, op_facts
 from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
+from torchneuron.dispatch.support import host_op_reason
+from torchneuron.hardware.eager_work import launches_kernel
 
 __all__ = ["OpRecord", "record", "CROSS_DEVICE_OPS"]
 
@@ -39,7 +41,7 @@ class OpRecord:
     """One overload's dispatch facts (see the module docstring); never mutated."""
 
     __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
-                 "is_copy", "plain", "keeps_metadata")  # fmt: skip
+                 "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason")  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -63,6 +65,18 @@ class OpRecord:
             self.fused is None and not self.facts.random and not self.host_results
             and not self.facts.returns_host_values and not self.is_copy
         )  # fmt: skip
+        # what calling ``func`` calls (``OpOverload.__call__`` is a Python frame around it)
+        self.op = func._op if type(func) is torch._ops.OpOverload else func
+        # dispatch may take the one-pass path (``eager._run_unwrapped``): no host copy or
+        # read-back, no written argument whose metadata must follow the buffer's
+        self.fast = (
+            not self.is_copy and not self.facts.returns_host_values
+            and (not self.written or self.keeps_metadata)
+        )  # fmt: skip
+        # False: metadata only (views, ...): no kernel, so no work or cost to look up
+        self.kernel = launches_kernel(func)
+        # why it runs on the host whatever its arguments (None: unless their dtypes say so)
+        self.host_reason = host_op_reason(self.name)
 
 
 _records: dict[int, OpRecord] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["fallback_reason"]
+__all__ = ["fallback_reason", "host_op_reason", "dtype_reason"]
 
 _HOST_DTYPES = {torch.float64, torch.complex64, torch.complex128, torch.complex32}
 
@@ -27,8 +27,18 @@ _HOST_OPS = {
 
 def fallback_reason(name: str, tensors: list[torch.Tensor]) -> str | None:
     """The reason op ``name`` runs on the host, or None if the device runs it."""
+    return host_op_reason(name) or dtype_reason(tensors)
+
+
+def host_op_reason(name: str) -> str | None:
+    """Why op ``name`` runs on the host whatever its arguments (None: it may not)."""
     if name in _HOST_OPS or name.startswith(_HOST_OP_PREFIXES):
         return "no device kernel (host-only op on Neuron)"
+    return None
+
+
+def dtype_reason(tensors: list[torch.Tensor]) -> str | None:
+    """Why an op on ``tensors`` runs on the host because of their dtypes (None: it may not)."""
     for t in tensors:
         if t.dtype in _HOST_DTYPES:
             return f"dtype {t.dtype} has no NeuronCore datapath"

@@ -70,23 +70,26 @@ class NeuronCore:
         """
         p = self.profile
         tl = self.timeline
-        tl.host(p.host_dispatch_ns, "dispatch")
         self.ops[name] += 1
         if work is None:
+            tl.host(p.host_dispatch_ns, "dispatch")
             return None
         if key is None:
             key = (name, tuple(signature))
-        if _computes(work) and key not in self.seen_signatures:
-            self.seen_signatures.add(key)
-            self.eager_compiles += 1
-            compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
-            if compile_ns:
-                tl.host(compile_ns, "compile")
         if cost is None:
             cost = kernel_cost(work, p)
+        self.kernels += 1
+        if key in self.seen_signatures or not _computes(work):
+            tl.launch(p.host_dispatch_ns, p.kernel_launch_ns, cost.total_ns, name, cost)
+            return cost
+        tl.host(p.host_dispatch_ns, "dispatch")
+        self.seen_signatures.add(key)
+        self.eager_compiles += 1
+        compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
+        if compile_ns:
+            tl.host(compile_ns, "compile")
         tl.host(p.kernel_launch_ns, "launch")
         tl.enqueue(cost.total_ns, name, detail=cost)
-        self.kernels += 1
         return cost
 
     def run_executable(

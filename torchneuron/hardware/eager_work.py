@@ -36,7 +36,7 @@ from ._aten_ops import (
 )
 from .cost import KernelWork
 
-__all__ = ["aten_kernel_work", "dtype_name", "op_name"]
+__all__ = ["aten_kernel_work", "dtype_name", "launches_kernel", "op_name"]
 
 _DTYPE_NAMES = {
     torch.float32: "f32",
@@ -263,6 +263,24 @@ def _classify(
     return work
 
 
+_HOST_READS = ("_local_scalar_dense", "is_nonzero")
+
+
+def launches_kernel(func: Any) -> bool:
+    """Whether ``func`` can launch a kernel; False for metadata-only ops (views, size
+    queries, allocations), whose ``aten_kernel_work`` is None whatever the arguments.
+
+    Why apart: eager dispatch asks once per overload, and then skips everything a
+    kernel's cost needs (signature key, result metadata) for the metadata-only ones.
+    """
+    name = op_name(func)
+    if name in _HOST_READS:
+        return True
+    return not (
+        getattr(func, "is_view", False) or name in _METADATA or _namespace(func) in _NO_KERNEL_NS
+    )
+
+
 def aten_kernel_work(
     func: Any, args: Sequence[Any], kwargs: dict[str, Any] | None, out: Any
 ) -> KernelWork | None:
@@ -272,11 +290,11 @@ def aten_kernel_work(
     """
     kwargs = kwargs or {}
     name = op_name(func)
-    if name in ("_local_scalar_dense", "is_nonzero"):  # .item(): device-to-host read
+    if name in _HOST_READS:  # .item(): device-to-host read
         t = args[0] if args and isinstance(args[0], torch.Tensor) else None
         nbytes = t.element_size() if t is not None else 8
         return KernelWork(hbm_read_bytes=nbytes)
-    if getattr(func, "is_view", False) or name in _METADATA or _namespace(func) in _NO_KERNEL_NS:
+    if not launches_kernel(func):
         return None
     outs = list(_tensors(out))
     if not outs and _is_inplace(func) and args:
