@@ -220,9 +220,10 @@ def wrap_buffer(buffer: torch.Tensor, device_index: int) -> NeuronTensor:
     if device is None:
         device = neuron_device(device_index)
     offset = buffer.storage_offset()
-    if offset:
+    if offset or not buffer.numel():  # an empty result needs _storage_size's 1 byte
         r = _make_wrapper(NeuronTensor, buffer.size(), strides=buffer.stride(),
-                          storage_offset=offset, dtype=buffer.dtype, device=device)  # fmt: skip
+                          storage_offset=offset, dtype=buffer.dtype, device=device,
+                          storage_size=_storage_size(buffer.size()))  # fmt: skip
     else:  # most results: the argument is cheaper left out (it defaults to 0)
         r = _make_wrapper(NeuronTensor, buffer.size(), strides=buffer.stride(),
                           dtype=buffer.dtype, device=device)  # fmt: skip
