@@ -275,3 +275,15 @@ def test_the_pattern_cap_is_a_reason_in_stats_and_explain(monkeypatch) -> None:
     assert_same(cpu, adaptive, rtol=1e-4, atol=1e-5, exact=("tokens",))
     assert ae.stats()["fallback_reasons"].get("growing-patterns-capped", 0) > 0
     assert "growing-patterns-capped" in ae.explain()
+
+
+def test_an_endless_step_is_kept_no_further(monkeypatch) -> None:
+    """A stream that never syncs is one step: its ops are not all kept, nor learned from."""
+    monkeypatch.setattr(growing, "_MAX_STEP_OPS", 8)
+    g = Growing()
+    for n in (3, 4, 5):
+        for f, s in _step(n) * 3:
+            g.saw(f, s)
+        assert len(g.chunks) == 8 and g.pos == 30
+        g.step_ended()
+    assert not g.count and not g.prev

@@ -53,6 +53,9 @@ from torchneuron.adaptive_eager.reasons import Reason
 __all__ = ["Growing", "ANY", "wildcard", "steady", "matches"]
 
 _MAX_PATTERNS = 256  # distinct patterns kept; past this, no more are learned
+# ops of a step kept to learn from: a stream that never syncs is one endless step, kept
+# no further (it is not learned from)
+_MAX_STEP_OPS = 1 << 14
 _KEEP_KINDS = 8  # kinds of step (length, first op) whose last steps are remembered
 _CAPPED = Reason.GROWING_CAPPED.value  # counted for a pattern refused at the cap
 
@@ -200,20 +203,23 @@ class Growing:
 
     def saw(self, func: Any, static: tuple) -> None:
         """An op was recorded."""
-        self.chunks.append((None, func, static))
+        if self.pos < _MAX_STEP_OPS:
+            self.chunks.append((None, func, static))
         self.pos += 1
 
     def ran_between(self, func: Any, static: tuple) -> None:
         """An op matching a pattern ran eagerly between regions."""
         self.ran[self.pos] = static
-        self.chunks.append((None, func, static))
+        if self.pos < _MAX_STEP_OPS:
+            self.chunks.append((None, func, static))
         self.pos += 1
 
     def replayed(self, sigs: tuple, n: int) -> None:
         """The first ``n`` ops of a region (its signatures ``sigs``) were replayed, or
         ran eagerly at a side exit."""
         if n:
-            self.chunks.append((sigs, n, None))
+            if self.pos < _MAX_STEP_OPS:
+                self.chunks.append((sigs, n, None))
             self.pos += n
 
     # --- the end of a step ----------------------------------------------------------------
@@ -229,7 +235,7 @@ class Growing:
                     self._forget(pos)
                 self.last_ran[pos] = static
             self.ran = {}
-        if not n:
+        if not n or n > _MAX_STEP_OPS:
             return
         first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0][0]
         key = (n, first)
