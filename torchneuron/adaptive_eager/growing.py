@@ -19,7 +19,10 @@ growth. A training loop whose last batch is smaller differs from the step before
 its ops, but its sizes go 4, 4, 3 (or 4, 3, 4): no steady change, so it is left to
 variants, as it should be. A cache grows by the same amount every step (sizes L, L+1,
 L+2; strides and offsets likewise), so three steps show it. A cache whose capacity doubles
-teaches again between doublings, since every step teaches, replayed or not.
+teaches again between doublings, since every step teaches, replayed or not. The price:
+the first replay comes a step later than two steps would allow, and a cache that grows by
+varying amounts (speculative decoding) is not learned (its ops are recorded, as without
+this module).
 
 Forgetting: an op that ran between regions with exactly the signature it had the last time
 it ran there has stopped changing (a sliding-window cache once full), so the pattern is
@@ -50,7 +53,7 @@ from typing import Any
 
 from torchneuron.adaptive_eager.reasons import Reason
 
-__all__ = ["Growing", "ANY", "wildcard", "steady", "matches"]
+__all__ = ["Growing", "ANY", "steady", "matches"]
 
 _MAX_PATTERNS = 256  # distinct patterns kept; past this, no more are learned
 # ops of a step kept to learn from: a stream that never syncs is one endless step, kept
@@ -70,31 +73,6 @@ class _Any:
 
 
 ANY = _Any()
-
-
-def wildcard(a: Any, b: Any) -> Any:
-    """The pattern that matches both descriptions, with every int that differs (or is
-    already ``ANY``) as ``ANY``; None if they differ in anything else (a float, a dtype,
-    a structure)."""
-    if a is ANY:
-        return ANY if type(b) is int or b is ANY else None
-    if type(a) is tuple:
-        if type(b) is not tuple or len(a) != len(b):
-            return None
-        if a == b:
-            return a
-        parts = []
-        for x, y in zip(a, b, strict=True):
-            w = wildcard(x, y)
-            if w is None:
-                return None
-            parts.append(w)
-        return tuple(parts)
-    if a == b and type(a) is type(b):
-        return a
-    if type(a) is int and type(b) is int:
-        return ANY
-    return None
 
 
 def matches(pattern: Any, desc: Any) -> bool:
