@@ -1,10 +1,18 @@
-"""Learning which ops grow from step to step (``growing``), without tensors."""
+"""Learning which ops grow from step to step (``growing``): the rules without tensors, then
+loops whose results are compared to eager on the CPU."""
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
 
-from torchneuron.adaptive_eager.growing import ANY, Growing, matches, wildcard
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torchneuron.adaptive_eager as ae
+from tests.adaptive_eager.harness import assert_same, clone_to, run
+from torchneuron.adaptive_eager import growing
+from torchneuron.adaptive_eager.growing import ANY, Growing, matches, steady
 
 aten = torch.ops.aten
 
@@ -19,52 +27,262 @@ def _op(*args: tuple) -> tuple:
     return (("U", (("U", args), ("K", ()))), False, False)
 
 
-def _step(length: int) -> list[tuple]:
+def _step(length: int, layers: int = 1) -> list[tuple]:
     """A decoding step: fixed projections around a cat onto a cache of ``length``."""
     fixed = [(aten.mm.default, _op(_t(1, 16), _t(16, 16)))] * 4
-    return fixed + [
+    layer = [
         (aten.cat.default, _op(("L", (_t(length, 16), _t(1, 16))), ("int", 0))),
         (aten.mm.default, _op(_t(1, 16), _t(16, length + 1))),
     ] + fixed
+    return fixed + layer * layers
 
 
-def test_wildcard_replaces_only_ints_that_differ() -> None:
-    assert wildcard(_t(3, 16), _t(4, 16)) == ("T", ((ANY, 16), (16, 1), 0, torch.float32))
-    assert wildcard(("float", "0.5"), ("float", "0.25")) is None  # floats are lifted instead
-    assert wildcard(("bool", True), ("bool", False)) is None
-    assert wildcard((1, 2), (1, 2, 3)) is None
-    pat = wildcard(_t(3, 16), _t(4, 16))
+def _feed(g: Growing, ops: list[tuple]) -> None:
+    """One step whose ops were all recorded."""
+    for f, s in ops:
+        g.saw(f, s)
+    g.step_ended()
+
+
+def _varies(g: Growing, ops: list[tuple]) -> list[bool]:
+    """Which ops of a step run between regions (the rest recorded); ends the step."""
+    out = []
+    for f, s in ops:
+        v = g.varies(f, s)
+        out.append(v)
+        (g.ran_between if v else g.saw)(f, s)
+    g.step_ended()
+    return out
+
+
+def test_steady_replaces_only_ints_that_change_steadily() -> None:
+    pat = steady(_t(3, 16), _t(4, 16), _t(5, 16))
+    assert pat == ("T", ((ANY, 16), (16, 1), 0, torch.float32))
+    assert steady(("float", "0.5"), ("float", "0.25"), ("float", "0.125")) is None  # lifted
+    assert steady(("bool", True), ("bool", False), ("bool", True)) is None
+    assert steady((1, 2), (1, 2, 3), (1, 2, 3, 4)) is None
     assert matches(pat, _t(9, 16)) and not matches(pat, _t(9, 8))
     assert not matches(("int", ANY), ("bool", True))
+    assert steady(_t(4, 16), _t(4, 16), _t(3, 16)) is None  # a smaller last batch
+    assert steady(_t(4, 16), _t(3, 16), _t(4, 16)) is None
+    assert steady(_t(2, 16), _t(4, 16), _t(5, 16)) is None  # not by the same step
 
 
-def test_two_steps_teach_the_growing_ops_at_their_positions() -> None:
+def test_three_steady_steps_teach_the_growing_ops_at_their_positions() -> None:
     g = Growing()
-    g.step_ended(_step(3))
-    assert not g.active
-    g.step_ended([])  # two syncs in a row: no step, nothing forgotten
-    g.step_ended(_step(4))
-    assert g.active
-    later = _step(9)
-    assert [g.varies(i, f, s) for i, (f, s) in enumerate(later)] == [False] * 4 + [True] * 2 + [False] * 4
+    _feed(g, _step(3))
+    _feed(g, [])  # two syncs in a row: no step
+    _feed(g, _step(4))
+    assert not g.count  # two steps that differ are no evidence of growth
+    _feed(g, _step(5))
+    assert g.count == 2
+    assert _varies(g, _step(9)) == [False] * 4 + [True] * 2 + [False] * 4
     # the same op and shape at another position, or one that differs in a size that did
     # not change, is not taken for a growing one
-    assert not g.varies(0, later[5][0], later[5][1])
-    assert not g.varies(5, aten.mm.default, _op(_t(1, 8), _t(8, 16)))
+    later = _step(10)
+    assert not g.varies(later[5][0], later[5][1])  # position 0
+    g.pos = 5
+    assert not g.varies(aten.mm.default, _op(_t(1, 8), _t(8, 16)))
 
 
-def test_steps_that_differ_in_most_ops_or_in_floats_teach_nothing() -> None:
+def test_steps_that_differ_unsteadily_in_most_ops_or_in_floats_teach_nothing() -> None:
     g = Growing()
-    g.step_ended([(aten.mm.default, _op(_t(b, 16), _t(16, 16))) for b in (4, 4, 4)])
-    g.step_ended([(aten.mm.default, _op(_t(b, 16), _t(16, 16))) for b in (3, 3, 4)])
-    assert not g.active  # a varying batch: variants, not ops between regions
+    for bs in ((4, 4, 4), (4, 4, 4), (3, 3, 4)):
+        _feed(g, [(aten.mm.default, _op(_t(b, 16), _t(16, 16))) for b in bs])
+    assert not g.count
     g = Growing()
-    g.step_ended(_step(3) + [(aten.mul.Tensor, _op(_t(1, 16), ("float", "0.5")))])
-    g.step_ended(_step(4) + [(aten.mul.Tensor, _op(_t(1, 16), ("float", "0.25")))])
-    assert not g.active
+    for b in (4, 4, 3, 4, 4, 3, 4):  # a smaller last batch, under half of the ops
+        _feed(g, [(aten.mm.default, _op(_t(b, 16), _t(16, 16)))] + _step(3)[:4])
+    assert not g.count
     g = Growing()
-    g.step_ended(_step(3))
-    g.step_ended(None)  # a step that was not recorded whole
-    g.step_ended(_step(3)[:-1])  # another kind of step in between is remembered apart
-    g.step_ended(_step(4))
-    assert g.active
+    for n, x in ((3, "0.5"), (4, "0.25"), (5, "0.125")):
+        _feed(g, _step(n) + [(aten.mul.Tensor, _op(_t(1, 16), ("float", x)))])
+    assert not g.count
+    g = Growing()
+    _feed(g, _step(3))
+    _feed(g, _step(3)[:-1])  # another kind of step in between is remembered apart
+    _feed(g, _step(4))
+    _feed(g, _step(3)[:-1])
+    _feed(g, _step(5))
+    assert g.count
+
+
+def test_a_pattern_is_forgotten_where_its_op_stops_changing() -> None:
+    g = Growing()
+    for n in (3, 4, 5):
+        _feed(g, _step(n))
+    assert _varies(g, _step(6))[4:6] == [True, True]
+    assert _varies(g, _step(6))[4:6] == [True, True]  # the same ints again: forgotten
+    assert not g.count and not g.at
+    assert _varies(g, _step(6)) == [False] * 10
+
+
+def test_layers_share_patterns_and_the_cap_is_counted(monkeypatch) -> None:
+    g = Growing()
+    for n in (3, 4, 5):
+        _feed(g, _step(n, layers=30))
+    assert g.count == 2 and all(len(p) == 30 for p in g.patterns.values())
+    assert _varies(g, _step(7, layers=30)).count(True) == 60
+    monkeypatch.setattr(growing, "_MAX_PATTERNS", 1)
+    g = Growing()
+    for n in (3, 4, 5):
+        _feed(g, _step(n, layers=3))
+    assert g.count == 1 and g.reasons["growing-patterns-capped"] == 3
+    assert sorted(g.at) == [4, 10, 16]  # no position is left without a pattern
+
+
+def test_replayed_and_eager_ops_teach_too() -> None:
+    """Steps whose fixed ops replay (as the signatures of their region) and whose growing
+    ops ran between regions still teach: a second growing op found later is learned."""
+    g = Growing()
+    for n in (3, 4, 5):
+        _feed(g, _step(n))
+    fixed = tuple((f, s + ("struct",), (), ()) for f, s in _step(3)[:4])
+    for n in (6, 7, 8):
+        g.replayed(fixed, 4)
+        step = _step(n)
+        step[6] = (aten.mm.default, _op(_t(1, 16), _t(16, n)))  # grows from now on
+        for f, s in step[4:]:
+            (g.ran_between if g.varies(f, s) else g.saw)(f, s)
+        g.step_ended()
+    assert sorted(g.at) == [4, 5, 6]  # the new one shares the pattern at 5
+    g.replayed(fixed, 4)
+    step = _step(9)
+    step[6] = (aten.mm.default, _op(_t(1, 16), _t(16, 9)))
+    for f, s in step[4:]:
+        assert g.varies(f, s) == (g.pos in (4, 5, 6))
+        g.saw(f, s)
+
+
+# --- loops, compared to eager on the CPU ------------------------------------------------
+
+
+def _decoding(steps: int, variant: str, per_step: list) -> Callable[[str], dict]:
+    """Greedy decoding with a two-layer decoder: ``window`` keeps the last 6 positions of
+    the cache (full after 6 steps: fixed shapes from then on), ``grad`` takes a gradient
+    through each step (the backward's ops grow too)."""
+    torch.manual_seed(0)
+    d, vocab, window = 16, 12, 6
+    emb, head, ln_f = nn.Embedding(vocab, d), nn.Linear(d, vocab), nn.LayerNorm(d)
+    blocks = [nn.ModuleDict({"ln1": nn.LayerNorm(d), "qkv": nn.Linear(d, 3 * d),
+                             "proj": nn.Linear(d, d), "fc": nn.Linear(d, 2 * d),
+                             "out": nn.Linear(2 * d, d)}) for _ in range(2)]
+
+    def loop(device: str) -> dict:
+        e, h, lf = emb.to(device), head.to(device), ln_f.to(device)
+        bs = [b.to(device) for b in blocks]
+        with torch.enable_grad() if variant == "grad" else torch.no_grad():
+            tok = torch.tensor([[3]]).to(device)
+            cache = [(torch.zeros(1, 0, d, device=device),) * 2 for _ in bs]
+            tokens, logits, grads = [], [], []
+            for _ in range(steps):
+                before = ae.stats() if ae.is_enabled() else None
+                x = e(tok)
+                for i, b in enumerate(bs):
+                    q, k, v = b["qkv"](b["ln1"](x)).split(d, dim=-1)
+                    keys = torch.cat([cache[i][0], k], 1)
+                    values = torch.cat([cache[i][1], v], 1)
+                    if variant == "window":
+                        keys, values = keys[:, -window:], values[:, -window:]
+                    cache[i] = (keys, values)
+                    att = torch.softmax(q @ keys.transpose(1, 2) * d ** -0.5, -1) @ values
+                    x = x + b["proj"](att)
+                    x = x + b["out"](F.gelu(b["fc"](x)))
+                out = h(lf(x))[:, -1]
+                if variant == "grad":
+                    cache = [(k_.detach(), v_.detach()) for k_, v_ in cache]
+                    g, = torch.autograd.grad(out.logsumexp(-1).sum(), e.weight)
+                    grads.append(g.sum().reshape(1).detach())
+                    out = out.detach()
+                tok = out.argmax(-1, keepdim=True)
+                logits.append(out)
+                tokens.append(tok.item())
+                if before is not None:
+                    after = ae.stats()
+                    per_step.append(tuple(after[k] - before[k] for k in (
+                        "ops_deferred", "ops_recorded", "ops_between_regions")))
+        r = {"tokens": torch.tensor(tokens), "logits": torch.cat(logits), "keys": cache[-1][0]}
+        if grads:
+            r["grads"] = torch.cat(grads)
+        return r
+
+    return loop
+
+
+def test_sliding_window_cache_replays_whole_steps_once_full() -> None:
+    """Once the window is full the shapes stop growing: the patterns are forgotten and
+    late steps replay whole (none of their ops recorded or run between regions)."""
+    per_step: list = []
+    loop = _decoding(16, "window", per_step)
+    cpu = run(loop, "cpu")
+    ae.reset()
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(cpu, adaptive, rtol=1e-4, atol=1e-5, exact=("tokens",))
+    assert all(s[1] == s[2] == 0 for s in per_step[-3:]), (per_step, ae.explain())
+
+
+def test_decoding_with_gradients_keeps_learning() -> None:
+    """Once the first patterns are learned no step is recorded whole any more; the growing
+    ops of the backward, found later, are still learned from steps that partly replay."""
+    per_step: list = []
+    loop = _decoding(8, "grad", per_step)
+    cpu = run(loop, "cpu")
+    ae.reset()
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(cpu, adaptive, rtol=1e-4, atol=1e-5, exact=("tokens",))
+    deferred, recorded, between = per_step[-1]
+    assert recorded * 10 < deferred + recorded + between, (per_step, ae.explain())
+
+
+def test_training_with_a_smaller_last_batch_learns_no_growth() -> None:
+    """Batches 4, 4, 3 each epoch: the steps differ, but nothing grows steadily, so no op
+    runs between regions (the smaller batch is a variant)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 4))
+    xs, ys = torch.randn(33, 8), torch.randn(33, 4)
+
+    def loop(device: str) -> dict:
+        m = clone_to(model, device)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=False)
+        losses, i = [], 0
+        for _ in range(3):
+            for b in (4, 4, 3):
+                loss = F.mse_loss(m(xs[i:i + b].to(device)), ys[i:i + b].to(device),
+                                  reduction="sum")
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+                i += b
+        return {"losses": torch.tensor(losses), **{k: v.detach().clone()
+                                                   for k, v in m.state_dict().items()}}
+
+    cpu = run(loop, "cpu")
+    ae.reset()
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(cpu, adaptive, rtol=1e-4, atol=1e-5)
+    assert ae.stats()["ops_between_regions"] == 0, ae.explain()
+
+
+def test_the_pattern_cap_is_a_reason_in_stats_and_explain(monkeypatch) -> None:
+    monkeypatch.setattr(growing, "_MAX_PATTERNS", 1)
+    loop = _decoding(8, "plain", [])
+    cpu = run(loop, "cpu")
+    ae.reset()
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert_same(cpu, adaptive, rtol=1e-4, atol=1e-5, exact=("tokens",))
+    assert ae.stats()["fallback_reasons"].get("growing-patterns-capped", 0) > 0
+    assert "growing-patterns-capped" in ae.explain()
+
+
+def test_an_endless_step_is_kept_no_further(monkeypatch) -> None:
+    """A stream that never syncs is one step: its ops are not all kept, nor learned from."""
+    monkeypatch.setattr(growing, "_MAX_STEP_OPS", 8)
+    g = Growing()
+    for n in (3, 4, 5):
+        for f, s in _step(n) * 3:
+            g.saw(f, s)
+        assert len(g.chunks) == 8 and g.pos == 30
+        g.step_ended()
+    assert not g.count and not g.prev

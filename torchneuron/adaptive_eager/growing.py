@@ -3,18 +3,41 @@
 Greedy decoding with a KV cache appends one position per step: the ``cat`` onto the cache,
 ``q @ k^T``, the softmax over keys and ``attn @ v`` have a new shape each step, so a step
 never repeats and no region made of whole steps ever gets hot. Most ops of a step have
-fixed shapes, though (embeddings, layer norms, projections, the MLP, the logits). Two
-consecutive steps that are the same ops in the same order and differ only in integers
-(sizes, strides, offsets, int arguments such as ``arange``'s bounds) at a minority of
-positions show which ops vary: each such op becomes a *pattern*, its signature with the
-integers that changed replaced by a wildcard, kept with its position in the step (ops since
-the last boundary, however they ran). From then on an op at that position matching the
-pattern ends the segment (closing the fixed-shape ops before it as a region) and runs eagerly, outside
-any region; the fixed-shape pieces between such ops are ordinary regions, found hot in the
-next steps, compiled, and replayed (identical layers share one). The growing ops cost what
-eager costs; nothing is compiled for a shape that will not come again. The position is
-what tells ``q`` of shape ``[1, 1, 16]`` (fixed) from the scores ``[1, 1, L]`` at L = 16:
-the wildcard alone would match both.
+fixed shapes, though (embeddings, layer norms, projections, the MLP, the logits).
+
+Learning. Every step (boundary to boundary) is kept as its list of (op, signature), however
+each op ran: recorded, replayed (the signatures of the region), side-exited, or between
+regions. Three consecutive steps of the same kind (same length and first op) that are the
+same ops in the same order and differ only in integers, at no more than half of their
+positions, where every integer that changes changes by the same nonzero amount from the
+first step to the second and from the second to the third, show which ops grow: each such
+op becomes a *pattern*, its signature with those integers replaced by a wildcard, tied to
+the positions in the step (ops since the boundary) where it was seen.
+
+Why three steps and a steady change: two steps that merely differ are no evidence of
+growth. A training loop whose last batch is smaller differs from the step before in half
+its ops, but its sizes go 4, 4, 3 (or 4, 3, 4): no steady change, so it is left to
+variants, as it should be. A cache grows by the same amount every step (sizes L, L+1,
+L+2; strides and offsets likewise), so three steps show it. A cache whose capacity doubles
+teaches again between doublings, since every step teaches, replayed or not. The price:
+the first replay comes a step later than two steps would allow, and a cache that grows by
+varying amounts (speculative decoding) is not learned (its ops are recorded, as without
+this module).
+
+Forgetting: an op that ran between regions with exactly the signature it had the last time
+it ran there has stopped changing (a sliding-window cache once full), so the pattern is
+dropped at that position; the op is recorded again and its step can become whole regions
+that replay.
+
+Running: an op at a pattern's position matching the pattern ends the segment (closing the
+fixed-shape ops before it as a region) and runs eagerly, outside any region; the
+fixed-shape pieces between such ops are ordinary regions, found hot in the next steps,
+compiled, and replayed (identical layers share one). The growing ops cost what eager
+costs; nothing is compiled for a shape that will not come again. The position is what
+tells ``q`` of shape ``[1, 1, 16]`` (fixed) from the scores ``[1, 1, L]`` at L = 16: the
+wildcard alone would match both. A pattern is stored once with the set of its positions
+(every layer of a model has the same ones), and at most ``_MAX_PATTERNS`` distinct patterns
+are kept; one refused past that is counted as ``growing-patterns-capped``.
 
 Only integers may differ: a float (lifted instead, see ``lift``), a dtype or a different
 op sequence teaches nothing. Every decision is made from the op stream alone, so the step
@@ -25,13 +48,19 @@ eager).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
 from typing import Any
 
-__all__ = ["Growing", "ANY", "wildcard", "matches"]
+from torchneuron.adaptive_eager.reasons import Reason
 
-_MAX_PATTERNS = 256  # patterns kept; past this, no more are learned
-_KEEP_STEPS = 8  # whole steps remembered, one per (length, first op)
+__all__ = ["Growing", "ANY", "steady", "matches"]
+
+_MAX_PATTERNS = 256  # distinct patterns kept; past this, no more are learned
+# ops of a step kept to learn from: a stream that never syncs is one endless step, kept
+# no further (it is not learned from)
+_MAX_STEP_OPS = 1 << 14
+_KEEP_KINDS = 8  # kinds of step (length, first op) whose last steps are remembered
+_CAPPED = Reason.GROWING_CAPPED.value  # counted for a pattern refused at the cap
 
 
 class _Any:
@@ -44,31 +73,6 @@ class _Any:
 
 
 ANY = _Any()
-
-
-def wildcard(a: Any, b: Any) -> Any:
-    """The pattern that matches both descriptions, with every int that differs (or is
-    already ``ANY``) as ``ANY``; None if they differ in anything else (a float, a dtype,
-    a structure)."""
-    if a is ANY:
-        return ANY if type(b) is int or b is ANY else None
-    if type(a) is tuple:
-        if type(b) is not tuple or len(a) != len(b):
-            return None
-        if a == b:
-            return a
-        parts = []
-        for x, y in zip(a, b, strict=True):
-            w = wildcard(x, y)
-            if w is None:
-                return None
-            parts.append(w)
-        return tuple(parts)
-    if a == b and type(a) is type(b):
-        return a
-    if type(a) is int and type(b) is int:
-        return ANY
-    return None
 
 
 def matches(pattern: Any, desc: Any) -> bool:
@@ -85,64 +89,190 @@ def matches(pattern: Any, desc: Any) -> bool:
     return pattern == desc and type(pattern) is type(desc)
 
 
-class Growing:
-    """The patterns of ops whose shapes change from step to step, learned from whole
-    steps (boundary to boundary, every op recorded); ``active`` once there is one."""
+def steady(a: Any, b: Any, c: Any) -> Any:
+    """The pattern of three consecutive descriptions in which every int that changes
+    changes by the same nonzero amount from ``a`` to ``b`` and from ``b`` to ``c`` (those
+    ints as ``ANY``); None if anything else differs, or an int changes unsteadily."""
+    if type(a) is tuple:
+        if a == b == c:
+            return a
+        if type(b) is not tuple or type(c) is not tuple or not len(a) == len(b) == len(c):
+            return None
+        parts = []
+        for x, y, z in zip(a, b, c, strict=True):
+            w = steady(x, y, z)
+            if w is None:
+                return None
+            parts.append(w)
+        return tuple(parts)
+    if type(a) is int and type(b) is int and type(c) is int:
+        if a == b == c:
+            return a
+        return ANY if b - a == c - b != 0 else None
+    if a == b == c and type(a) is type(b) is type(c):
+        return a
+    return None
 
-    def __init__(self) -> None:
-        # position in the step -> (op overload, pattern of its static) learned there
-        self.patterns: dict[int, list[tuple[Any, tuple]]] = {}
-        self.count = 0
-        self.active = False
-        # the last whole step of each (length, first op): steps may alternate with others
-        # (a read of each step's output to the host is a step of its own)
-        self.prev: dict[tuple[int, Any], list[tuple[Any, tuple]]] = {}
-        self.ran_in_step = 0  # ops run between regions since the last boundary
-        self.exited_in_step = 0  # ops run eagerly at side exits since the last boundary
 
-    def varies(self, pos: int, func: Any, static: tuple) -> bool:
-        """Whether the op at position ``pos`` of the step (overload, static signature
-        from ``recorder.static_of``) is one whose shapes change every step."""
-        pats = self.patterns.get(pos)
-        if pats is None:
+# A step is kept as chunks: (region signatures, ops of them that ran, None) for a region
+# replayed or side-exited, (None, op overload, static) for an op recorded or run between
+# regions.
+_Chunk = tuple[Any, Any, Any]
+
+
+def _ops(chunks: list[_Chunk]) -> list[tuple[Any, Any]]:
+    out: list[tuple[Any, Any]] = []
+    for sigs, x, static in chunks:
+        if sigs is None:
+            out.append((x, static))
+        else:
+            out.extend((sig[0], sig[1][:3]) for sig in sigs[:x])
+    return out
+
+
+def _aligned(a: list[_Chunk], b: list[_Chunk], c: list[_Chunk]) -> bool:
+    """Whether three steps ran as the same regions in the same places (only their single
+    ops need comparing)."""
+    if not len(a) == len(b) == len(c):
+        return False
+    for x, y, z in zip(a, b, c, strict=True):
+        if x[0] is None:
+            if y[0] is not None or z[0] is not None:
+                return False
+        elif not (x[0] is y[0] is z[0] and x[1] == y[1] == z[1]):
             return False
-        for f, p in pats:
+    return True
+
+
+class Growing:
+    """The patterns of ops whose shapes change from step to step, learned from the steps
+    seen (however their ops ran), and the current step's position."""
+
+    def __init__(self, reasons: Counter[str] | None = None) -> None:
+        # (op overload, pattern of its static) -> positions in the step where it applies
+        self.patterns: dict[tuple[Any, Any], set[int]] = {}
+        self.at: dict[int, list[tuple[Any, Any]]] = {}  # position -> patterns there
+        self.reasons: Counter[str] = reasons if reasons is not None else Counter()
+        self.pos = 0  # ops of the current step so far
+        self.chunks: list[_Chunk] = []  # the current step
+        self.ran: dict[int, tuple] = {}  # position -> static run between regions there
+        self.last_ran: dict[int, tuple] = {}  # the same, as last seen at each position
+        # the last (up to) three steps of each (length, first op): steps may alternate
+        # with others (a read of each step's output to the host is a step of its own)
+        self.prev: dict[tuple[int, Any], list[list[_Chunk]]] = {}
+
+    @property
+    def count(self) -> int:
+        """Distinct patterns kept."""
+        return len(self.patterns)
+
+    # --- the op path ----------------------------------------------------------------------
+    def varies(self, func: Any, static: tuple) -> bool:
+        """Whether the op about to run at the current position of the step (overload,
+        static signature from ``recorder.static_of``) is one whose shapes change every
+        step."""
+        keys = self.at.get(self.pos)
+        if keys is None:
+            return False
+        for f, p in keys:
             if f is func and matches(p, static):
                 return True
         return False
 
-    def step_ended(self, ops: Sequence[tuple[Any, tuple]] | None) -> None:
-        """A step ended at a boundary; ``ops`` are its (overload, static) pairs when it
-        was recorded whole, else None. Two whole steps in a row that differ only in
-        integers at no more than half of their positions teach the varying ops. A step
-        without ops (two syncs in a row) is no step."""
-        self.ran_in_step = self.exited_in_step = 0
-        if not ops:
+    def saw(self, func: Any, static: tuple) -> None:
+        """An op was recorded."""
+        if self.pos < _MAX_STEP_OPS:
+            self.chunks.append((None, func, static))
+        self.pos += 1
+
+    def ran_between(self, func: Any, static: tuple) -> None:
+        """An op matching a pattern ran eagerly between regions."""
+        self.ran[self.pos] = static
+        if self.pos < _MAX_STEP_OPS:
+            self.chunks.append((None, func, static))
+        self.pos += 1
+
+    def replayed(self, sigs: tuple, n: int) -> None:
+        """The first ``n`` ops of a region (its signatures ``sigs``) were replayed, or
+        ran eagerly at a side exit."""
+        if n:
+            if self.pos < _MAX_STEP_OPS:
+                self.chunks.append((sigs, n, None))
+            self.pos += n
+
+    # --- the end of a step ----------------------------------------------------------------
+    def step_ended(self) -> None:
+        """A step ended at a boundary: forget the patterns whose op stopped changing,
+        learn from the last three steps of this kind. A step without ops (two syncs in a
+        row) is no step."""
+        chunks, n = self.chunks, self.pos
+        self.chunks, self.pos = [], 0
+        if self.ran:
+            for pos, static in self.ran.items():
+                if self.last_ran.get(pos) == static:
+                    self._forget(pos)
+                self.last_ran[pos] = static
+            self.ran = {}
+        if not n or n > _MAX_STEP_OPS:
             return
-        ops = list(ops)
-        key = (len(ops), ops[0][0])
-        prev = self.prev.pop(key, None)
-        self.prev[key] = ops
-        if len(self.prev) > _KEEP_STEPS:
+        first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0][0]
+        key = (n, first)
+        hist = self.prev.pop(key, [])
+        hist.append(chunks)
+        if len(hist) > 3:
+            del hist[0]
+        self.prev[key] = hist
+        if len(self.prev) > _KEEP_KINDS:
             del self.prev[next(iter(self.prev))]  # the least recently seen
-        if prev is None:
-            return
+        if len(hist) == 3:
+            self._learn(n, *hist)
+
+    def _learn(self, n: int, a: list[_Chunk], b: list[_Chunk], c: list[_Chunk]) -> None:
         found = []
-        for pos, ((fa, sa), (fb, sb)) in enumerate(zip(prev, ops, strict=True)):
-            if fa is not fb:
-                return
-            if sa == sb:
-                continue
-            pat = wildcard(sa, sb)
-            if pat is None:
-                return
-            found.append((pos, fa, pat))
-        if not found or 2 * len(found) > len(ops):
+        if _aligned(a, b, c):  # compare only the single ops
+            pos = 0
+            for x, y, z in zip(a, b, c, strict=True):
+                if x[0] is not None:
+                    pos += x[1]
+                    continue
+                if not (x[1] is y[1] is z[1]):
+                    return
+                if not (x[2] == y[2] == z[2]):
+                    pat = steady(x[2], y[2], z[2])
+                    if pat is None:
+                        return
+                    found.append((pos, x[1], pat))
+                pos += 1
+        else:
+            for pos, ((fa, sa), (fb, sb), (fc, sc)) in enumerate(
+                    zip(_ops(a), _ops(b), _ops(c), strict=True)):
+                if not (fa is fb is fc):
+                    return
+                if sa == sb == sc:
+                    continue
+                pat = steady(sa, sb, sc)
+                if pat is None:
+                    return
+                found.append((pos, fa, pat))
+        if not found or 2 * len(found) > n:
             return
         for pos, func, pat in found:
-            pats = self.patterns.setdefault(pos, [])
-            if (func, pat) in pats or self.count >= _MAX_PATTERNS:
-                continue
-            pats.append((func, pat))
-            self.count += 1
-            self.active = True
+            key = (func, pat)
+            where = self.patterns.get(key)
+            if where is None:
+                if len(self.patterns) >= _MAX_PATTERNS:
+                    self.reasons[_CAPPED] += 1
+                    continue
+                where = self.patterns[key] = set()
+            if pos not in where:
+                where.add(pos)
+                self.at.setdefault(pos, []).append(key)
+
+    def _forget(self, pos: int) -> None:
+        """The op at ``pos`` showed the same signature in two steps: no pattern applies
+        there any more."""
+        for key in self.at.pop(pos, ()):
+            where = self.patterns[key]
+            where.discard(pos)
+            if not where:
+                del self.patterns[key]

@@ -32,6 +32,7 @@ class Reason(enum.Enum):
     COMPILE_PENDING = "compile-pending"
     VERIFY_MISMATCH = "verify-mismatch"
     HOST_COPY_INTO_INPUT = "host-copy-into-region-input"
+    GROWING_CAPPED = "growing-patterns-capped"
 
     @property
     def message(self) -> str:
@@ -65,4 +66,6 @@ _MESSAGES = {
     "(eager's results were used); never replayed again",
     Reason.HOST_COPY_INTO_INPUT: "host data was copied into a tensor the region had already "
     "used before the region ended",
+    Reason.GROWING_CAPPED: "a growing op's pattern was not kept: growing.py already keeps "
+    "its maximum of distinct patterns, so that op is recorded (and its step does not replay)",
 }

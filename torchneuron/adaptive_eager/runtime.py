@@ -117,10 +117,10 @@ class Runtime:
         self.at_boundary = False  # closing a segment that ended at a boundary
         self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
         self.lifter = Lifter()
-        self.growing = Growing()  # ops whose shapes change every step run between regions
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
+        self.growing = Growing(self.reasons)  # ops whose shapes change every step: eager
         self.index = 0
         self.wall_stall_s = 0.0
 
@@ -155,8 +155,8 @@ class Runtime:
             except Unsupported:
                 self.end_segment()
                 return func(*args, **kwargs)
-            if self.growing.active and self.growing.varies(self._step_pos(), func, static):
-                return self.between_regions(func, args, kwargs, tensors)
+            if self.growing.at and self.growing.varies(func, static):
+                return self.between_regions(func, args, kwargs, static, tensors)
             if not self.segment.entries:
                 out = self.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
@@ -178,15 +178,15 @@ class Runtime:
                     self.end_segment()
         return func(*args, **kwargs)
 
-    def between_regions(self, func: Any, args: tuple, kwargs: dict,
+    def between_regions(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                         tensors: list[torch.Tensor]) -> Any:
         """An op whose shapes change every step (``growing``): the segment ends before
         it, and it runs eagerly, unrecorded, so that the next op is a start point."""
         self.end_segment(boundary=False)
         core = get_core(self.index)
-        core.host(core.profile.record_ns, "record")  # matched like an op being recorded
+        core.host(core.profile.record_ns, "between-regions")  # matched like a recorded op
         self.counts["ops_between_regions"] += 1
-        self.growing.ran_in_step += 1
+        self.growing.ran_between(func, static)
         return run_eagerly(func, args, kwargs, tensors)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
@@ -204,6 +204,7 @@ class Runtime:
         core = get_core(self.index)
         core.host(core.profile.record_ns, "record")
         self.counts["ops_recorded"] += 1
+        self.growing.saw(func, static)
         seg = self.segment
         seg.append(func, static + (struct,), tensors, outs, leaves)
         n = len(seg)
@@ -225,18 +226,11 @@ class Runtime:
                 self.at_boundary = False
         if boundary:
             pos = self._pos()
-            g = self.growing
-            whole = pos - self.epoch_pos == len(seg) and not (g.ran_in_step or g.exited_in_step)
-            g.step_ended([(e.func, e.static[:3]) for e in seg.entries] if whole else None)
+            self.growing.step_ended()
             self.longest_epoch = max(self.longest_epoch, pos - self.epoch_pos)
             self.epoch += 1
             self.epoch_pos = pos
         seg.clear()
-
-    def _step_pos(self) -> int:
-        """Ops since the last boundary, however they ran (``growing``'s positions)."""
-        g = self.growing
-        return self._pos() - self.epoch_pos + g.ran_in_step + g.exited_in_step
 
     def _pos(self) -> int:
         """Ops seen so far, recorded or replayed (side-exited ops aside)."""
@@ -613,6 +607,7 @@ class Runtime:
         if region.copies > 1:
             _count_copies(region, 1, self.epoch, self._sync_free(1))
         self.counts["ops_deferred"] += len(region)
+        self.growing.replayed(region.sigs, len(region))
         core = get_core(rp.index)
         if region.first_replay_ns is None:
             region.first_replay_ns = core.now
@@ -628,7 +623,7 @@ class Runtime:
     def replay_exited(self, rp: Replay, reason: Reason) -> None:
         region = rp.region
         self.counts["side_exits"] += 1
-        self.growing.exited_in_step += rp.pos
+        self.growing.replayed(rp.region.sigs, rp.pos)
         self.reasons[reason.value] += 1
         core = get_core(rp.index)
         if core.timeline.observers:
