@@ -40,6 +40,20 @@ def test_convolution_backward(nd: int, transposed: bool, groups: int) -> None:
         got = convolution_backward(gy, x, w, None, *args, [True] * 3)
         for a, b in zip(want, got, strict=True):
             torch.testing.assert_close(b, a, **_TOL)
+        # the weight's layout, as ATen's: another one makes AccumulateGrad copy every step
+        assert got[1].stride() == want[1].stride()
+
+
+def test_convolution_backward_channels_last_weight_grad_layout() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 7, 6).to(memory_format=torch.channels_last)
+    w = torch.randn(6, 4, 3, 3).to(memory_format=torch.channels_last)
+    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    gy = torch.randn_like(aten.convolution(x, w, None, *args))
+    want = aten.convolution_backward(gy, x, w, [6], *args, [True] * 3)
+    got = convolution_backward(gy, x, w, None, *args, [True] * 3)
+    torch.testing.assert_close(got[1], want[1])
+    assert got[1].stride() == want[1].stride()
 
 
 @pytest.mark.parametrize("nd", [2, 3])

@@ -84,6 +84,9 @@ def convolution_backward(grad: torch.Tensor, inp: torch.Tensor, weight: torch.Te
             g_w = _weight_grad(grad, inp, ksize, stride, padding, dilation, groups)
         else:
             g_w = _weight_grad(inp, grad, ksize, stride, padding, dilation, groups)
+        # ATen's gradient has the weight's layout; a permuted one makes AccumulateGrad
+        # copy it into the parameter's layout on every step.
+        g_w = g_w.contiguous(memory_format=torch._prims_common.suggest_memory_format(weight))
     if output_mask[2]:
         g_b = grad.sum([0, *range(2, grad.dim())])
     return g_in, g_w, g_b
