@@ -273,8 +273,22 @@ def accept(got: list[tuple[int, str]], values: dict[int, float],
 
 
 def scalar_inputs(dtypes: list[torch.dtype], values: dict[int, float]) -> list[torch.Tensor]:
-    """The 0-d CPU tensors a replay passes for its lifted scalars."""
-    return [torch.tensor(values[n], dtype=d) for n, d in enumerate(dtypes)]
+    """The 0-d CPU tensors a replay passes for its lifted scalars.
+
+    One ``torch.tensor`` per dtype, unbound into 0-d views: the same conversion of each
+    value as ``torch.tensor(value, dtype=d)`` (an optimizer lifts dozens of scalars, and
+    a tensor apiece cost several µs each, every replay). The graph only reads them."""
+    if not dtypes:
+        return []
+    first = dtypes[0]
+    if all(d is first for d in dtypes):
+        return list(torch.tensor([values[n] for n in range(len(dtypes))], dtype=first).unbind())
+    out: list[torch.Tensor] = [None] * len(dtypes)  # type: ignore[list-item]
+    for d in set(dtypes):
+        ns = [n for n, dn in enumerate(dtypes) if dn is d]
+        for n, t in zip(ns, torch.tensor([values[n] for n in ns], dtype=d).unbind(), strict=True):
+            out[n] = t
+    return out
 
 
 def _plain(x: Any) -> Any:
