@@ -37,6 +37,7 @@ aten = torch.ops.aten
 MARK = "lifted"  # ("lifted", n) stands for lifted scalar n in a region's signature
 _FLOATS = (torch.float32, torch.float64)
 _KEEP_SKELETONS = 256  # skeletons remembered (oldest forgotten first)
+_MAX = {d: torch.finfo(d).max for d in _FLOATS}  # the largest finite value of each
 
 # Tensor-typed operand given a Python float: the 0-d tensor goes straight into the op.
 _OTHER = {aten.add.Tensor, aten.add_.Tensor, aten.sub.Tensor, aten.sub_.Tensor,
@@ -266,7 +267,7 @@ def accept(got: list[tuple[int, str]], values: dict[int, float],
     run to raise it). Stores the values."""
     for n, r in got:
         v = float(r)
-        if math.isfinite(v) and abs(v) > torch.finfo(dtypes[n]).max:
+        if math.isfinite(v) and abs(v) > _MAX[dtypes[n]]:
             return False
         values[n] = v
     return True

@@ -167,7 +167,12 @@ class Replay:
         # wrapper holds later (``.data =`` or ``swap_tensors`` mid-region, as eager would)
         self.ext_buffers: list[torch.Tensor] = []
         self.pending: dict[tuple[int, int], weakref.ref] = {}
-        self.deferred: list[tuple[Any, Any, list]] = []
+        # the deferred ops, flat (no container per op: they live until the region ends,
+        # and a container apiece made the garbage collector run every step)
+        self.funcs: list[Any] = []  # overload of each deferred op
+        self.templates: list[Any] = []  # its argument template (``signature.rebuild``)
+        self.refs: list[Any] = []  # tensor arguments of all ops: (i, k) or the tensor
+        self.ref_ends: list[int] = []  # where each op's arguments end in ``refs``
         self.marked: list[torch.Tensor] = []
         self.bytes = 0
         self.done = False
@@ -223,42 +228,17 @@ class Replay:
                 return MISMATCH
         elif got and not lift.accept(got, self.scalars, self.plan.lifted):
             return MISMATCH
-        flow = g.flow
-        if len(tensors) != len(flow):
+        if not self._bind(tensors, g.flow):
             return MISMATCH
-        arg_refs: list[Any] = []
-        slots = self.slots
-        for t, want in zip(tensors, flow, strict=True):
-            p = t._pending
-            if type(p) is _Value:
-                if p.replay is self:
-                    ik = p.ik
-                    if ik is not want and ik != want:
-                        return MISMATCH
-                    arg_refs.append(ik)
-                    continue
-                _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
-            buf = t._buffer
-            if buf is None:
-                return MISMATCH
-            v = t.__dict__.get("_ae_vid")  # ``vid_of(t)``, without the call when known
-            vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
-            slot = slots.get(vid)
-            if slot is None:  # a mismatch below ends the replay, or ``adopt`` takes it back
-                slot = slots[vid] = len(slots)
-                self.ext.append(t)
-                self.ext_buffers.append(buf)
-            elif buf is not self.ext_buffers[slot]:
-                return MISMATCH  # its buffer was replaced since its first use
-            if slot != want:
-                return MISMATCH
-            arg_refs.append(t)
         if g.check_indices and not _indices_in_range(func, args):
+            del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
             self.exit_reason = Reason.INDEX_OUT_OF_RANGE
             return MISMATCH
         self.pos += 1
         self._host(self.core.profile.guard_check_ns, "guard")
-        self.deferred.append((func, template, arg_refs))
+        self.funcs.append(func)
+        self.templates.append(template)
+        self.ref_ends.append(len(self.refs))
         if g.written:
             for pos, name in g.written:
                 v = args[pos] if pos < len(args) else kwargs.get(name)
@@ -279,6 +259,46 @@ class Replay:
             return None
         results = [None if out is None else self._out(out, tensors) for out in g.outputs]
         return tuple(results) if struct == "tuple" else results
+
+    def _bind(self, tensors: list[torch.Tensor], flow: tuple) -> bool:
+        """Whether the op's tensor arguments are the values the recorded dataflow says
+        (this replay's pending values, or input slots in order of first use, each still
+        on the buffer it had then); appends them to ``refs`` if so. A new input is given
+        the next slot (a mismatch after it ends the replay, or ``adopt`` takes it back)."""
+        if len(tensors) != len(flow):
+            return False
+        refs = self.refs
+        n0 = len(refs)
+        slots = self.slots
+        for t, want in zip(tensors, flow, strict=True):
+            p = t._pending
+            if type(p) is _Value:
+                if p.replay is self:
+                    ik = p.ik
+                    if ik is not want and ik != want:
+                        break
+                    refs.append(ik)
+                    continue
+                _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
+            buf = t._buffer
+            if buf is None:
+                break
+            v = t.__dict__.get("_ae_vid")  # ``vid_of(t)``, without the call when known
+            vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
+            slot = slots.get(vid)
+            if slot is None:
+                slot = slots[vid] = len(slots)
+                self.ext.append(t)
+                self.ext_buffers.append(buf)
+            elif buf is not self.ext_buffers[slot]:
+                break  # its buffer was replaced since its first use
+            if slot != want:
+                break
+            refs.append(t)
+        else:
+            return True
+        del refs[n0:]
+        return False
 
     def _out(self, out: Output, tensors: list[torch.Tensor]) -> torch.Tensor:
         """Output ``out`` of a deferred op: its argument, or a new pending tensor."""
@@ -376,10 +396,13 @@ class Replay:
                                                              strict=True)
                  if t._buffer is not b}
         with _no_modes():
-            for i, (func, template, arg_refs) in enumerate(self.deferred):
+            start = 0
+            for i, func in enumerate(self.funcs):
+                end = self.ref_ends[i]
                 tensors = [results[r] if type(r) is tuple else moved.get(id(r), r)
-                           for r in arg_refs]
-                args, kwargs = rebuild(template, tensors)
+                           for r in self.refs[start:end]]
+                start = end
+                args, kwargs = rebuild(self.templates[i], tensors)
                 try:
                     out = run_op(func, args, kwargs)
                 except Exception as e:
