@@ -7,6 +7,8 @@ indistinguishable from the general one: same descriptions, same templates, same 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -168,10 +170,14 @@ def test_guard_flat_check_covers_plain_arguments() -> None:
     assert flat == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     x = torch.randn(3, 4, device="neuron")
     g = _guard_for((x, 1.0), {"alpha": -0.0})
-    t1 = guard.match(g, (x, 1.0), {"alpha": -0.0}, [])
-    t2 = guard.match(g, (x, 1.0), {"alpha": -0.0}, [])
+    assert guard.match(g, (x, 1.0), {"alpha": -0.0}, []) is g.template  # constant
+    assert repr(g.template[1]["alpha"]) == "-0.0"
+    nan = float("nan")
+    g = _guard_for((x, nan), {"dtype": torch.float16})
+    t1 = guard.match(g, (x, -nan), {"dtype": torch.float16}, [])
     assert t1 is not None and t1 is not g.template and t1[1] is not g.template[1]
-    assert t1[0][1] is not None and t1 == t2  # the call's floats, in a copy each call
+    assert t1[0][1] is not nan and math.copysign(1.0, t1[0][1]) == -1.0  # the call's NaN
+    assert t1[1]["dtype"] is torch.float16
 
 
 @pytest.mark.parametrize("dtypes", [[], [torch.float32] * 3, [torch.float64, torch.float32, torch.float64]])

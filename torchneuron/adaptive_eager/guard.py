@@ -18,12 +18,13 @@ for ``lift.accept``'s range check. Every tensor's metadata is compared, the repl
 pending values included. Anything it does not accept, the caller checks the general way,
 so a guard never refuses an op the general check would take either.
 
-Most ops take only tensors, ints, bools, None, strings, flat lists of those, and floats:
-their argument template is the same on every call but for the floats (a tensor's slot
-is its position among the tensor arguments, and an int equal to the recorded int *is*
-the recorded int). For those the guard holds the template, built once (``OpGuard.
-template``), and ``match`` only checks, in one flat loop over the arguments, then puts
-the call's floats into a copy of the template: no per-argument calls, no rebuilding.
+Most ops take only tensors, ints, bools, None, strings, floats and flat lists of those:
+their argument template is the same on every call (a tensor's slot is its position
+among the tensor arguments, and an int or a float equal to the recorded one, by type
+and repr, *is* the recorded one), but for lifted floats, NaNs, dtypes and devices. For
+those ops the guard holds the template, built once (``OpGuard.template``), and
+``match`` only checks, in one flat loop over the arguments, then puts the call's own
+values, if any, into a copy of the template: no per-argument calls, no rebuilding.
 """
 
 from __future__ import annotations
@@ -133,8 +134,12 @@ def _flatten(g: OpGuard) -> None:
             temps.append(e[2])
         elif kind == _NONE:
             temps.append(None)
+        elif kind == _FLOAT and e[1] != "nan":
+            # a float whose repr is the recorded one *is* the recorded float (repr round-
+            # trips every value but NaN's sign and payload, which the call's NaN keeps)
+            temps.append(float(e[1]))
         elif kind in (_FLOAT, _LIFTED) or (kind == _GENERAL and e[1][0] in ("E", "D")):
-            temps.append(None)  # the call's float (dtype, layout, device...) goes here
+            temps.append(None)  # the call's value (lifted float, dtype, device...) goes here
             floats.append(p)
         elif kind == _SEQ and all(x[0] in (_TENSOR, _EXACT, _NONE) for x in e[2]):
             items = []

@@ -267,7 +267,7 @@ def accept(got: list[tuple[int, str]], values: dict[int, float],
     run to raise it). Stores the values."""
     for n, r in got:
         v = float(r)
-        if math.isfinite(v) and abs(v) > _MAX[dtypes[n]]:
+        if math.isfinite(v) and abs(v) > (_MAX.get(dtypes[n]) or torch.finfo(dtypes[n]).max):
             return False
         values[n] = v
     return True
