@@ -174,6 +174,7 @@ class Replay:
         self.refs: list[Any] = []  # tensor arguments of all ops: (i, k) or the tensor
         self.ref_ends: list[int] = []  # where each op's arguments end in ``refs``
         self.marked: list[torch.Tensor] = []
+        self.write = _Write(self)  # the mark of every deferred write of this replay
         self.bytes = 0
         self.done = False
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
@@ -244,7 +245,7 @@ class Replay:
                 v = args[pos] if pos < len(args) else kwargs.get(name)
                 for t in (v if isinstance(v, (list, tuple)) else (v,)):
                     if isinstance(t, NeuronTensor) and t._pending is None:
-                        buffers.defer_write(t, _Write(self))
+                        buffers.defer_write(t, self.write)
                         self.marked.append(t)
         struct = g.struct
         if struct == "single":
