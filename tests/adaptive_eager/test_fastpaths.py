@@ -7,6 +7,8 @@ indistinguishable from the general one: same descriptions, same templates, same 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -158,3 +160,33 @@ def test_guard_takes_any_float_where_a_scalar_is_lifted() -> None:
         assert guard.match(g, (x, x), {"alpha": alpha}, [], []) is None
         assert not lift.guard(static_of(func, (x, x), {"alpha": alpha})[0], g.static,
                               ((("k", "alpha"), 0),), {}, [torch.float32])
+
+
+def test_guard_flat_check_covers_plain_arguments() -> None:
+    # the flat check (a constant template, floats put in from the call) serves every
+    # case of ``_args`` without nesting, a dict or a float inside a list; the others are
+    # walked: both are compared with the general check above
+    flat = [case for case in range(len(_args())) if _guard_for(*_args()[case]).flat is not None]
+    assert flat == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    x = torch.randn(3, 4, device="neuron")
+    g = _guard_for((x, 1.0), {"alpha": -0.0})
+    assert guard.match(g, (x, 1.0), {"alpha": -0.0}, []) is g.template  # constant
+    assert repr(g.template[1]["alpha"]) == "-0.0"
+    nan = float("nan")
+    g = _guard_for((x, nan), {"dtype": torch.float16})
+    t1 = guard.match(g, (x, -nan), {"dtype": torch.float16}, [])
+    assert t1 is not None and t1 is not g.template and t1[1] is not g.template[1]
+    assert t1[0][1] is not nan and math.copysign(1.0, t1[0][1]) == -1.0  # the call's NaN
+    assert t1[1]["dtype"] is torch.float16
+
+
+@pytest.mark.parametrize("dtypes", [[], [torch.float32] * 3, [torch.float64, torch.float32, torch.float64]])
+def test_scalar_inputs_round_as_torch_tensor(dtypes: list) -> None:
+    values = {n: v for n, v in enumerate([1 / 3, -0.0, float("nan"), 1e-40][:len(dtypes)])}
+    got = lift.scalar_inputs(dtypes, values)
+    assert len(got) == len(dtypes)
+    for n, (t, d) in enumerate(zip(got, dtypes, strict=True)):
+        want = torch.tensor(values[n], dtype=d)
+        assert t.dtype is d and t.dim() == 0
+        bits = torch.int32 if d is torch.float32 else torch.int64
+        assert t.view(bits).item() == want.view(bits).item()

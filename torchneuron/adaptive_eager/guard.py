@@ -17,6 +17,14 @@ to an input: there it takes any float, as ``lift.guard`` does, and hands the val
 for ``lift.accept``'s range check. Every tensor's metadata is compared, the replay's own
 pending values included. Anything it does not accept, the caller checks the general way,
 so a guard never refuses an op the general check would take either.
+
+Most ops take only tensors, ints, bools, None, strings, floats and flat lists of those:
+their argument template is the same on every call (a tensor's slot is its position
+among the tensor arguments, and an int or a float equal to the recorded one, by type
+and repr, *is* the recorded one), but for lifted floats, NaNs, dtypes and devices. For
+those ops the guard holds the template, built once (``OpGuard.template``), and
+``match`` only checks, in one flat loop over the arguments, then puts the call's own
+values, if any, into a copy of the template: no per-argument calls, no rebuilding.
 """
 
 from __future__ import annotations
@@ -68,6 +76,12 @@ class OpGuard:
     outputs: tuple[Output | None, ...]
     struct: str  # "single", "tuple", "list" or "none"
     check_indices: bool  # the op's index values are checked before deferring
+    # the flat check (``_flat``): None when an argument needs ``_arg``'s general walk
+    nargs: int = 0
+    kwnames: tuple[str, ...] = ()  # keyword names, in recorded order
+    flat: tuple | None = None  # expectation per positional then keyword argument
+    template: tuple | None = None  # (args, kwargs) template with the recorded floats
+    floats: tuple[int, ...] = ()  # positions in ``flat`` whose value is the call's
 
 
 def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
@@ -96,8 +110,54 @@ def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
             outputs.append(Output(out[1], None, None, 0))
         else:
             outputs.append(Output(None, (i, k), out[1], out[2] if out[0] == "new" else 0))
-    return OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
-                   op_facts(func).written, tuple(outputs), static[3], func in index_checked)
+    g = OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
+                op_facts(func).written, tuple(outputs), static[3], func in index_checked)
+    _flatten(g)
+    return g
+
+
+def _flatten(g: OpGuard) -> None:
+    """Prepare ``g``'s flat check and constant template, if every argument is a plain
+    leaf (tensor, exact scalar, None, float, lifted float, dtype, layout, memory format,
+    device) or a flat sequence of tensors, exact scalars and Nones; otherwise leave
+    ``g.flat`` None (``_match_walk`` decides)."""
+    expected = g.args + tuple(e for _, e in g.kwargs)  # type: ignore[operator]
+    n_tensors = 0
+    temps: list[Any] = []
+    floats = []
+    for p, e in enumerate(expected):
+        kind = e[0]
+        if kind == _TENSOR:
+            temps.append(slot(n_tensors))
+            n_tensors += 1
+        elif kind == _EXACT:
+            temps.append(e[2])
+        elif kind == _NONE:
+            temps.append(None)
+        elif kind == _FLOAT and e[1] != "nan":
+            # a float whose repr is the recorded one *is* the recorded float (repr round-
+            # trips every value but NaN's sign and payload, which the call's NaN keeps)
+            temps.append(float(e[1]))
+        elif kind in (_FLOAT, _LIFTED) or (kind == _GENERAL and e[1][0] in ("E", "D")):
+            temps.append(None)  # the call's value (lifted float, dtype, device...) goes here
+            floats.append(p)
+        elif kind == _SEQ and all(x[0] in (_TENSOR, _EXACT, _NONE) for x in e[2]):
+            items = []
+            for x in e[2]:
+                if x[0] == _TENSOR:
+                    items.append(slot(n_tensors))
+                    n_tensors += 1
+                else:
+                    items.append(x[2] if x[0] == _EXACT else None)
+            temps.append(items if e[1] is list else tuple(items))
+        else:
+            return
+    nargs = len(g.args)  # type: ignore[arg-type]
+    g.nargs = nargs
+    g.kwnames = tuple(name for name, _ in g.kwargs)  # type: ignore[union-attr]
+    g.flat = expected
+    g.template = (tuple(temps[:nargs]), dict(zip(g.kwnames, temps[nargs:], strict=True)))
+    g.floats = tuple(floats)
 
 
 def _compile_leaf(d: tuple) -> tuple | None:
@@ -179,6 +239,10 @@ def _arg(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list) -> Any:
     return _leaf(e, a, tensors, lifted)
 
 
+_grad_enabled = torch.is_grad_enabled
+_autocast_enabled = torch.is_autocast_enabled
+
+
 def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
           lifted: list[tuple[int, str]] | None = None) -> Any:
     """The argument template of a call that ``static_of`` describes exactly as ``g``'s
@@ -186,9 +250,71 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
     None if this quick check cannot tell (the caller then checks the general way).
     A float where the region lifted scalar n is appended to ``lifted`` as (n, its repr):
     the call matches only if ``lift.accept`` takes those values too."""
-    expected = g.args
     if lifted is None:
         lifted = []
+    flat = g.flat
+    if flat is None:
+        return _match_walk(g, args, kwargs, tensors, lifted)
+    if len(args) != g.nargs:
+        return None
+    if kwargs:
+        if tuple(kwargs) != g.kwnames:
+            return None
+        values = (*args, *kwargs.values())
+    elif g.kwnames:
+        return None
+    else:
+        values = args
+    if _grad_enabled() is not g.grad or _autocast_enabled() is not g.autocast:
+        return None
+    for e, a in zip(flat, values, strict=True):
+        kind = e[0]
+        if kind == _TENSOR:
+            if (type(a) is not NeuronTensor or a.dtype is not e[4]
+                    or a.storage_offset() != e[3] or a.stride() != e[2] or a.shape != e[1]):
+                return None
+            tensors.append(a)
+        elif kind == _EXACT:
+            if type(a) is not e[1] or a != e[2]:
+                return None
+        elif kind == _NONE:
+            if a is not None:
+                return None
+        elif kind == _FLOAT:
+            # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan)
+            if type(a) is not float or repr(a) != e[1]:
+                return None
+        elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
+            if type(a) is not float:
+                return None
+            lifted.append((e[1], repr(a)))
+        elif kind == _GENERAL:  # a dtype, layout, memory format or device
+            if _arg(e, a, tensors, lifted) is _FAIL:
+                return None
+        else:  # _SEQ of tensors, exact scalars and Nones
+            if type(a) is not e[1] or len(a) != len(e[2]):
+                return None
+            for x, ex in zip(a, e[2], strict=True):
+                if _leaf(ex, x, tensors, lifted) is _FAIL:
+                    return None
+    template = g.template
+    if not g.floats:
+        return template
+    atemp, ktemp = template  # type: ignore[misc]
+    atemp, ktemp = list(atemp), dict(ktemp)
+    nargs = g.nargs
+    for p in g.floats:
+        if p < nargs:
+            atemp[p] = values[p]
+        else:
+            ktemp[g.kwnames[p - nargs]] = values[p]
+    return (tuple(atemp), ktemp)
+
+
+def _match_walk(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
+                lifted: list[tuple[int, str]]) -> Any:
+    """``match`` for a guard without a flat check: each argument walked by ``_arg``."""
+    expected = g.args
     if expected is None or len(args) != len(expected) or len(kwargs) != len(g.kwargs):  # type: ignore[arg-type]
         return None
     if torch.is_grad_enabled() is not g.grad or torch.is_autocast_enabled() is not g.autocast:

@@ -37,6 +37,7 @@ aten = torch.ops.aten
 MARK = "lifted"  # ("lifted", n) stands for lifted scalar n in a region's signature
 _FLOATS = (torch.float32, torch.float64)
 _KEEP_SKELETONS = 256  # skeletons remembered (oldest forgotten first)
+_MAX = {d: torch.finfo(d).max for d in _FLOATS}  # the largest finite value of each
 
 # Tensor-typed operand given a Python float: the 0-d tensor goes straight into the op.
 _OTHER = {aten.add.Tensor, aten.add_.Tensor, aten.sub.Tensor, aten.sub_.Tensor,
@@ -266,15 +267,29 @@ def accept(got: list[tuple[int, str]], values: dict[int, float],
     run to raise it). Stores the values."""
     for n, r in got:
         v = float(r)
-        if math.isfinite(v) and abs(v) > torch.finfo(dtypes[n]).max:
+        if math.isfinite(v) and abs(v) > (_MAX.get(dtypes[n]) or torch.finfo(dtypes[n]).max):
             return False
         values[n] = v
     return True
 
 
 def scalar_inputs(dtypes: list[torch.dtype], values: dict[int, float]) -> list[torch.Tensor]:
-    """The 0-d CPU tensors a replay passes for its lifted scalars."""
-    return [torch.tensor(values[n], dtype=d) for n, d in enumerate(dtypes)]
+    """The 0-d CPU tensors a replay passes for its lifted scalars.
+
+    One ``torch.tensor`` per dtype, unbound into 0-d views: the same conversion of each
+    value as ``torch.tensor(value, dtype=d)`` (an optimizer lifts dozens of scalars, and
+    a tensor apiece cost several µs each, every replay). The graph only reads them."""
+    if not dtypes:
+        return []
+    first = dtypes[0]
+    if all(d is first for d in dtypes):
+        return list(torch.tensor([values[n] for n in range(len(dtypes))], dtype=first).unbind())
+    out: list[torch.Tensor] = [None] * len(dtypes)  # type: ignore[list-item]
+    for d in set(dtypes):
+        ns = [n for n, dn in enumerate(dtypes) if dn is d]
+        for n, t in zip(ns, torch.tensor([values[n] for n in ns], dtype=d).unbind(), strict=True):
+            out[n] = t
+    return out
 
 
 def _plain(x: Any) -> Any:

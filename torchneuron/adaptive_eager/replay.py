@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from torchneuron.adaptive_eager import lift
 from torchneuron.adaptive_eager.capture import layout_root
-from torchneuron.adaptive_eager.guard import guards_of, match
+from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
@@ -97,6 +97,9 @@ def _indices_in_range(func: Any, args: tuple) -> bool:
     return bool(buf.min() >= 0) and bool(buf.max() < n)
 
 
+_NoTorchFunction = torch._C.DisableTorchFunctionSubclass
+
+
 def _no_modes() -> contextlib.AbstractContextManager:
     """Run below dispatch modes (already so inside the mode's own ``__torch_dispatch__``)."""
     if torch._C._len_torch_dispatch_stack() == 0:
@@ -164,14 +167,21 @@ class Replay:
         # wrapper holds later (``.data =`` or ``swap_tensors`` mid-region, as eager would)
         self.ext_buffers: list[torch.Tensor] = []
         self.pending: dict[tuple[int, int], weakref.ref] = {}
-        self.deferred: list[tuple[Any, Any, list]] = []
+        # the deferred ops, flat (no container per op: they live until the region ends,
+        # and a container apiece made the garbage collector run every step)
+        self.funcs: list[Any] = []  # overload of each deferred op
+        self.templates: list[Any] = []  # its argument template (``signature.rebuild``)
+        self.refs: list[Any] = []  # tensor arguments of all ops: (i, k) or the tensor
+        self.ref_ends: list[int] = []  # where each op's arguments end in ``refs``
         self.marked: list[torch.Tensor] = []
+        self.write = _Write(self)  # the mark of every deferred write of this replay
         self.bytes = 0
         self.done = False
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
         self.guards = guards_of(region, _INDEX_CHECKS)
+        self._host = self.core.timeline.host  # ``core.host``, one call fewer per op
 
     @property
     def complete(self) -> bool:
@@ -198,8 +208,15 @@ class Replay:
     def try_defer(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Pending results of ``func`` if it matches the next recorded op, else MISMATCH."""
         g = self.guards[self.pos]
-        if func is not g.func:
+        if func is not g.func:  # the overload first: the cheapest way to refuse
             return MISMATCH
+        # Below the tensor subclass's ``__torch_function__``: every metadata read of a
+        # neuron tensor (sizes, strides, offset, dtype) is then a plain C call, a third
+        # of its cost through the default handler, with the same answer.
+        with _NoTorchFunction():
+            return self._defer(g, func, args, kwargs)
+
+    def _defer(self, g: OpGuard, func: Any, args: tuple, kwargs: dict) -> Any:
         tensors: list[torch.Tensor] = []
         got: list[tuple[int, str]] = []
         template = match(g, args, kwargs, tensors, got)
@@ -212,66 +229,86 @@ class Replay:
                 return MISMATCH
         elif got and not lift.accept(got, self.scalars, self.plan.lifted):
             return MISMATCH
-        if len(tensors) != len(g.flow):
-            return MISMATCH
-        same_flow = True
-        arg_refs: list[Any] = []
-        for t, want in zip(tensors, g.flow, strict=True):
-            p = t._pending
-            if type(p) is _Value:
-                if p.replay is self:
-                    if p.ik != want:
-                        same_flow = False
-                    arg_refs.append(p.ik)
-                    continue
-                _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
-            if t._buffer is None:
-                return MISMATCH
-            vid = vid_of(t)
-            slot = self.slots.get(vid)
-            if slot is None:  # a mismatch below ends the replay, so no roll-back needed
-                slot = self.slots[vid] = len(self.slots)
-                self.ext.append(t)
-                self.ext_buffers.append(t._buffer)
-            elif t._buffer is not self.ext_buffers[slot]:
-                return MISMATCH  # its buffer was replaced since its first use
-            if slot != want:
-                same_flow = False
-            arg_refs.append(t)
-        if not same_flow:
+        if not self._bind(tensors, g.flow):
             return MISMATCH
         if g.check_indices and not _indices_in_range(func, args):
+            del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
             self.exit_reason = Reason.INDEX_OUT_OF_RANGE
             return MISMATCH
         self.pos += 1
-        self.core.host(self.core.profile.guard_check_ns, "guard")
-        self.deferred.append((func, template, arg_refs))
-        for pos, name in g.written:
-            v = args[pos] if pos < len(args) else kwargs.get(name)
-            for t in (v if isinstance(v, (list, tuple)) else (v,)):
-                if isinstance(t, NeuronTensor) and t._pending is None:
-                    buffers.defer_write(t, _Write(self))
-                    self.marked.append(t)
-        results = []
-        for out in g.outputs:
-            if out is None:
-                results.append(None)
-            elif out.same is not None:
-                results.append(tensors[out.same])
-            else:
-                value = _Value(self, out.ik)  # type: ignore[arg-type]
-                w = pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
-                self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
-                self.bytes += out.nbytes
-                results.append(w)
+        self._host(self.core.profile.guard_check_ns, "guard")
+        self.funcs.append(func)
+        self.templates.append(template)
+        self.ref_ends.append(len(self.refs))
+        if g.written:
+            for pos, name in g.written:
+                v = args[pos] if pos < len(args) else kwargs.get(name)
+                for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                    if isinstance(t, NeuronTensor) and t._pending is None:
+                        buffers.defer_write(t, self.write)
+                        self.marked.append(t)
         struct = g.struct
         if struct == "single":
-            return results[0]
-        if struct == "tuple":
-            return tuple(results)
-        if struct == "list":
-            return results
-        return None
+            out = g.outputs[0]
+            if out is None or out.same is not None:
+                return None if out is None else tensors[out.same]
+            value = _Value(self, out.ik)  # type: ignore[arg-type]
+            self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+            self.bytes += out.nbytes
+            return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+        if struct == "none":
+            return None
+        results = [None if out is None else self._out(out, tensors) for out in g.outputs]
+        return tuple(results) if struct == "tuple" else results
+
+    def _bind(self, tensors: list[torch.Tensor], flow: tuple) -> bool:
+        """Whether the op's tensor arguments are the values the recorded dataflow says
+        (this replay's pending values, or input slots in order of first use, each still
+        on the buffer it had then); appends them to ``refs`` if so. A new input is given
+        the next slot (a mismatch after it ends the replay, or ``adopt`` takes it back)."""
+        if len(tensors) != len(flow):
+            return False
+        refs = self.refs
+        n0 = len(refs)
+        slots = self.slots
+        for t, want in zip(tensors, flow, strict=True):
+            p = t._pending
+            if type(p) is _Value:
+                if p.replay is self:
+                    ik = p.ik
+                    if ik is not want and ik != want:
+                        break
+                    refs.append(ik)
+                    continue
+                _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
+            buf = t._buffer
+            if buf is None:
+                break
+            v = t.__dict__.get("_ae_vid")  # ``vid_of(t)``, without the call when known
+            vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
+            slot = slots.get(vid)
+            if slot is None:
+                slot = slots[vid] = len(slots)
+                self.ext.append(t)
+                self.ext_buffers.append(buf)
+            elif buf is not self.ext_buffers[slot]:
+                break  # its buffer was replaced since its first use
+            if slot != want:
+                break
+            refs.append(t)
+        else:
+            return True
+        del refs[n0:]
+        return False
+
+    def _out(self, out: Output, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """Output ``out`` of a deferred op: its argument, or a new pending tensor."""
+        if out.same is not None:
+            return tensors[out.same]
+        value = _Value(self, out.ik)  # type: ignore[arg-type]
+        self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+        self.bytes += out.nbytes
+        return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
 
     def _lifted_match(self, static: tuple, static_r: tuple) -> bool:
         found = self.plan.lift_at.get(self.pos)
@@ -360,10 +397,13 @@ class Replay:
                                                              strict=True)
                  if t._buffer is not b}
         with _no_modes():
-            for i, (func, template, arg_refs) in enumerate(self.deferred):
+            start = 0
+            for i, func in enumerate(self.funcs):
+                end = self.ref_ends[i]
                 tensors = [results[r] if type(r) is tuple else moved.get(id(r), r)
-                           for r in arg_refs]
-                args, kwargs = rebuild(template, tensors)
+                           for r in self.refs[start:end]]
+                start = end
+                args, kwargs = rebuild(self.templates[i], tensors)
                 try:
                     out = run_op(func, args, kwargs)
                 except Exception as e:
