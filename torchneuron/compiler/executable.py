@@ -178,7 +178,7 @@ class Executable:
                 op=None,
                 reason="bad-arity",
             )
-        args = list(inputs) + draw_random_inputs(specs, generator_context)
+        args = list(inputs) + draw_random_inputs(specs, generator_context, inputs)
         args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
         try:
             outs = self._prepared.run(args)

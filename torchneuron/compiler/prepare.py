@@ -122,7 +122,7 @@ class PreparedGraph:
                       ) -> Any:
         """Run the prepared graph on CPU like an executable would: draw random inputs,
         run, write back, assemble. The numbers every lowering is checked against."""
-        rand = draw_random_inputs(self.random_inputs, generator_context)
+        rand = draw_random_inputs(self.random_inputs, generator_context, inputs)
         results = list(self.gm(*inputs, *rand))
         self.apply_write_backs(inputs, results)
         raise_errors(self.error_checks, results)
