@@ -209,25 +209,39 @@ def _draw_layout_is_known(node: fx.Node, shape_arg: fx.Node) -> bool:
 
     A contiguous argument: yes. PyTorch's dropout, traced with tensor subclasses (fake,
     functional), draws ``bernoulli.p(empty([]).expand(x.shape))`` and scales ``x`` by
-    it, where eager filled ``empty_like(x)`` in place: contiguous only if ``x`` is.
-    Anything else (a transposed tensor filled in place, say) is not known.
+    it, where eager filled ``empty_like(x)`` in place: contiguous only if ``x`` is. The mask
+    may first be scaled by numbers (alpha dropout's ``(m - 1) * c + d`` and ``m * a``);
+    what combines it with other tensors must be a product (at least one: the ``x``) or a
+    sum, each with a contiguous other operand. Anything else (a transposed tensor filled
+    in place, say) is not known.
     """
     if shape_arg.meta["val"].is_contiguous():
         return True
     src = shape_arg.args[0] if shape_arg.target is torch.ops.aten.expand.default else None
     if not isinstance(src, fx.Node) or src.meta["val"].dim() != 0:
         return False
-    users = list(node.users)
-    if len(users) == 1 and users[0].target is torch.ops.aten.div.Scalar:
-        users = list(users[0].users)
-    for user in users:
-        if user.target is not torch.ops.aten.mul.Tensor:
+    aten = torch.ops.aten
+    derived, frontier, ends = {node}, [node], []
+    while frontier:  # through the scalings dropout applies (alpha dropout: several)
+        n = frontier.pop()
+        for user in n.users:
+            if user.target in _SCALINGS and user.args[0] is n:
+                if user not in derived:
+                    derived.add(user)
+                    frontier.append(user)
+            else:
+                ends.append(user)
+    for user in ends:  # each combines the mask with the tensor eager filled it like
+        if user.target not in (aten.mul.Tensor, aten.add.Tensor):
             return False
-        other = [a for a in user.args if isinstance(a, fx.Node) and a not in node.users
-                 and a is not node]
+        other = [a for a in user.args if isinstance(a, fx.Node) and a not in derived]
         if len(other) != 1 or not other[0].meta["val"].is_contiguous():
             return False
-    return bool(users)
+    return any(u.target is aten.mul.Tensor for u in ends)
+
+
+_SCALINGS = frozenset({torch.ops.aten.div.Scalar, torch.ops.aten.mul.Scalar,
+                       torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar})
 
 
 def legalize_random_ops(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[RandomInputSpec]]:
