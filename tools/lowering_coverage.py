@@ -2,8 +2,9 @@
 
 For each op in PyTorch's `op_db` (float32 CPU samples), each sample is run eagerly (the
 reference, twice under one seed: a sample whose eager result is not reproducible, like
-`empty`, is not tested; and once on the `neuron` device: a sample that fails eagerly there,
-like a sparse tensor, is one users cannot run eagerly either, so it is not tested), then compiled with `compile_graph` (prepare -> Torch-MLIR in the
+`empty`, is not tested; and once on the `neuron` device, every tensor there or only the
+first: a sample that fails eagerly either way, like a sparse tensor, is one users cannot
+run eagerly either, so it is not tested), then compiled with `compile_graph` (prepare -> Torch-MLIR in the
 worker -> StableHLO -> the neuron compiler) and run as an executable (`Executable.run`,
 random inputs drawn under the same seed). Per op:
 
@@ -107,11 +108,25 @@ def _eager(fn: Any, tensors: list[torch.Tensor], seed: int) -> Any:
         raise _EagerFails(str(e)) from e
     if _differs(ref, again) is not None:
         raise _Unreproducible()
-    try:
-        fn(*[t.clone().to("neuron") for t in tensors])
-    except Exception as e:  # noqa: BLE001 - eager on the device rejects this sample
-        raise _EagerFails(f"on the device: {e}") from e
+    _eager_on_device(fn, tensors)
     return ref
+
+
+def _eager_on_device(fn: Any, tensors: list[torch.Tensor]) -> None:
+    """Raise _EagerFails when users cannot run the sample eagerly on the device: neither
+    with every tensor there nor with only the first (some arguments must stay on the CPU,
+    as tensor_split's indices do on any accelerator)."""
+    if not tensors:
+        return
+    error: Exception | None = None
+    for moved in (len(tensors), 1):
+        try:
+            fn(*[t.clone().to("neuron") if i < moved else t.clone()
+                 for i, t in enumerate(tensors)])
+            return
+        except Exception as e:  # noqa: BLE001 - eager on the device rejects this placement
+            error = error or e
+    raise _EagerFails(f"on the device: {error}") from error
 
 
 def run_sample(op: Any, sample: Any, seed: int) -> tuple[str, str] | None:
