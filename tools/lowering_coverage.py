@@ -2,7 +2,9 @@
 
 For each op in PyTorch's `op_db` (float32 CPU samples), each sample is run eagerly (the
 reference, twice under one seed: a sample whose eager result is not reproducible, like
-`empty`, is not tested), then compiled with `compile_graph` (prepare -> Torch-MLIR in the
+`empty`, is not tested; and once on the `neuron` device, every tensor there or only the
+first: a sample that fails eagerly either way, like a sparse tensor, is one users cannot
+run eagerly either, so it is not tested), then compiled with `compile_graph` (prepare -> Torch-MLIR in the
 worker -> StableHLO -> the neuron compiler) and run as an executable (`Executable.run`,
 random inputs drawn under the same seed). Per op:
 
@@ -11,7 +13,8 @@ random inputs drawn under the same seed). Per op:
               no sample gives different numbers
   MISMATCH    some sample compiles and gives numbers different from eager (a defect)
   RUN-ERROR   some sample compiles and then fails when run (a defect)
-  eager-fails no sample works eagerly;   skipped: unspecified results (empty*), no float32
+  eager-fails no sample works eagerly (on CPU and on the device); skipped: unspecified
+              results (empty*), no float32
 
     python tools/lowering_coverage.py [--only a,b.variant] [--shard I/N] [--samples K]
         [--json out.json] [--skip done.json ...] [--merge a.json b.json ...] [-v]
@@ -105,11 +108,30 @@ def _eager(fn: Any, tensors: list[torch.Tensor], seed: int) -> Any:
         raise _EagerFails(str(e)) from e
     if _differs(ref, again) is not None:
         raise _Unreproducible()
+    _eager_on_device(fn, tensors)
     return ref
+
+
+def _eager_on_device(fn: Any, tensors: list[torch.Tensor]) -> None:
+    """Raise _EagerFails when users cannot run the sample eagerly on the device: neither
+    with every tensor there nor with only the first (some arguments must stay on the CPU,
+    as tensor_split's indices do on any accelerator)."""
+    if not tensors:
+        return
+    error: Exception | None = None
+    for moved in (len(tensors), 1):
+        try:
+            fn(*[t.clone().to("neuron") if i < moved else t.clone()
+                 for i, t in enumerate(tensors)])
+            return
+        except Exception as e:  # noqa: BLE001 - eager on the device rejects this placement
+            error = error or e
+    raise _EagerFails(f"on the device: {error}") from error
 
 
 def run_sample(op: Any, sample: Any, seed: int) -> tuple[str, str] | None:
     """None on pass, else (status, detail); raises _EagerFails / _Unreproducible."""
+    import torchneuron  # noqa: F401  (the neuron device, for the eager check)
     from torchneuron.compiler import compile_graph
     from torchneuron.compiler.errors import CompileError
 
@@ -148,8 +170,10 @@ def run_op(op: Any, max_samples: int) -> dict[str, Any]:
     for i, sample in enumerate(samples):
         try:
             fail = run_sample(op, sample, seed=1000 + i)
-        except _EagerFails:
+        except _EagerFails as e:
             counts["eager-fails"] += 1
+            first.setdefault("eager-fails", {"sample": i, "detail": str(e)[:200],
+                                             "input": _describe(sample)})
             continue
         except _Unreproducible:
             counts["unreproducible"] += 1
@@ -203,11 +227,17 @@ def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]
             print(f"  {n}: {s.get(status, 0)}/{s.get('pass', 0) + s.get(status, 0)}+ samples; "
                   f"first #{f['sample']}: {f['detail']}"
                   + (f"  input={f['input']}" if status in DEFECTS else ""))
+    fails = sorted(n for n, r in results.items() if r["status"] == "eager-fails")
+    if fails:
+        print(f"\nEAGER-FAILS ({len(fails)}), not counted:")
+        for n in fails:
+            f = results[n].get("first", {}).get("eager-fails", {})
+            print(f"  {n}: first #{f.get('sample', '?')}: {f.get('detail', '')[:120]}")
     skipped = sorted(n for n, r in results.items() if r["status"] == "skipped")
     n_samples = sum(sum(r.get("samples", {}).values()) for r in results.values())
     print(f"\nskipped ({len(skipped)}): {', '.join(skipped)}")
     print(f"\nwhole compiler, all samples ({n_samples} samples): {counts['pass']}/{tested} ops "
-          f"pass ({rate:.1f}%) of ops with a sample that works eagerly; "
+          f"pass ({rate:.1f}%) of ops with a sample that works eagerly (CPU and device); "
           f"{counts['refused']} refused, {counts['mismatch']} MISMATCH, "
           f"{counts['run-error']} RUN-ERROR; {counts['eager-fails']} eager-fails, "
           f"{len(skipped)} skipped; {seconds:.0f}s")

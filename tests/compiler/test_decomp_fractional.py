@@ -51,3 +51,20 @@ def test_unbatched_input_with_more_sample_rows_than_batches_reads_row_0() -> Non
 
     for g, w in zip(compile_graph(fn, [x, s]).run([x, s]), fn(x, s), strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_1x1_windows_whose_indices_pass_through_a_chain_of_reshapes() -> None:
+    """The OpInfo sample that failed to run: the index computation reshapes
+    [1,1,8,8,1,1] -> [1,1,64,1] -> [1,1,64] -> [1,1,64,1], and the interpreter's simplify
+    took the last reshape for an identity of the first one's operand (it compared with
+    the middle reshape's declared operand type, not the operand it reads after folding)."""
+    torch.manual_seed(0)
+    x, s = torch.randn(1, 1, 16, 16), torch.rand(1, 1, 2)
+
+    def fn(a: torch.Tensor, sa: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.fractional_max_pool2d(a, (1, 1), output_ratio=(0.5, 0.5), _random_samples=sa,
+                                       return_indices=True)
+
+    got = compile_graph(fn, [x, s]).run([x, s])
+    for g, w in zip(got, fn(x, s), strict=True):
+        assert torch.equal(g, w)

@@ -67,3 +67,17 @@ def test_bernoulli_p_on_a_non_contiguous_tensor_is_refused() -> None:
     assert info.value.reason == "random-op-layout"
     assert info.value.op == "aten.bernoulli.p"
     prepare(lambda t: torch.bernoulli(t, 0.3), [_LAYOUTS["contiguous"]()])  # accepted
+
+
+def test_cpu_alpha_dropout_of_a_contiguous_tensor_matches_eager() -> None:
+    """Alpha dropout scales the mask by numbers before and after combining it with x."""
+    got, want = _run_both(lambda t: torch.nn.functional.alpha_dropout(t, 0.5, True),
+                          _LAYOUTS["contiguous"]())
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "permuted-3d"])
+def test_cpu_alpha_dropout_of_a_transposed_tensor_is_refused(layout: str) -> None:
+    with pytest.raises(PrepareError) as info:
+        prepare(lambda t: torch.nn.functional.alpha_dropout(t * 2, 0.5, True), [_LAYOUTS[layout]()])
+    assert info.value.reason == "random-op-layout"

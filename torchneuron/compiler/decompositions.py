@@ -86,6 +86,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_custom import custom_op_decompositions
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
@@ -93,6 +94,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_qr import QR_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_resample import RESAMPLE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
@@ -101,7 +103,8 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
 
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
-            LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS]
+            LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
+            RESAMPLE_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random
@@ -271,6 +274,13 @@ def prims_squeeze(x: torch.Tensor, dimensions: Sequence[int]) -> torch.Tensor:
     # always expressible as a view.
     drop = {d % max(x.dim(), 1) for d in dimensions}
     return aten.view.default(x, [s for i, s in enumerate(x.shape) if i not in drop])
+
+
+@_register(torch.ops.prims.view_of.default)
+def prims_view_of(x: torch.Tensor) -> torch.Tensor:
+    """Another view prim functionalization refuses (``aten.squeeze``'s reference returns it
+    when no dim has size 1, as in linear_cross_entropy's chunked loop): a same-shape view."""
+    return aten.view.default(x, list(x.shape))
 
 
 # --------------------------------------------------------------------------- scans, selection

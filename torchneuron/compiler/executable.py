@@ -181,7 +181,7 @@ class Executable:
             )
         args = list(inputs)
         if specs:  # (no random inputs: no generator swap either)
-            args += draw_random_inputs(specs, generator_context)
+            args += draw_random_inputs(specs, generator_context, inputs)
         args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
         try:
             outs = self._prepared.run(args)

@@ -125,7 +125,7 @@ class PreparedGraph:
                       ) -> Any:
         """Run the prepared graph on CPU like an executable would: draw random inputs,
         run, write back, assemble. The numbers every lowering is checked against."""
-        rand = draw_random_inputs(self.random_inputs, generator_context)
+        rand = draw_random_inputs(self.random_inputs, generator_context, inputs)
         results = list(self.gm(*inputs, *rand))
         raise_out_of_range(self.index_checks, inputs, results)
         self.apply_write_backs(inputs, results)
@@ -302,11 +302,12 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
     )
 
     table = {**decomposition_table(), **DEVICE_MOVE_DECOMPOSITIONS}
+    fake_inputs = _fake(inputs)
 
     def trace(f: Callable[..., Any]) -> fx.GraphModule:
         return make_fx(torch.func.functionalize(f, remove="mutations"), decomposition_table=table,
                        tracing_mode="fake", _allow_non_fake_inputs=True,
-                       pre_dispatch=False)(*inputs)
+                       pre_dispatch=False)(*fake_inputs)
 
     try:
         # The python dispatcher (as AOTAutograd uses) turns native_batch_norm, whose schema
@@ -348,12 +349,32 @@ def _mutates_intermediates(gm: fx.GraphModule) -> bool:
     return False
 
 
+def _fake(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The inputs as fake tensors of make_fx's own kind of fake mode (static shapes), except
+    that ``.item()`` gives an unbacked symbol instead of failing: a python number the
+    function only returns (``x.sum().item()``) becomes a 0-d output
+    (``_clean_outputs``); one the function branches on or sizes with is refused."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True,
+                          shape_env=ShapeEnv(allow_scalar_outputs=True), static_shapes=True)
+    return [mode.from_tensor(t, static_shapes=True) for t in inputs]
+
+
+def _returned_scalar(node: fx.Node) -> bool:
+    """``.item()`` whose only use is being returned."""
+    return node.target is aten._local_scalar_dense.default and \
+        all(u.op == "output" for u in node.users)
+
+
 def _reject_symbolic(gm: fx.GraphModule) -> None:
     """Fake tracing gives data-dependent results unbacked symbols instead of failing; a
-    static-shape executable cannot express them."""
+    static-shape executable cannot express them, except a python number only returned."""
     for node in gm.graph.nodes:
         val = node.meta.get("val")
-        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) and \
+                not _returned_scalar(node):
             raise PrepareError(f"{node.target} produces a python number computed from tensor "
                                "data; a compiled graph cannot branch on data. It runs eagerly.",
                                op=str(node.target), reason="data-dependent")
@@ -443,6 +464,16 @@ def _clean_outputs(gm: fx.GraphModule, wb_sources: dict[int, fx.Node]
             node.meta["val"] = torch.empty((), dtype=dtype)
             user_outputs.append(UserOutput("scalar", len(outputs), type(leaf).__name__))
             outputs.append(node)
+            continue
+        if isinstance(leaf, fx.Node) and _returned_scalar(leaf):
+            src = leaf.args[0]  # the one-element tensor .item() reads
+            kind = type(leaf.meta["val"]).__name__.removeprefix("Sym").lower()
+            if src.meta["val"].dim():
+                with gm.graph.inserting_before(out_node):
+                    src = gm.graph.call_function(aten.view.default, (src, []))
+                src.meta["val"] = leaf.args[0].meta["val"].reshape([])
+            user_outputs.append(UserOutput("scalar", len(outputs), kind))
+            outputs.append(src)
             continue
         if not isinstance(leaf, fx.Node) or not isinstance(leaf.meta.get("val"), torch.Tensor):
             raise PrepareError(f"graph output {leaf!r} is not a tensor or python scalar; "

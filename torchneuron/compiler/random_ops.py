@@ -8,16 +8,20 @@ input, described by a JSON-safe :class:`RandomInputSpec`. Before each run the ca
 :func:`draw_random_inputs`, which re-runs the same aten ops on CPU, in graph order, on
 fresh empty tensors of the recorded shapes, inside the caller's generator context.
 
-Policy for tensor arguments whose *values* matter (``bernoulli(probs)``,
-``normal(mean_tensor, std)``, ``multinomial``, ``poisson``...): we raise
-``PrepareError(reason="random-op-with-tensor-values")`` instead of splitting the graph.
-Only arguments listed in :data:`SHAPE_ONLY_ARGS` (tensors that merely give the result's
-shape, dtype and layout) are accepted.
+Tensor arguments whose *values* matter (``bernoulli(probs)``, ``normal(mean, std)``,
+``multinomial``, ``rrelu``'s input...) are accepted when the draw can still happen before
+the executable runs: the argument is a graph input (drawn from the caller's tensor, which
+the graph has not changed yet: a functional graph reads its inputs' original values) or an
+earlier draw. Any other computed argument raises
+``PrepareError(reason="random-op-with-tensor-values")``: splitting the graph around the
+draw is not done. Arguments listed in :data:`SHAPE_ONLY_ARGS` (tensors that merely give
+the result's shape, dtype and layout) are always accepted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -53,6 +57,8 @@ SHAPE_ONLY_ARGS: dict[str, tuple[int, ...]] = {
     "aten.randint_like.default": (0,),
     "aten.randint_like.low_dtype": (0,),
     "aten.randint_like.Tensor": (0,),
+    # the noise tensor is written (the draw, or 1 where the input is positive), never read
+    "aten.rrelu_with_noise_functional.default": (1,),
 }
 
 
@@ -69,7 +75,10 @@ class RandomInputSpec:
 
     ``args`` / ``kwargs`` hold the non-tensor arguments; a tensor argument that only gives
     a shape appears as ``{"tensor": i}`` pointing into ``tensor_args`` (shape, stride,
-    dtype), dtypes as ``{"dtype": "float32"}``. ``shape``/``dtype`` describe the result.
+    dtype), one whose values are read as ``{"input": i}`` (the i-th graph input) or
+    ``{"drawn": k}`` (the k-th tensor drawn before it), dtypes as ``{"dtype": "float32"}``.
+    ``shape``/``dtype`` describe the result; ``outputs`` is the number of tensors an op
+    with a tuple result returns (0: a single tensor), each one a graph input of its own.
     """
 
     op: str
@@ -78,6 +87,7 @@ class RandomInputSpec:
     tensor_args: list[dict[str, Any]] = field(default_factory=list)
     shape: list[int] = field(default_factory=list)
     dtype: str = "float32"
+    outputs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,12 +129,17 @@ def _encode(value: Any, op: str) -> Any:
                        "tensors.", op=op, reason="random-op-unsupported-arg")
 
 
-def _decode(value: Any, tensors: list[torch.Tensor]) -> Any:
+def _decode(value: Any, tensors: list[torch.Tensor], inputs: Sequence[torch.Tensor] = (),
+            drawn: Sequence[torch.Tensor] = ()) -> Any:
     if isinstance(value, list):
-        return [_decode(v, tensors) for v in value]
+        return [_decode(v, tensors, inputs, drawn) for v in value]
     if isinstance(value, dict):
         if "tensor" in value:
             return tensors[value["tensor"]]
+        if "input" in value:
+            return inputs[value["input"]]
+        if "drawn" in value:
+            return drawn[value["drawn"]]
         if "dtype" in value:
             return getattr(torch, value["dtype"])
         if "device" in value:
@@ -136,7 +151,17 @@ def _decode(value: Any, tensors: list[torch.Tensor]) -> Any:
     return value
 
 
-def _node_spec(node: fx.Node) -> RandomInputSpec:
+def _value_ref(v: fx.Node, inputs: list[fx.Node]) -> dict[str, int] | None:
+    """``{"input": i}`` / ``{"drawn": k}`` for an argument available before the graph
+    runs (a graph input, an earlier draw), else None."""
+    if v.op != "placeholder":
+        return None
+    if "random_spec" in v.meta:
+        return {"drawn": v.meta["random_spec"]}
+    return {"input": inputs.index(v)} if v in inputs else None
+
+
+def _node_spec(node: fx.Node, inputs: list[fx.Node]) -> RandomInputSpec:
     op = str(node.target)
     shape_only = SHAPE_ONLY_ARGS.get(op, ())
     tensor_args: list[dict[str, Any]] = []
@@ -144,10 +169,14 @@ def _node_spec(node: fx.Node) -> RandomInputSpec:
     def enc(v: Any, pos: int | None) -> Any:
         if isinstance(v, fx.Node):
             if pos not in shape_only:
+                ref = _value_ref(v, inputs)
+                if ref is not None:
+                    return ref
                 raise PrepareError(
-                    f"random op {op} reads the values of a tensor argument (position "
-                    f"{pos}); such draws cannot be lifted out of the graph and replayed "
-                    "exactly. Expected only shape-giving tensors. This region runs eagerly.",
+                    f"random op {op} reads the values of a tensor computed inside the graph "
+                    f"(position {pos}); such draws cannot be lifted out of the graph and "
+                    "replayed exactly. Expected shape-giving tensors, graph inputs or earlier "
+                    "draws. This region runs eagerly.",
                     op=op, reason="random-op-with-tensor-values")
             val = v.meta["val"]
             if op in LEGACY_CONTIGUOUS_OPS and not _draw_layout_is_known(node, v):
@@ -165,11 +194,14 @@ def _node_spec(node: fx.Node) -> RandomInputSpec:
     args = [enc(a, i) for i, a in enumerate(node.args)]
     kwargs = {k: enc(v, None) for k, v in node.kwargs.items()}
     val = node.meta.get("val")
+    outputs = 0
+    if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) for v in val):
+        outputs, val = len(val), val[0]
     if not isinstance(val, torch.Tensor):
-        raise PrepareError(f"random op {op} does not produce a single tensor; expected one "
-                           "tensor result.", op=op, reason="random-op-multi-output")
+        raise PrepareError(f"random op {op} does not produce tensors; expected a tensor or "
+                           "a tuple of tensors.", op=op, reason="random-op-multi-output")
     return RandomInputSpec(op=op, args=args, kwargs=kwargs, tensor_args=tensor_args,
-                           shape=list(val.shape), dtype=_dtype_name(val.dtype))
+                           shape=list(val.shape), dtype=_dtype_name(val.dtype), outputs=outputs)
 
 
 def _draw_layout_is_known(node: fx.Node, shape_arg: fx.Node) -> bool:
@@ -177,51 +209,81 @@ def _draw_layout_is_known(node: fx.Node, shape_arg: fx.Node) -> bool:
 
     A contiguous argument: yes. PyTorch's dropout, traced with tensor subclasses (fake,
     functional), draws ``bernoulli.p(empty([]).expand(x.shape))`` and scales ``x`` by
-    it, where eager filled ``empty_like(x)`` in place: contiguous only if ``x`` is.
-    Anything else (a transposed tensor filled in place, say) is not known.
+    it, where eager filled ``empty_like(x)`` in place: contiguous only if ``x`` is. The mask
+    may first be scaled by numbers (alpha dropout's ``(m - 1) * c + d`` and ``m * a``);
+    what combines it with other tensors must be a product (at least one: the ``x``) or a
+    sum, each with a contiguous other operand. Anything else (a transposed tensor filled
+    in place, say) is not known.
     """
     if shape_arg.meta["val"].is_contiguous():
         return True
     src = shape_arg.args[0] if shape_arg.target is torch.ops.aten.expand.default else None
     if not isinstance(src, fx.Node) or src.meta["val"].dim() != 0:
         return False
-    users = list(node.users)
-    if len(users) == 1 and users[0].target is torch.ops.aten.div.Scalar:
-        users = list(users[0].users)
-    for user in users:
-        if user.target is not torch.ops.aten.mul.Tensor:
+    aten = torch.ops.aten
+    derived, frontier, ends = {node}, [node], []
+    while frontier:  # through the scalings dropout applies (alpha dropout: several)
+        n = frontier.pop()
+        for user in n.users:
+            if user.target in _SCALINGS and user.args[0] is n:
+                if user not in derived:
+                    derived.add(user)
+                    frontier.append(user)
+            else:
+                ends.append(user)
+    for user in ends:  # each combines the mask with the tensor eager filled it like
+        if user.target not in (aten.mul.Tensor, aten.add.Tensor):
             return False
-        other = [a for a in user.args if isinstance(a, fx.Node) and a not in node.users
-                 and a is not node]
+        other = [a for a in user.args if isinstance(a, fx.Node) and a not in derived]
         if len(other) != 1 or not other[0].meta["val"].is_contiguous():
             return False
-    return bool(users)
+    return any(u.target is aten.mul.Tensor for u in ends)
+
+
+_SCALINGS = frozenset({torch.ops.aten.div.Scalar, torch.ops.aten.mul.Scalar,
+                       torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar})
 
 
 def legalize_random_ops(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[RandomInputSpec]]:
     """Replace every random node by a new placeholder (appended after the existing ones,
-    in graph order) and return the specs that redraw them. Mutates and returns ``gm``."""
+    in graph order; one per tensor of a tuple result, which replaces the node's
+    ``getitem`` users) and return the specs that redraw them. Mutates and returns ``gm``."""
     graph = gm.graph
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    last = placeholders[-1] if placeholders else None
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    last = inputs[-1] if inputs else None
     specs: list[RandomInputSpec] = []
+    drawn = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or not is_random_op(node.target):
             continue
-        spec = _node_spec(node)
-        if last is None:
-            ctx: Any = graph.inserting_before(next(iter(graph.nodes)))
+        spec = _node_spec(node, inputs)
+        vals = node.meta["val"] if spec.outputs else [node.meta["val"]]
+        phs = []
+        for val in vals:
+            if last is None:
+                ctx: Any = graph.inserting_before(next(iter(graph.nodes)))
+            else:
+                ctx = graph.inserting_after(last)
+            with ctx:
+                last = graph.placeholder(f"random_{drawn}")
+            last.meta = {"val": val, "random_spec": drawn}
+            drawn += 1
+            phs.append(last)
+        if spec.outputs:
+            for user in list(node.users):
+                if user.target is not operator.getitem:
+                    raise PrepareError(f"random op {spec.op} returns a tuple used other than "
+                                       "by indexing; expected getitem users.", op=spec.op,
+                                       reason="random-op-multi-output")
+                user.replace_all_uses_with(phs[user.args[1]])
+                user.meta["replaced_by"] = phs[user.args[1]]
+                graph.erase_node(user)
         else:
-            ctx = graph.inserting_after(last)
-        with ctx:
-            ph = graph.placeholder(f"random_{len(specs)}")
-        ph.meta = {"val": node.meta["val"], "random_spec": len(specs)}
-        if "tensor_meta" in node.meta:
-            ph.meta["tensor_meta"] = node.meta["tensor_meta"]
-        node.replace_all_uses_with(ph)
-        node.meta["replaced_by"] = ph  # for holders of the node itself (write-back sources)
+            if "tensor_meta" in node.meta:
+                phs[0].meta["tensor_meta"] = node.meta["tensor_meta"]
+            node.replace_all_uses_with(phs[0])
+            node.meta["replaced_by"] = phs[0]  # for holders of the node (write-back sources)
         graph.erase_node(node)
-        last = ph
         specs.append(spec)
     graph.lint()
     gm.recompile()
@@ -231,12 +293,14 @@ def legalize_random_ops(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[Random
 def draw_random_inputs(
     specs: Sequence[RandomInputSpec],
     generator_context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+    inputs: Sequence[torch.Tensor] = (),
 ) -> list[torch.Tensor]:
     """Redraw the random inputs on CPU, in graph order, exactly as eager would.
 
     ``generator_context`` is a factory of a context manager inside which the CPU default
     generator holds the device's RNG state (and is written back on exit); by default no
-    swap: the CPU default generator is used directly.
+    swap: the CPU default generator is used directly. ``inputs`` are the graph's inputs
+    as the caller passes them (read by draws whose arguments are inputs).
     """
     ctx = generator_context() if generator_context is not None else contextlib.nullcontext()
     out: list[torch.Tensor] = []
@@ -245,8 +309,9 @@ def draw_random_inputs(
             op = _resolve(spec.op)
             tensors = [torch.empty_strided(t["shape"], t["stride"], dtype=getattr(torch, t["dtype"]))
                        for t in spec.tensor_args]
-            kwargs = {k: _decode(v, tensors) for k, v in spec.kwargs.items()}
-            out.append(op(*_decode(spec.args, tensors), **kwargs))
+            kwargs = {k: _decode(v, tensors, inputs, out) for k, v in spec.kwargs.items()}
+            result = op(*_decode(spec.args, tensors, inputs, out), **kwargs)
+            out.extend(result if spec.outputs else [result])
     return out
 
 

@@ -26,7 +26,7 @@ Results are the same tensors' values as before: only views and identities change
 from __future__ import annotations
 
 from ._registry import ints, static
-from .ir import Operation
+from .ir import Operation, TensorType
 
 __all__ = ["region_reads", "simplify"]
 
@@ -121,7 +121,12 @@ def simplify(
     alias: dict[str, str] = {}
     producer: dict[str, tuple[Operation, tuple[str, ...]]] = {}
     kept: list[tuple[Operation, tuple[str, ...]]] = []
+    types: dict[str, TensorType] = {}  # each name's declared type (aliases keep the type)
     for op in ops:
+        for name, ty in zip(op.operands, op.operand_types, strict=False):
+            types.setdefault(name, ty)
+        for name, ty in zip(op.results, op.result_types, strict=False):
+            types.setdefault(name, ty)
         operands = tuple(alias.get(o, o) for o in op.operands)
         if _is_identity(op) and op.results[0] not in pinned:
             alias[op.results[0]] = operands[0]
@@ -136,8 +141,8 @@ def simplify(
             src = producer.get(operands[0])
             if src is not None and src[0].name == "stablehlo.reshape" and len(src[1]) == 1:
                 operands = src[1]  # reshape(reshape(x)) == reshape(x)
-                if (
-                    src[0].operand_types[0] == op.result_types[0]
+                if (  # x's own type: src may itself read past a reshape
+                    types.get(operands[0]) == op.result_types[0]
                     and op.results[0] not in pinned
                 ):  # fmt: skip
                     alias[op.results[0]] = operands[0]  # ... == x: back to x's shape
