@@ -14,6 +14,7 @@ pending tensor asks its producer to materialize it first.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -70,6 +71,10 @@ def set_op_handler(handler: OpHandler) -> None:
     """
     global _op_handler
     _op_handler = handler
+
+
+# Per-wrapper state that a copy gets fresh from its own construction, never copied.
+_INTERNAL_ATTRS = frozenset({"_buffer", "_pending", "_device_index", "_memory_token"})
 
 
 class NeuronTensor(torch.Tensor):
@@ -136,8 +141,37 @@ class NeuronTensor(torch.Tensor):
         """Replace the buffer (same values): AOTAutograd does this to a backward tangent
         whose buffer has other strides than traced (``process_runtime_tangent``), which
         for an empty tensor or a size-1 dimension the wrapper's contiguity cannot see."""
+        if new.shape != self.shape or new.dtype != self.dtype:
+            raise ValueError(
+                f"a neuron tensor's buffer can be replaced only by one of the same shape and "
+                f"dtype: expected {tuple(self.shape)} {self.dtype}, got {tuple(new.shape)} "
+                f"{new.dtype}"
+            )
+        if self._pending is not None:
+            self.buffer  # a deferred write runs first, as any read of the values would  # noqa: B018
         buffers.attach(self, new, self._device_index)
-        self._pending = None
+
+    def __deepcopy__(self, memo: dict) -> NeuronTensor:
+        """``torch.Tensor.__deepcopy__`` clones a wrapper subclass, then overwrites the
+        clone's ``__dict__`` with a deep copy of ours: the clone would lose its own buffer
+        and memory token for uncounted copies of ours (and a copy of the whole simulated
+        core the token points at). Here the clone keeps its internals; only attributes a
+        user or ``nn.Parameter`` set (``_is_param``) are deep-copied."""
+        if not self.is_leaf:
+            return torch.Tensor.__deepcopy__(self, memo)  # raises PyTorch's error
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_()
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for name, value in self.__dict__.items():
+            if name not in _INTERNAL_ATTRS:
+                setattr(new, name, copy.deepcopy(value, memo))
+        memo[id(self)] = new
+        return new
 
     @property
     def is_pending(self) -> bool:
