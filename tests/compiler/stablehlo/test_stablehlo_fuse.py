@@ -311,3 +311,38 @@ def test_float_sum_specialization_is_exact(dtype: torch.dtype, monkeypatch) -> N
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     for a, b in zip(fast, fn(x), strict=True):
         torch.testing.assert_close(a, b, equal_nan=True)
+
+
+def test_relu_backward_operands_read_at_run_time_are_not_trusted(monkeypatch) -> None:  # noqa: ANN001
+    """A threshold or "zero" that is a program input can be written in place between
+    runs: the prepared program must follow it, as eager does (the fusion's one-time check
+    of those operands would go stale)."""
+    x = torch.tensor([-1.0, 0.5, 2.0, 3.0])
+    g = torch.tensor([10.0, 20.0, 30.0, 40.0])
+    t, z = torch.zeros(4), torch.zeros(4)
+    fn_t = lambda x, t, g: torch.where(x <= t, 0.0, g)  # noqa: E731
+    fn_z = lambda x, z, g: torch.where(x <= 0.0, z, g)  # noqa: E731
+    for fn, operand, values in ((fn_t, t, (2.5, 2.0)), (fn_z, z, (7.0, -0.0))):
+        p = prepare(compile_graph(fn, [x, operand, g])._module())
+        assert torch.equal(p.run([x, operand, g])[0], fn(x, operand, g))
+        operand.fill_(values[0])  # still one value: a stale check would pass it
+        assert _same_bits(p.run([x, operand, g])[0], fn(x, operand, g))
+        operand[1] = values[1]  # no longer one value
+        assert _same_bits(p.run([x, operand, g])[0], fn(x, operand, g))
+
+
+def test_one_hot_lookup_positions_read_at_run_time_are_not_trusted() -> None:
+    """The window positions as a program input, rewritten in place between runs: each
+    run gives eager's sum, not a lookup checked against the first run's positions."""
+    g = torch.Generator().manual_seed(0)
+    i = torch.randint(0, 4, (3, 1, 5), generator=g)
+    table = torch.randint(-50, 50, (3, 4, 5), generator=g)
+    pos = torch.arange(4).reshape(1, 4, 1).expand(3, 4, 5).contiguous()  # read as is
+
+    def fn(i: torch.Tensor, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return torch.where(i.expand(3, 4, 5) == pos, table, 0).sum(1)
+
+    p = prepare(compile_graph(fn, [i, table, pos])._module())
+    assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))
+    pos.copy_(torch.tensor([3, 1, 0, 2]).reshape(1, 4, 1).expand(3, 4, 5))
+    assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))

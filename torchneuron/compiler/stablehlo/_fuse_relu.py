@@ -10,8 +10,10 @@ five times ``aten.threshold_backward``, which computes exactly
 Same bits: ``threshold_backward`` compares in the tensors' dtype (the threshold is the
 constant's own value, exactly representable) and writes ``+0.0`` where the compare
 holds, the gradient's own bits elsewhere; a NaN activation fails ``<=`` in both. The
-threshold and zero operands are checked by value on the first run (they are constants
-the interpreter keeps, so the check is redone only if another tensor arrives): a
+run is fused only when the threshold and zero operands are program constants (made in
+the block from constants only, so the interpreter keeps them: the same tensors, never
+written, on every run); a runtime input there could be written in place between runs.
+They are checked by value on the first run and the check is kept for those tensors: a
 threshold that is not one value, or a "zero" that is not ``+0.0`` everywhere, runs the
 original two ops.
 """
@@ -53,6 +55,8 @@ def relu_backward(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
         or tuple(sel.operand_types[0].shape) != shape
     ):  # fmt: skip
         return None
+    if not (g.constant(cmp[2][1]) and g.constant(operands[1])):
+        return None  # a threshold or zero read at run time: checked once, it could go stale
     run_ids = sorted({cmp[0], at})
     if not g.closed(body, run_ids, at):
         return None

@@ -48,7 +48,14 @@ from . import (  # noqa: F401  (importing registers the op families)
 from ._absorb import absorb_broadcasts, absorb_transposes
 from ._dtypes import TORCH_DTYPES
 from ._fuse import Fused, fuse
-from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
+from ._registry import (
+    CONSTANT_OPS,
+    NEVER_HOISTED,
+    OPS,
+    OpFn,
+    StableHLOExecutionError,
+    UnsupportedStableHLOOp,
+)
 from ._simplify import region_reads, simplify
 from ._specialize import specialize
 from .ir import Function, Module, Operation, TensorType
@@ -57,11 +64,6 @@ __all__ = ["interpret", "prepare", "Prepared", "OPS", "UnsupportedStableHLOOp",
            "StableHLOExecutionError"]  # fmt: skip
 
 _RETURNS = ("func.return", "stablehlo.return")
-# Ops whose result depends only on their attributes: computed once, then reused, as is
-# every op whose operands are all such values (a run of ops folded into no call at all).
-_CONSTANT_OPS = ("stablehlo.constant", "arith.constant", "stablehlo.iota")
-_NEVER_HOISTED = ("func.call", "stablehlo.call", "stablehlo.custom_call",
-                  "stablehlo.optimization_barrier")  # fmt: skip
 
 
 def _unsupported(op: Operation) -> OpFn:
@@ -175,8 +177,8 @@ class _Block:
         for op, operands in body:
             fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
-                (op.name in _CONSTANT_OPS and not operands)
-                or (bool(operands) and op.name not in _NEVER_HOISTED
+                (op.name in CONSTANT_OPS and not operands)
+                or (bool(operands) and op.name not in NEVER_HOISTED
                     and all(o in constant for o in operands))
             )  # fmt: skip
             if hoist:
