@@ -68,9 +68,10 @@ def _dot_general(op: Operation) -> OpFn | None:
     shape = tuple(bs + lfs + rfs)
 
     # a matrix without batch dims (a linear layer's operands): the same 3-d view made by
-    # ``unsqueeze`` (and ``t``), cheaper than permute + reshape (same sizes and strides)
-    a_mat = not lb and len(a_t.shape) == 2
-    b_mat = not rb and len(b_t.shape) == 2
+    # ``unsqueeze`` (and ``t``), cheaper than permute + reshape (same sizes and strides);
+    # only with one free and one contracting dim, where the permutation is id or a swap
+    a_mat = not lb and len(lf) == len(lc) == 1
+    b_mat = not rb and len(rf) == len(rc) == 1
 
     def dot_general(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         a, b = args
