@@ -200,14 +200,45 @@ def _lowest(dtype: torch.dtype) -> float:
     return -math.inf if dtype.is_floating_point else float(torch.iinfo(dtype).min)
 
 
+def _inside_indices(idxs: torch.Tensor, h: int, w: int, kernel_size: Any, stride: Any,
+                    padding: Any, dilation: Any, device: torch.device) -> torch.Tensor:
+    """``_windows``' (K, oh, ow) index table with each position outside the input
+    replaced by its window's first position inside it (the first inside row and the
+    first inside column: a window's inside positions are a grid)."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    _, oh, ow = idxs.shape
+
+    def first_inside(n: int, s: int, p: int, d: int) -> torch.Tensor:
+        start = torch.arange(n, device=device) * s - p
+        return start + torch.div(torch.clamp(-start, min=0) + d - 1, d, rounding_mode="floor") * d
+
+    fr, fc = first_inside(oh, sh, ph, dh), first_inside(ow, sw, pw, dw)
+    first = fr[:, None] * w + fc[None, :]
+    rows = torch.arange(oh, device=device) * sh - ph
+    cols = torch.arange(ow, device=device) * sw - pw
+    inside = []
+    for i in range(kh):
+        for j in range(kw):
+            r, c = rows + i * dh, cols + j * dw
+            inside.append(((r >= 0) & (r < h))[:, None] & ((c >= 0) & (c < w))[None, :])
+    return torch.where(torch.stack(inside, dim=0), idxs, first)
+
+
 @_register(aten.max_pool2d_with_indices.default)
 def max_pool2d_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
                             dilation: Any = 1, ceil_mode: bool = False
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Max over the stacked windows; index = flat h*W+w of the first maximum (ATen's),
-    selected with a one-hot sum rather than a gather (elementwise work only)."""
+    selected with a one-hot sum rather than a gather (elementwise work only). A padding
+    position wins only in a window whose elements are all -inf: ATen then reports the
+    window's first element inside the input, so the table names that one there."""
     low = _lowest(x.dtype)
     vals, idxs = _windows(x, kernel_size, stride, padding, dilation, ceil_mode, low, low)
+    idxs = _inside_indices(idxs, x.shape[-2], x.shape[-1], kernel_size, stride, padding,
+                           dilation, x.device)  # fmt: skip
     out, arg = torch.max(vals, dim=-3)
     k = idxs.shape[0]
     onehot = arg.unsqueeze(-3) == torch.arange(k, device=x.device).reshape(k, 1, 1)

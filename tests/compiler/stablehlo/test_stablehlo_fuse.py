@@ -346,3 +346,22 @@ def test_one_hot_lookup_positions_read_at_run_time_are_not_trusted() -> None:
     assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))
     pos.copy_(torch.tensor([3, 1, 0, 2]).reshape(1, 4, 1).expand(3, 4, 5))
     assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=3, stride=1, padding=1, dilation=2),
+    dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), ceil_mode=True),
+])  # fmt: skip
+def test_max_pool_of_all_neg_inf_windows_reports_an_inside_index(kw: dict, monkeypatch) -> None:  # noqa: ANN001
+    """A window whose elements are all -inf, with padding or ceil-mode overhang at its
+    start: ATen reports the window's first element inside the input, never a padding
+    position (an index outside the input)."""
+    x = torch.full((1, 2, 5, 6), float("-inf"))
+    x[0, 1, ::2, ::3] = 1.0  # the other channel: some windows with a finite maximum
+    fn = lambda t: F.max_pool2d_with_indices(t, **kw)  # noqa: E731
+    fast, slow, _ = _runs(fn, [x], monkeypatch)
+    ref_v, ref_i = fn(x)
+    assert _same_bits(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+    assert _same_bits(fast[0], ref_v) and torch.equal(fast[1], ref_i)
