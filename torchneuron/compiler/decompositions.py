@@ -243,7 +243,21 @@ def max_pool2d_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any = (),
     k = idxs.shape[0]
     onehot = arg.unsqueeze(-3) == torch.arange(k, device=x.device).reshape(k, 1, 1)
     index = torch.where(onehot, idxs, torch.zeros_like(idxs)).sum(-3)
-    return out, index
+    if not x.dtype.is_floating_point:
+        return out, index
+    # ATen takes a NaN over anything, the window's last one (its largest flat index);
+    # the max above never picks one: each window's largest NaN index, -1 if none (a float
+    # max-pool of exact integer keys, as fast as the one above)
+    h, w = x.shape[-2], x.shape[-1]
+    kdt = torch.float32 if h * w <= 2**24 else torch.float64
+    flat = torch.arange(h * w, device=x.device, dtype=kdt).reshape(h, w)
+    key = torch.where(torch.isnan(x), flat, torch.full_like(flat, -1.0))
+    keys, _ = _windows(key, kernel_size, stride, padding, dilation, ceil_mode, -1.0, -1.0)
+    kmax, _ = torch.max(keys, dim=-3)
+    last = kmax.to(torch.int64)
+    nan = last >= 0
+    value = torch.gather(x.flatten(-2), -1, last.clamp(min=0).flatten(-2)).reshape(out.shape)
+    return torch.where(nan, value, out), torch.where(nan, last, index)
 
 
 @_register(aten.avg_pool2d.default)
