@@ -73,7 +73,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_specializers_are_used() -> None:
     """Each form above gets its specialized callable, not the generic one."""
     for text, name in ((_MAX_WITH_INDEX.replace("INIT", "0xFF800000"), "max_with_index"),
-                       (_SCATTER_ADD, "scatter_add"), (_CONV, "conv_padded")):  # fmt: skip
+                       (_SCATTER_ADD, "element_scatter"), (_CONV, "conv_padded")):  # fmt: skip
         module = parse_module(text)
         op = next(o for o in module.functions[module.entry].body if o.name != "stablehlo.constant")
         fn = _specialize.SPECIALIZERS[op.name](op)
