@@ -103,3 +103,29 @@ def test_dump_dir_has_every_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert {"fx_graph.txt", "stablehlo.mlir", "program.txt", "cost.json",
             "executable.json"} <= names
     assert "stablehlo.dot_general" in (folder / "stablehlo.mlir").read_text()
+
+
+def test_compiled_outputs_own_their_storage_under_inference_mode() -> None:
+    """Under ``torch.inference_mode()`` a compiled function's outputs are their own
+    tensors, as eager's are: writing the input or one output changes no other output
+    (views of inference tensors have no ``_base``, so aliasing is found by storage)."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.clone().reshape(6)
+
+    def g(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        return y, y.clone().reshape(6)
+
+    torch._dynamo.reset()
+    x = torch.randn(2, 3)
+    xn = x.to("neuron")
+    with torch.inference_mode():
+        out = torch.compile(f, backend="neuron")(xn)
+        xn.fill_(5.0)
+        assert torch.equal(out.cpu(), f(x))
+        xn.copy_(x.to("neuron"))
+        a, b = torch.compile(g, backend="neuron")(xn)
+        a.fill_(0.0)
+        assert torch.equal(b.cpu(), g(x)[1])
+    torch._dynamo.reset()

@@ -200,19 +200,64 @@ def _lowest(dtype: torch.dtype) -> float:
     return -math.inf if dtype.is_floating_point else float(torch.iinfo(dtype).min)
 
 
+def _inside_indices(idxs: torch.Tensor, h: int, w: int, kernel_size: Any, stride: Any,
+                    padding: Any, dilation: Any, device: torch.device) -> torch.Tensor:
+    """``_windows``' (K, oh, ow) index table with each position outside the input
+    replaced by its window's first position inside it (the first inside row and the
+    first inside column: a window's inside positions are a grid)."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    _, oh, ow = idxs.shape
+
+    def first_inside(n: int, s: int, p: int, d: int) -> torch.Tensor:
+        start = torch.arange(n, device=device) * s - p
+        return start + torch.div(torch.clamp(-start, min=0) + d - 1, d, rounding_mode="floor") * d
+
+    fr, fc = first_inside(oh, sh, ph, dh), first_inside(ow, sw, pw, dw)
+    first = fr[:, None] * w + fc[None, :]
+    rows = torch.arange(oh, device=device) * sh - ph
+    cols = torch.arange(ow, device=device) * sw - pw
+    inside = []
+    for i in range(kh):
+        for j in range(kw):
+            r, c = rows + i * dh, cols + j * dw
+            inside.append(((r >= 0) & (r < h))[:, None] & ((c >= 0) & (c < w))[None, :])
+    return torch.where(torch.stack(inside, dim=0), idxs, first)
+
+
 @_register(aten.max_pool2d_with_indices.default)
 def max_pool2d_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
                             dilation: Any = 1, ceil_mode: bool = False
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Max over the stacked windows; index = flat h*W+w of the first maximum (ATen's),
-    selected with a one-hot sum rather than a gather (elementwise work only)."""
+    selected with a one-hot sum rather than a gather (elementwise work only). A padding
+    position wins only in a window whose elements are all -inf: ATen then reports the
+    window's first element inside the input, so the table names that one there."""
     low = _lowest(x.dtype)
     vals, idxs = _windows(x, kernel_size, stride, padding, dilation, ceil_mode, low, low)
+    idxs = _inside_indices(idxs, x.shape[-2], x.shape[-1], kernel_size, stride, padding,
+                           dilation, x.device)  # fmt: skip
     out, arg = torch.max(vals, dim=-3)
     k = idxs.shape[0]
     onehot = arg.unsqueeze(-3) == torch.arange(k, device=x.device).reshape(k, 1, 1)
     index = torch.where(onehot, idxs, torch.zeros_like(idxs)).sum(-3)
-    return out, index
+    if not x.dtype.is_floating_point:
+        return out, index
+    # ATen takes a NaN over anything, the window's last one (its largest flat index);
+    # the max above never picks one: each window's largest NaN index, -1 if none (a float
+    # max-pool of exact integer keys, as fast as the one above)
+    h, w = x.shape[-2], x.shape[-1]
+    kdt = torch.float32 if h * w <= 2**24 else torch.float64
+    flat = torch.arange(h * w, device=x.device, dtype=kdt).reshape(h, w)
+    key = torch.where(torch.isnan(x), flat, torch.full_like(flat, -1.0))
+    keys, _ = _windows(key, kernel_size, stride, padding, dilation, ceil_mode, -1.0, -1.0)
+    kmax, _ = torch.max(keys, dim=-3)
+    last = kmax.to(torch.int64)
+    nan = last >= 0
+    value = torch.gather(x.flatten(-2), -1, last.clamp(min=0).flatten(-2)).reshape(out.shape)
+    return torch.where(nan, value, out), torch.where(nan, last, index)
 
 
 @_register(aten.avg_pool2d.default)

@@ -225,14 +225,14 @@ class Executable:
         if self._plan is None:  # the signature read once: one tuple per user output
             specs = self.signature["outputs"]
             self._plan = [
-                (uo["kind"], uo["index"], uo.get("alias_input"), uo.get("alias_output"),
+                (uo["kind"], uo["index"], uo.get("alias_input"),
                  None if uo.get("view") is None else tuple(uo["view"]),
                  None if uo["kind"] != "tensor" or uo["index"] is None
                  else tuple(specs[uo["index"]]["stride"]))
                 for uo in self.signature["user_outputs"]
             ]  # fmt: skip
         leaves: list[Any] = []
-        for kind, i, alias_input, alias_output, view, stride in self._plan:
+        for kind, i, alias_input, view, stride in self._plan:
             if kind == "none":
                 leaves.append(None)
             elif kind == "scalar":
@@ -240,8 +240,6 @@ class Executable:
             elif alias_input is not None:
                 base = inputs[alias_input]
                 leaves.append(base if view is None else base.as_strided(*view))
-            elif alias_output is not None and view is not None:
-                leaves.append(leaves[alias_output].as_strided(*view))
             else:
                 leaves.append(_restride(outs[i], stride))
         return leaves

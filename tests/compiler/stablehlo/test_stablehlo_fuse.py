@@ -59,6 +59,7 @@ def _pool_input(shape: tuple[int, ...], case: str) -> torch.Tensor:
         flat[1::3] = 0.0
     elif case == "nan":
         flat[5] = float("nan")
+        flat[6] = -float("nan")  # two NaNs in a window: ATen reports the last
         flat[17] = float("nan")
     elif case == "neg_inf":
         flat[: flat.numel() // 2] = float("-inf")
@@ -78,9 +79,8 @@ def test_max_pool_forward_is_fused_and_exact(shape, kernel, stride, case, monkey
     assert "torchneuron.fused.one_hot_lookup" in fused  # window position -> flat index
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     ref_v, ref_i = F.max_pool2d_with_indices(x, kernel, stride)
-    assert _same_bits(fast[0], ref_v) or case == "nan"
-    if case != "nan":  # ATen reports the last NaN of a window, the program the first
-        assert torch.equal(fast[1], ref_i)
+    assert _same_bits(fast[0], ref_v)  # a NaN wins its window, as in ATen
+    assert torch.equal(fast[1], ref_i)  # ATen reports a window's last NaN
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -292,7 +292,7 @@ def test_element_scatter_that_replaces_is_specialized_and_exact(out_of_range: bo
     v = torch.randn(5, generator=g)
     fn = lambda src, i: torch.zeros(5, 7).scatter(1, i[:, None], src[:, None])  # noqa: E731
     fast, slow, used = _runs(fn, [v, t], monkeypatch)
-    assert "scatter_add" in used  # the element scatter's specialized callable
+    assert "element_scatter" in used  # the element scatter's specialized callable
     assert _same_bits(fast[0], slow[0])
     if not out_of_range:
         assert _same_bits(fast[0], fn(v, t))
@@ -311,3 +311,57 @@ def test_float_sum_specialization_is_exact(dtype: torch.dtype, monkeypatch) -> N
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     for a, b in zip(fast, fn(x), strict=True):
         torch.testing.assert_close(a, b, equal_nan=True)
+
+
+def test_relu_backward_operands_read_at_run_time_are_not_trusted(monkeypatch) -> None:  # noqa: ANN001
+    """A threshold or "zero" that is a program input can be written in place between
+    runs: the prepared program must follow it, as eager does (the fusion's one-time check
+    of those operands would go stale)."""
+    x = torch.tensor([-1.0, 0.5, 2.0, 3.0])
+    g = torch.tensor([10.0, 20.0, 30.0, 40.0])
+    t, z = torch.zeros(4), torch.zeros(4)
+    fn_t = lambda x, t, g: torch.where(x <= t, 0.0, g)  # noqa: E731
+    fn_z = lambda x, z, g: torch.where(x <= 0.0, z, g)  # noqa: E731
+    for fn, operand, values in ((fn_t, t, (2.5, 2.0)), (fn_z, z, (7.0, -0.0))):
+        p = prepare(compile_graph(fn, [x, operand, g])._module())
+        assert torch.equal(p.run([x, operand, g])[0], fn(x, operand, g))
+        operand.fill_(values[0])  # still one value: a stale check would pass it
+        assert _same_bits(p.run([x, operand, g])[0], fn(x, operand, g))
+        operand[1] = values[1]  # no longer one value
+        assert _same_bits(p.run([x, operand, g])[0], fn(x, operand, g))
+
+
+def test_one_hot_lookup_positions_read_at_run_time_are_not_trusted() -> None:
+    """The window positions as a program input, rewritten in place between runs: each
+    run gives eager's sum, not a lookup checked against the first run's positions."""
+    g = torch.Generator().manual_seed(0)
+    i = torch.randint(0, 4, (3, 1, 5), generator=g)
+    table = torch.randint(-50, 50, (3, 4, 5), generator=g)
+    pos = torch.arange(4).reshape(1, 4, 1).expand(3, 4, 5).contiguous()  # read as is
+
+    def fn(i: torch.Tensor, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return torch.where(i.expand(3, 4, 5) == pos, table, 0).sum(1)
+
+    p = prepare(compile_graph(fn, [i, table, pos])._module())
+    assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))
+    pos.copy_(torch.tensor([3, 1, 0, 2]).reshape(1, 4, 1).expand(3, 4, 5))
+    assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=3, stride=1, padding=1, dilation=2),
+    dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), ceil_mode=True),
+])  # fmt: skip
+def test_max_pool_of_all_neg_inf_windows_reports_an_inside_index(kw: dict, monkeypatch) -> None:  # noqa: ANN001
+    """A window whose elements are all -inf, with padding or ceil-mode overhang at its
+    start: ATen reports the window's first element inside the input, never a padding
+    position (an index outside the input)."""
+    x = torch.full((1, 2, 5, 6), float("-inf"))
+    x[0, 1, ::2, ::3] = 1.0  # the other channel: some windows with a finite maximum
+    fn = lambda t: F.max_pool2d_with_indices(t, **kw)  # noqa: E731
+    fast, slow, _ = _runs(fn, [x], monkeypatch)
+    ref_v, ref_i = fn(x)
+    assert _same_bits(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+    assert _same_bits(fast[0], ref_v) and torch.equal(fast[1], ref_i)

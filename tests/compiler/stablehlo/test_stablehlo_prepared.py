@@ -8,6 +8,7 @@ returned tensor) must not change what the next run computes.
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -91,3 +92,46 @@ def test_no_output_shares_storage_with_an_input_a_constant_or_another_output() -
             o.fill_(7.0)  # the caller owns its outputs
         assert torch.equal(outs[5], torch.full((2, 3), 7.0))
     assert torch.equal(prepared.run([torch.zeros(2, 3)])[5], torch.full((2, 3), 1.5))
+
+
+_VIEWS = """func.func @main(%arg0: tensor<4x3xf32>, %arg1: tensor<i64>) -> (tensor<6xf32>,
+    tensor<2x3xf32>, tensor<2x3xf32>, tensor<12xf32>, tensor<2xf32>, tensor<4xf32>,
+    tensor<2xf32>) {
+  %r = stablehlo.slice %arg0 [1:3, 0:3] : (tensor<4x3xf32>) -> tensor<2x3xf32>
+  %rr = stablehlo.reshape %r : (tensor<2x3xf32>) -> tensor<6xf32>
+  %s = stablehlo.add %arg0, %arg0 : tensor<4x3xf32>
+  %a = stablehlo.slice %s [0:2, 0:3] : (tensor<4x3xf32>) -> tensor<2x3xf32>
+  %b = stablehlo.slice %s [2:4, 0:3] : (tensor<4x3xf32>) -> tensor<2x3xf32>
+  %v = stablehlo.reshape %s : (tensor<4x3xf32>) -> tensor<12xf32>
+  %c = stablehlo.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %cs = stablehlo.slice %c [1:3] : (tensor<4xf32>) -> tensor<2xf32>
+  %d = stablehlo.dynamic_slice %c, %arg1, sizes = [2] : (tensor<4xf32>, tensor<i64>) -> tensor<2xf32>
+  return %rr, %a, %b, %v, %cs, %c, %d : tensor<6xf32>, tensor<2x3xf32>, tensor<2x3xf32>,
+    tensor<12xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>
+}"""
+
+
+@pytest.mark.parametrize("modes", [("inference", "inference"), ("inference", "no_grad"),
+                                   ("no_grad", "inference"), ("inference_args", "no_grad")])
+def test_outputs_own_their_storage_under_inference_mode(modes: tuple[str, str]) -> None:
+    """Views of inference tensors have no ``_base``: under ``torch.inference_mode()`` (or
+    with inference tensors as inputs or kept constants) no output may still share storage
+    with an input, another output or a kept constant, and writing the outputs must not
+    change the next run (eager: slices of ``x + x`` written by the caller, constants not)."""
+    prepared = prepare(parse_module(_VIEWS))
+    c = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    for mode in (*modes, modes[-1]):
+        with torch.inference_mode() if mode.startswith("inference") else torch.no_grad():
+            x, i = torch.randn(4, 3), torch.tensor(1)
+            x0 = x.clone()
+        with torch.inference_mode() if mode == "inference" else torch.no_grad():
+            outs = prepared.run([x, i])
+            want = [x[1:3].reshape(6), (x + x)[:2], (x + x)[2:], (x + x).reshape(12), c[1:3],
+                    c, c[1:3]]  # fmt: skip
+            assert all(torch.equal(o, w) for o, w in zip(outs, want, strict=True))
+            storages = [o.untyped_storage().data_ptr() for o in outs]
+            assert len(set(storages)) == len(outs)
+            assert x.untyped_storage().data_ptr() not in storages
+            for o in outs:
+                o.fill_(-5.0)  # the caller owns its outputs
+            assert torch.equal(x, x0)

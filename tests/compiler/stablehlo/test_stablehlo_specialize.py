@@ -73,7 +73,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_specializers_are_used() -> None:
     """Each form above gets its specialized callable, not the generic one."""
     for text, name in ((_MAX_WITH_INDEX.replace("INIT", "0xFF800000"), "max_with_index"),
-                       (_SCATTER_ADD, "scatter_add"), (_CONV, "conv_padded")):  # fmt: skip
+                       (_SCATTER_ADD, "element_scatter"), (_CONV, "conv_padded")):  # fmt: skip
         module = parse_module(text)
         op = next(o for o in module.functions[module.entry].body if o.name != "stablehlo.constant")
         fn = _specialize.SPECIALIZERS[op.name](op)
@@ -140,3 +140,33 @@ def test_convolution_with_padding_is_torchs_padded_conv(monkeypatch) -> None:  #
     fast, slow = _both(_CONV, [x, w], monkeypatch)
     assert torch.equal(fast[0], F.conv2d(x, w, stride=2, padding=1))
     torch.testing.assert_close(fast[0], slow[0])
+
+
+@pytest.mark.parametrize("dims,sa,sb", [
+    ("contracting_dims = [0, 1] x [0, 1]", (3, 3), (3, 3)),  # a full contraction
+    ("contracting_dims = [1, 0] x [1, 0]", (2, 3), (2, 3)),
+    ("contracting_dims = [] x []", (2, 3), (4,)),  # an outer product
+    ("contracting_dims = [1] x [0]", (2, 3), (3, 4)),  # the plain matrix product
+    ("contracting_dims = [0] x [1]", (3, 2), (4, 3)),
+])  # fmt: skip
+def test_dot_general_of_2d_operands_matches_generic(dims: str, sa: tuple[int, ...],
+                                                    sb: tuple[int, ...], monkeypatch) -> None:  # noqa: ANN001
+    """A 2-d operand is a plain matrix only with one free and one contracting dim; the
+    other 2-d cases (both dims contracted, none) take the general permute + reshape,
+    with the generic path's bits and eager's ``tensordot`` values."""
+    def ty(s: tuple[int, ...]) -> str:
+        return "tensor<" + "".join(f"{d}x" for d in s) + "f32>"
+
+    lc = [int(d) for d in dims.split("[")[1].split("]")[0].split(",") if d.strip()]
+    rc = [int(d) for d in dims.split("[")[2].split("]")[0].split(",") if d.strip()]
+    so = tuple(s for i, s in enumerate(sa) if i not in lc) + tuple(
+        s for i, s in enumerate(sb) if i not in rc)  # fmt: skip
+    text = f"""func.func @main(%a: {ty(sa)}, %b: {ty(sb)}) -> {ty(so)} {{
+  %0 = stablehlo.dot_general %a, %b, {dims} : ({ty(sa)}, {ty(sb)}) -> {ty(so)}
+  return %0 : {ty(so)}
+}}"""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(sa, generator=g), torch.randn(sb, generator=g)
+    fast, slow = _both(text, [a, b], monkeypatch)
+    assert _same_bits(fast[0], slow[0])
+    torch.testing.assert_close(fast[0], torch.tensordot(a, b, dims=(lc, rc)))

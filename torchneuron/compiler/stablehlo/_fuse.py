@@ -36,7 +36,7 @@ import torch
 from ._fuse_norm import batch_variance
 from ._fuse_pool import native_max_pool2d
 from ._fuse_relu import relu_backward
-from ._registry import OPS, OpFn, Runner, ints
+from ._registry import CONSTANT_OPS, NEVER_HOISTED, OPS, OpFn, Runner, ints
 from ._specialize import specialize
 from ._specialize_math import select
 from .ir import Operation
@@ -74,6 +74,7 @@ class _Graph:
     def __init__(self, body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> None:
         self.producer: dict[str, tuple[int, Operation, tuple[str, ...]]] = {}
         self.reads: Counter[str] = Counter(returns or ())
+        self._constant: dict[str, bool] = {}
         for name in pinned:
             self.reads[name] += 1_000_000  # read from a nested region: never fused away
         for i, (op, operands) in enumerate(body):
@@ -85,6 +86,22 @@ class _Graph:
         """The producer of ``name`` if it is a ``kind`` op."""
         hit = self.producer.get(name)
         return None if hit is None or hit[1].name != kind else hit
+
+    def constant(self, name: str) -> bool:
+        """Whether ``name`` is the same tensor on every run: made in this block by ops
+        that read only such values (as the interpreter's kept constants; block arguments
+        and runtime inputs never are, as their values can change between runs)."""
+        hit = self._constant.get(name)
+        if hit is None:
+            self._constant[name] = False  # a cycle (none in SSA) is not constant
+            prod = self.producer.get(name)
+            hit = prod is not None and not prod[1].regions and (
+                (prod[1].name in CONSTANT_OPS and not prod[2])
+                or (bool(prod[2]) and prod[1].name not in NEVER_HOISTED
+                    and all(self.constant(o) for o in prod[2]))
+            )  # fmt: skip
+            self._constant[name] = hit
+        return hit
 
     def closed(self, body: Body, ids: list[int], last: int) -> bool:
         """Whether only ops of the run read the results of its ops other than ``last``."""
@@ -310,10 +327,11 @@ def _one_hot_lookup(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]] |
     input index this way (compare the position with every window position, select that
     position's offset, sum). With ``i`` constant along ``d`` (broadcast from size 1),
     exactly one term is nonzero when ``0 <= i < K`` and none otherwise, so the sum is
-    one ``gather`` (integers: exact in any order). The ``arange``, zeros and init operands
-    are checked by value on the first run (they are constants, kept by the interpreter,
-    so the check is redone only if another tensor arrives); if they are not what this
-    needs, the original ops run.
+    one ``gather`` (integers: exact in any order). The run is fused only when the
+    ``arange``, zeros and init operands are program constants (kept by the interpreter:
+    the same tensors, never written, on every run; a runtime input could be written in
+    place between runs); they are checked by value on the first run and the check is
+    kept for those tensors. If they are not what this needs, the original ops run.
     """
     red, operands = body[at]
     if red.name != "stablehlo.reduce" or len(operands) != 2 or len(red.results) != 1:
@@ -355,6 +373,8 @@ def _one_hot_lookup(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]] |
             continue
         run_ops = [body[i] for i in run_ids]
         outer = (bc[2][0], cmp[2][1 - side], sel[2][1], sel[2][2], operands[1])
+        if not all(g.constant(o) for o in (outer[1], outer[3], outer[4])):
+            continue  # read at run time: a check made once could go stale
         slow = _fallback(run_ops, outer)
         lookup = _lookup(full, d, tuple(red.result_types[0].shape), slow)
         return _make(red, outer, run_ops, lookup, "one_hot_lookup"), run_ids
@@ -370,14 +390,15 @@ def _lookup(full: tuple[int, ...], d: int, out_shape: tuple[int, ...], slow: OpF
 
     def lookup(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         idx, ar, table, zero, init = args
-        if checked[0] is None or any(a is not b for a, b in zip(checked[0], args[1:],
+        consts = (ar, zero, init)
+        if checked[0] is None or any(a is not b for a, b in zip(checked[0], consts,
                                                                 strict=True)):  # fmt: skip
             expect = torch.arange(k, dtype=ar.dtype).reshape(arange_view).expand(full)
-            checked[:] = [tuple(args[1:]), bool(
+            checked[:] = [consts, bool(
                 torch.equal(ar.expand(full), expect) and not bool(zero.any())
-                and int(init) == 0 and table.dtype == zero.dtype
+                and int(init) == 0
             )]  # fmt: skip
-        if not checked[1]:
+        if not checked[1] or table.dtype != zero.dtype:
             return slow(op, args, run)
         i = idx.to(torch.int64)
         if _in_range(i, k):  # the usual case: every index hits

@@ -10,8 +10,10 @@ five times ``aten.threshold_backward``, which computes exactly
 Same bits: ``threshold_backward`` compares in the tensors' dtype (the threshold is the
 constant's own value, exactly representable) and writes ``+0.0`` where the compare
 holds, the gradient's own bits elsewhere; a NaN activation fails ``<=`` in both. The
-threshold and zero operands are checked by value on the first run (they are constants
-the interpreter keeps, so the check is redone only if another tensor arrives): a
+run is fused only when the threshold and zero operands are program constants (made in
+the block from constants only, so the interpreter keeps them: the same tensors, never
+written, on every run); a runtime input there could be written in place between runs.
+They are checked by value on the first run and the check is kept for those tensors: a
 threshold that is not one value, or a "zero" that is not ``+0.0`` everywhere, runs the
 original two ops.
 """
@@ -23,11 +25,12 @@ from typing import Any
 import torch
 
 from ._registry import OpFn, Runner
+from ._specialize_math import SAME_WIDTH_INT
 from .ir import Operation
 
 __all__ = ["relu_backward"]
 
-_FLOATS = {"f32": torch.int32, "f64": torch.int64}
+_DTYPES = {"f32": torch.float32, "f64": torch.float64}  # the dtypes fused
 _threshold_backward = torch.ops.aten.threshold_backward.default
 
 
@@ -47,18 +50,20 @@ def relu_backward(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     if (
         c_op.attributes.get("comparison_direction") != "LE"
         or c_op.attributes.get("compare_type", "FLOAT") not in ("FLOAT", "NOTYPE")
-        or out_t.dtype not in _FLOATS or not all(s >= 0 for s in shape)
+        or out_t.dtype not in _DTYPES or not all(s >= 0 for s in shape)
         or any(t.dtype != out_t.dtype or tuple(t.shape) != shape
                for t in (*c_op.operand_types, *sel.operand_types[1:]))
         or tuple(sel.operand_types[0].shape) != shape
     ):  # fmt: skip
         return None
+    if not (g.constant(cmp[2][1]) and g.constant(operands[1])):
+        return None  # a threshold or zero read at run time: checked once, it could go stale
     run_ids = sorted({cmp[0], at})
     if not g.closed(body, run_ids, at):
         return None
     run_ops = [body[i] for i in run_ids]
     outer = (cmp[2][0], cmp[2][1], operands[1], operands[2])
-    impl = _threshold(_FLOATS[out_t.dtype], _fallback(run_ops, outer))
+    impl = _threshold(SAME_WIDTH_INT[_DTYPES[out_t.dtype].itemsize], _fallback(run_ops, outer))
     return _make(sel, outer, run_ops, impl, "relu_backward"), run_ids
 
 
@@ -66,7 +71,7 @@ def _threshold(itype: torch.dtype, slow: OpFn) -> OpFn:
     """The fused callable of ``relu_backward``."""
     checked: list[Any] = [None, None]  # [the constants last checked, their threshold or None]
 
-    def relu_backward(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    def threshold(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         x, t, zero, grad = args
         if checked[0] is None or checked[0][0] is not t or checked[0][1] is not zero:
             th = None
@@ -80,4 +85,4 @@ def _threshold(itype: torch.dtype, slow: OpFn) -> OpFn:
             return slow(op, args, run)
         return [_threshold_backward(grad, x, th)]
 
-    return relu_backward
+    return threshold

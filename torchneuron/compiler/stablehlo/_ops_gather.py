@@ -71,7 +71,7 @@ def gather(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     return [res.permute(perm)]
 
 
-def _is_replace(op: Operation, n: int) -> bool:
+def is_replace(op: Operation, n: int) -> bool:
     """Body ``^(cur..., upd...): return upd...`` (index_put without accumulate)."""
     body, params = op.regions[0], op.region_args[0]
     return (
@@ -132,7 +132,7 @@ def scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     outs = [x.clone().reshape(-1) for x in inputs]
     vals = [u[ok] for u in updates]
     kind = simple_body(op)
-    if n == 1 and _is_replace(op, n):
+    if n == 1 and is_replace(op, n):
         outs[0][lin] = vals[0]
     elif n == 1 and kind == "stablehlo.add" and outs[0].dtype != torch.bool:
         outs[0].index_add_(0, lin, vals[0])

@@ -25,6 +25,8 @@ __all__ = [
     "ints",
     "static",
     "attr_tensor",
+    "CONSTANT_OPS",
+    "NEVER_HOISTED",
 ]
 
 
@@ -64,6 +66,13 @@ class Runner(Protocol):
 
 OpFn = Callable[[Operation, list[Any], Runner], list[Any]]
 OPS: dict[str, OpFn] = {}
+
+# Ops whose result depends only on their attributes: computed once, then reused, as is
+# every op whose operands are all such values (a run of ops folded into no call at all).
+CONSTANT_OPS = ("stablehlo.constant", "arith.constant", "stablehlo.iota")
+# Ops never computed once and kept, even from constants (calls, barriers, side effects).
+NEVER_HOISTED = ("func.call", "stablehlo.call", "stablehlo.custom_call",
+                 "stablehlo.optimization_barrier")  # fmt: skip
 
 
 def register(*names: str) -> Callable[[OpFn], OpFn]:

@@ -153,7 +153,7 @@ def _reduce(op: Operation) -> OpFn | None:
         def float_sum(op: Operation, args: list[Any], run: Runner) -> list[Any]:
             x, init = args
             if x.dtype != out_t or init.dtype != out_t:
-                return [reduce_generic(op, args, run)[0]]
+                return reduce_generic(op, args, run)
             return [torch.sum(x, dim=dims, dtype=out_t).add_(init)]
 
         reduce_generic = _simple(kind, dims)
@@ -273,12 +273,12 @@ def _scatter(op: Operation) -> OpFn | None:
     last, every operand dim indexed in order and an add body: a flat ``index_add_``;
     with a body returning the update (cross-entropy's gradient), the generic path's
     ``index_put_`` on the same flat positions in the same order."""
-    from ._ops_gather import _is_replace
+    from ._ops_gather import is_replace
     from ._ops_reduce import simple_body
 
     if len(op.operands) != 3:
         return None
-    replace = _is_replace(op, 1)
+    replace = is_replace(op, 1)
     if not replace and simple_body(op) != "stablehlo.add":
         return None
     dn = op.attributes["scatter_dimension_numbers"]
@@ -303,7 +303,7 @@ def _scatter(op: Operation) -> OpFn | None:
     bounds = torch.tensor(shape, dtype=torch.int64)
     weights = torch.tensor(strides, dtype=torch.int64)
 
-    def scatter_add(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+    def element_scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         x, indices, updates = args
         idx = indices.to(torch.int64)
         ok = ((idx >= 0) & (idx < bounds)).all(-1)
@@ -319,7 +319,7 @@ def _scatter(op: Operation) -> OpFn | None:
             out.index_add_(0, linear, updates)
         return [out.reshape(shape)]
 
-    return scatter_add
+    return element_scatter
 
 
 # --- convolution ---------------------------------------------------------------------------

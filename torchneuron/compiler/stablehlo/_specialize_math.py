@@ -27,7 +27,7 @@ from ._registry import OpFn, Runner
 from ._specialize import specializer
 from .ir import Operation
 
-__all__ = ["select"]
+__all__ = ["select", "SAME_WIDTH_INT"]
 
 
 def _prod(xs: list[int]) -> int:
@@ -68,9 +68,10 @@ def _dot_general(op: Operation) -> OpFn | None:
     shape = tuple(bs + lfs + rfs)
 
     # a matrix without batch dims (a linear layer's operands): the same 3-d view made by
-    # ``unsqueeze`` (and ``t``), cheaper than permute + reshape (same sizes and strides)
-    a_mat = not lb and len(a_t.shape) == 2
-    b_mat = not rb and len(b_t.shape) == 2
+    # ``unsqueeze`` (and ``t``), cheaper than permute + reshape (same sizes and strides);
+    # only with one free and one contracting dim, where the permutation is id or a swap
+    a_mat = not lb and len(lf) == len(lc) == 1
+    b_mat = not rb and len(rf) == len(rc) == 1
 
     def dot_general(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         a, b = args
@@ -92,7 +93,8 @@ def _dot_general(op: Operation) -> OpFn | None:
 # Below this many elements torch's ``where`` is the faster of the two (measured: at 4096
 # elements where takes 3.5 µs and the bit form 8 µs; at 6000 both about 9 µs).
 _SELECT_BITS_MIN = 6000
-_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# the integer dtype of each float width: views of a float tensor's bit patterns
+SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @specializer("stablehlo.select")
@@ -107,7 +109,7 @@ def _select(op: Operation) -> OpFn | None:
         or not (pred_t.shape == a_t.shape == b_t.shape == shape)
     ):  # fmt: skip
         return None
-    itype = _SAME_WIDTH_INT.get(dt.itemsize)
+    itype = SAME_WIDTH_INT.get(dt.itemsize)
     if itype is None:
         return None
 
@@ -136,7 +138,7 @@ def _bits_select(pred: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
 def select(pred: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``torch.where(pred, a, b)`` for same-shape, same-dtype real tensors, in whichever
     form is faster for their size (same bits either way)."""
-    itype = _SAME_WIDTH_INT.get(a.dtype.itemsize)
+    itype = SAME_WIDTH_INT.get(a.dtype.itemsize)
     if a.numel() < _SELECT_BITS_MIN or itype is None or a.dtype.is_complex:
         return torch.where(pred, a, b)
     return _bits_select(pred, a, b, itype)

@@ -21,7 +21,7 @@ no table lookups or attribute parsing. None of this touches the program (the com
 cost model reads the program, so simulated times never depend on it), and every step
 gives the bits the op-by-op implementations give. Outputs never share storage with an
 input, a kept constant or another output (checked by identity of the tensor owning each
-one's storage). ``interpret(module, inputs)`` is ``prepare(module).run(inputs)``;
+one's storage; under inference mode, whose views do not name their base, by storage). ``interpret(module, inputs)`` is ``prepare(module).run(inputs)``;
 ``Executable`` keeps its prepared program.
 """
 
@@ -48,7 +48,14 @@ from . import (  # noqa: F401  (importing registers the op families)
 from ._absorb import absorb_broadcasts, absorb_transposes
 from ._dtypes import TORCH_DTYPES
 from ._fuse import Fused, fuse
-from ._registry import OPS, OpFn, StableHLOExecutionError, UnsupportedStableHLOOp
+from ._registry import (
+    CONSTANT_OPS,
+    NEVER_HOISTED,
+    OPS,
+    OpFn,
+    StableHLOExecutionError,
+    UnsupportedStableHLOOp,
+)
 from ._simplify import region_reads, simplify
 from ._specialize import specialize
 from .ir import Function, Module, Operation, TensorType
@@ -57,11 +64,6 @@ __all__ = ["interpret", "prepare", "Prepared", "OPS", "UnsupportedStableHLOOp",
            "StableHLOExecutionError"]  # fmt: skip
 
 _RETURNS = ("func.return", "stablehlo.return")
-# Ops whose result depends only on their attributes: computed once, then reused, as is
-# every op whose operands are all such values (a run of ops folded into no call at all).
-_CONSTANT_OPS = ("stablehlo.constant", "arith.constant", "stablehlo.iota")
-_NEVER_HOISTED = ("func.call", "stablehlo.call", "stablehlo.custom_call",
-                  "stablehlo.optimization_barrier")  # fmt: skip
 
 
 def _unsupported(op: Operation) -> OpFn:
@@ -129,10 +131,12 @@ def _constant(fn: OpFn, owner: Prepared) -> OpFn:
     def cached(op: Operation, args: list[Any], run: Any) -> list[Any]:
         if not cache:
             values = fn(op, args, run)
-            owner.constant_ids.update(  # each constant's owner of its storage
-                id(v._base if v._is_view() else v) for v in values
-                if isinstance(v, torch.Tensor)
-            )  # fmt: skip
+            tensors = [v for v in values if isinstance(v, torch.Tensor)]
+            # each constant's owner of its storage, and (for inference tensors, whose
+            # views have no ``_base``) the storage itself
+            owner.constant_ids.update(id(v._base if v._is_view() else v) for v in tensors)
+            owner.constant_storages.update(_storage(v) for v in tensors)
+            owner.inference_constants |= any(v.is_inference() for v in tensors)
             cache.append(values)
         return list(cache[0])
 
@@ -175,8 +179,8 @@ class _Block:
         for op, operands in body:
             fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
-                (op.name in _CONSTANT_OPS and not operands)
-                or (bool(operands) and op.name not in _NEVER_HOISTED
+                (op.name in CONSTANT_OPS and not operands)
+                or (bool(operands) and op.name not in NEVER_HOISTED
                     and all(o in constant for o in operands))
             )  # fmt: skip
             if hoist:
@@ -196,6 +200,8 @@ class Prepared:
         # computed, returned as None
         self.unused = frozenset(unused_outputs)
         self.constant_ids: set[int] = set()  # the cached constant tensors themselves
+        self.constant_storages: set[int] = set()  # their storages' addresses
+        self.inference_constants = False  # whether one was made under inference mode
         self._blocks: dict[int, tuple[list[Operation], _Block]] = {}
         fn = module.functions[module.entry]
         self.entry = fn
@@ -243,12 +249,19 @@ class Prepared:
         """The outputs made contiguous, each one its own storage (cloned where not).
 
         Why by identity: asking every input and output for its storage costs more than
-        some small programs' ops. Every tensor the interpreter makes is either a view,
-        whose ``_base`` is the tensor that owns its storage, or owns its storage (the op
-        implementations never alias memory another way: no ``detach``, ``set_`` or
-        storage tricks). So an output shares storage with an input, a cached constant
-        or an earlier output exactly when its owner is one of theirs.
+        some small programs' ops. Outside inference mode every tensor the interpreter
+        makes is either a view, whose ``_base`` is the tensor that owns its storage, or
+        owns its storage (the op implementations never alias memory another way: no
+        ``detach``, ``set_`` or storage tricks). So an output shares storage with an
+        input, a cached constant or an earlier output exactly when its owner is one of
+        theirs. Views of inference tensors (made under ``torch.inference_mode()``, or
+        of an inference tensor passed in or kept as a constant) have no ``_base``: then
+        the storages themselves are compared (``_fresh_by_storage``).
         """
+        if self.inference_constants or torch.is_inference_mode_enabled() or any(
+            isinstance(x, torch.Tensor) and x.is_inference() for x in args
+        ):  # fmt: skip
+            return self._fresh_by_storage(args, outs)
         known = set(self.constant_ids)
         for x in args:
             known.add(id(x._base if x._is_view() else x))
@@ -264,6 +277,26 @@ class Prepared:
             known.add(id(owner))
             result.append(o)
         return result
+
+    def _fresh_by_storage(self, args: list[Any], outs: list[Any]) -> list[Any]:
+        """``_fresh`` comparing storage addresses (inference tensors: no ``_base``)."""
+        known = set(self.constant_storages)
+        known.update(_storage(x) for x in args if isinstance(x, torch.Tensor))
+        result: list[Any] = []
+        for o in outs:
+            if o is not None:
+                o = o.contiguous()
+                if _storage(o) and _storage(o) in known:  # (an empty one is nobody's)
+                    o = o.clone()
+                known.add(_storage(o))
+            result.append(o)
+        return result
+
+
+def _storage(t: torch.Tensor) -> int:
+    """The address of ``t``'s storage (0, shared by nobody, for an empty one)."""
+    s = t.untyped_storage()
+    return s.data_ptr() if s.nbytes() else 0
 
 
 class _Interpreter:
