@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.compiler.compiled import assert_compiles_to_eager
 from torchneuron.compiler import compile_graph
@@ -150,6 +151,15 @@ _RANGE_CASES: dict[str, tuple[Callable[..., Any], list[int], list[int]]] = {
     "index_add": (lambda x, i: x.index_add(0, i, torch.ones(2, 4)), [2, 0], [0, 3]),
     "index_copy": (lambda x, i: x.index_copy(0, i, torch.ones(2, 4)), [2, 0], [0, 3]),
     "index_fill": (lambda x, i: x.index_fill(0, i, 2.0), [-3, 2], [-4, 0]),
+    # class targets: ``i`` names a class (dim 1 of x[:2], 4 classes)
+    "nll_loss": (lambda x, i: F.nll_loss(x[:2], i), [3, 0], [0, 4]),
+    "nll_loss_ignore_index": (lambda x, i: F.nll_loss(x[:2], i, reduction="none"),
+                              [-100, 1], [-100, -1]),
+    "nll_loss_own_ignore_index": (lambda x, i: F.nll_loss(x[:2], i, ignore_index=9), [9, 1],
+                                  [9, -100]),
+    "nll_loss2d": (lambda x, i: F.nll_loss(x.reshape(1, 3, 2, 2)[:, :, :1],
+                                           i.reshape(1, 1, 2)), [2, -100], [0, 3]),
+    "cross_entropy": (lambda x, i: F.cross_entropy(x[:2], i), [3, -100], [5, 0]),
 }
 
 

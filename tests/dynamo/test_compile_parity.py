@@ -146,3 +146,35 @@ def test_an_out_of_range_index_raises_eagers_error_forward_and_after_backward() 
         assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
     s = tc.stats()
     assert s["failures"] == 0 and sum(s["eager_fallback_runs"].values()) == 0, tc.explain()
+
+
+@pytest.mark.parametrize("name", ["one_hot", "multi_margin_loss", "multilabel_margin_loss",
+                                  "cross_entropy"])
+def test_a_class_out_of_range_raises_eagers_error(name: str) -> None:
+    """Ops PyTorch decomposes before the decomposition table (one_hot, multi_margin_loss)
+    and the loss family's targets: in range (and ignore_index), eager's numbers; a class
+    out of range (above or below), eager's exception type and message, never a zero row
+    or a loss over a clamped class (index_bounds.USER_LEVEL_CHECKS, _CHECKED)."""
+    import torch.nn.functional as F
+
+    ops = {
+        "one_hot": lambda x, t: F.one_hot(t, 4) * x[0, 0],
+        "multi_margin_loss": lambda x, t: F.multi_margin_loss(x, t),
+        "cross_entropy": lambda x, t: F.cross_entropy(x, t),
+        "multilabel_margin_loss": lambda x, t: F.multilabel_margin_loss(x[:, :3], t.expand(3, 3)),
+    }
+    fn = ops[name]
+    x = torch.randn(3, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="neuron")
+    # ignore_index; multilabel: 3 classes, -1 ends a row's targets
+    good = torch.tensor({"cross_entropy": [3, 0, -100],
+                         "multilabel_margin_loss": [2, 0, -1]}.get(name, [3, 0, 1]))
+    torch.testing.assert_close(compiled(x.to("neuron"), good.to("neuron")).cpu(), fn(x, good))
+    below = -2 if name == "multilabel_margin_loss" else -1
+    for bad in (torch.tensor([0, 4, 1]), torch.tensor([0, below, 1])):
+        with pytest.raises(Exception) as eager:  # noqa: PT011 - whichever type eager raises
+            fn(x, bad)
+        with pytest.raises(type(eager.value)) as info:
+            compiled(x.to("neuron"), bad.to("neuron"))
+        assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]

@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
-from torchneuron.compiler.index_bounds import without_index_checks
+from torchneuron.compiler.index_bounds import INDEX_BOUNDS, USER_LEVEL_CHECKS, without_index_checks
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
@@ -212,6 +212,8 @@ def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any 
 
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
+    if y.numel():  # eager's range check of the target (index_bounds.py)
+        INDEX_BOUNDS(y, -1, int(x.shape[-1]) if x.dim() else 1, 0, "multilabel")
     return multilabel_margin_loss_forward(x, y, _reduction.get_enum(reduction))[0]
 
 
@@ -238,8 +240,17 @@ def _rewrite_multilabel_margin_loss(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
+def _user_level_index_checks(gm: torch.fx.GraphModule) -> None:
+    """Ops whose index check PyTorch's tracing would drop get ours (index_bounds.py)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in USER_LEVEL_CHECKS:
+            node.target = USER_LEVEL_CHECKS[node.target]
+    gm.recompile()
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
+    _user_level_index_checks(gm)
     defect = _rewrite_multilabel_margin_loss(gm)
     if defect is not None:
         record_failure("dynamo", "prepare", "meta-shape-differs",
