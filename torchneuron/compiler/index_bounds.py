@@ -44,8 +44,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["IndexCheck", "USER_LEVEL_CHECKS", "with_index_checks", "without_index_checks", "lift_index_checks",
-           "raise_out_of_range", "check_index"]
+__all__ = ["IndexCheck", "USER_LEVEL_CHECKS", "with_index_checks", "without_index_checks",
+           "lift_index_checks", "raise_out_of_range", "raised_by_index_check", "check_index"]
 
 aten = torch.ops.aten
 
@@ -365,13 +365,29 @@ def lift_index_checks(gm: fx.GraphModule, outputs: list[Any], num_user_inputs: i
 # ---------------------------------------------------------------------------- 3. run
 
 
+_RAISED_BY_CHECK = "_torchneuron_index_check"
+
+
 def raise_out_of_range(checks: Sequence[IndexCheck | Sequence[Any]],
                        inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor],
                        name: str = "") -> None:
-    """Raise eager's error for the first check whose index is out of range."""
+    """Raise eager's error for the first check whose index is out of range (marked for
+    ``raised_by_index_check``)."""
     for c in checks:
         source, position, low, high, dim, kind, *skip = \
             c.to_list() if isinstance(c, IndexCheck) else c
         index = inputs[position] if source == "input" else results[position]
         where = f"\n(found after running the compiled program {name})" if name else ""
-        check_index(index, low, high, dim, kind, where, skip[0] if skip else None)
+        try:
+            check_index(index, low, high, dim, kind, where, skip[0] if skip else None)
+        except (IndexError, RuntimeError) as e:
+            setattr(e, _RAISED_BY_CHECK, True)
+            raise
+
+
+def raised_by_index_check(error: BaseException) -> bool:
+    """Whether ``error`` is a compiled program's failed index check: the program ran,
+    nothing was written back, and its results are to be discarded. A caller that can run
+    the same ops eagerly (an adaptive-eager replay) does so, for eager's writes before the
+    failing op and eager's error at it."""
+    return bool(getattr(error, _RAISED_BY_CHECK, False))
