@@ -178,3 +178,35 @@ def test_a_class_out_of_range_raises_eagers_error(name: str) -> None:
         with pytest.raises(type(eager.value)) as info:
             compiled(x.to("neuron"), bad.to("neuron"))
         assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
+
+
+def test_a_failed_index_check_leaves_eagers_writes_and_error() -> None:
+    """A write before the failing op (``acc.add_``; embedding's max_norm renormalizes the
+    weight rows it looked up) is made in eager before the error: on a failed check the
+    compiled graph's inputs are untouched and Dynamo's graph runs eagerly, so the inputs
+    and the error are eager's."""
+    import torch.nn.functional as F
+
+    def f(acc: torch.Tensor, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        acc.add_(1.0)
+        return table[ids * 2 - 1].sum()
+
+    def g(w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, w, max_norm=1.0).sum()
+
+    torch._dynamo.reset()
+    table, w = torch.randn(10, 4), torch.arange(40.0).reshape(10, 4) + 1
+    for fn, args, bad in ((f, [torch.zeros(3), table], torch.tensor([1, 6])),
+                          (g, [w], torch.tensor([0, 12]))):
+        compiled = torch.compile(fn, backend="neuron")
+        good = torch.tensor([1, 2])
+        dev_args, eager_args = [a.to("neuron") for a in args], [a.clone() for a in args]
+        torch.testing.assert_close(compiled(*dev_args, good.to("neuron")).cpu(),
+                                   fn(*eager_args, good))
+        with pytest.raises(Exception) as eager:  # noqa: PT011 - whichever type eager raises
+            fn(*eager_args, bad)
+        with pytest.raises(type(eager.value)) as info:
+            compiled(*dev_args, bad.to("neuron"))
+        assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
+        for got, expected in zip(dev_args, eager_args, strict=True):
+            torch.testing.assert_close(got.cpu(), expected)

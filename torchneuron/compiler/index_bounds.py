@@ -27,6 +27,11 @@ How, in three places:
 3. run (``raise_out_of_range``): after the program ran and before any write-back into
    an input, the host checks each index and raises eager's error. This is the
    simulator's bookkeeping, like eager's own check on the host; it adds no device work.
+   Eager would have made the writes of the ops before the failing one, so a caller that
+   can redo them does (``raised_by_index_check`` tells it the inputs are untouched): an
+   adaptive-eager replay runs its deferred ops eagerly, the Dynamo backend runs Dynamo's
+   graph eagerly; both then raise eager's own error at the failing op. A caller of
+   ``compile_graph`` itself gets the error with the inputs as they were.
 
 Eager runs of the check op (the Dynamo fallback and verification's reference run the
 AOTAutograd graph op by op) do the same check.

@@ -27,7 +27,12 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
-from torchneuron.compiler.index_bounds import INDEX_BOUNDS, USER_LEVEL_CHECKS, without_index_checks
+from torchneuron.compiler.index_bounds import (
+    INDEX_BOUNDS,
+    USER_LEVEL_CHECKS,
+    raised_by_index_check,
+    without_index_checks,
+)
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
@@ -248,6 +253,30 @@ def _user_level_index_checks(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _eager_when_a_check_fails(compiled: Callable, gm: torch.fx.GraphModule) -> Callable:
+    """``compiled``, or Dynamo's graph run eagerly when the executable's index check failed.
+
+    Why: the check runs after the program and before any write-back, so the inputs are
+    as they were; AOTAutograd's graph moved the user's in-place writes to its end, and
+    only Dynamo's graph has them where the user wrote them: run eagerly, it makes the
+    writes eager makes before the failing op (``acc.add_(1); table[bad]``), and raises
+    eager's own error there."""
+    if isinstance(gm, torch._dynamo.utils.GmWrapper):
+        return compiled  # called with a list it empties (boxed): no second run
+
+    def run(*args: Any) -> Any:
+        try:
+            return compiled(*args)
+        except Exception as e:
+            if not raised_by_index_check(e):
+                raise
+        return gm.forward(*args)
+
+    # not functools.wraps: Dynamo calls a ``__wrapped__`` function directly
+    run.__dict__.update({k: v for k, v in compiled.__dict__.items() if k != "__wrapped__"})
+    return run
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
     _user_level_index_checks(gm)
@@ -263,7 +292,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
             "dynamic=True; each new input shape is then compiled once."
         )
     if not any(_is_symbolic(x) for x in example_inputs):
-        return _aot(gm, example_inputs)
+        return _eager_when_a_check_fails(_aot(gm, example_inputs), gm)
 
     # Dynamo marked dimensions dynamic after a shape change: specialize per shape.
     compiled: dict[tuple, Callable] = {}
@@ -274,7 +303,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
         )
         fn = compiled.get(key)
         if fn is None:
-            fn = compiled[key] = _aot(gm, list(args))
+            fn = compiled[key] = _eager_when_a_check_fails(_aot(gm, list(args)), gm)
         return fn(*args)
 
     return per_shape
