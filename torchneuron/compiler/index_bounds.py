@@ -270,7 +270,16 @@ def _outermost() -> bool:
     from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
     mode = get_proxy_mode()
-    return mode is not None and getattr(mode, "decomp_layers", 0) == 1
+    if mode is None:
+        return False
+    try:
+        layers = mode.decomp_layers  # PyTorch's private counter: no silent default
+    except AttributeError as e:  # renamed: every check would be off, a wrong number
+        raise RuntimeError(
+            "torchneuron's index-range checks count decomposition layers with PyTorch's "
+            "ProxyTorchDispatchMode.decomp_layers, which this PyTorch lacks; "
+            "compiler/index_bounds.py must be updated for it") from e
+    return layers == 1
 
 
 def _checked(op: Any, specs: Callable[..., list[Spec]], prev: Callable[..., Any] | None
