@@ -106,6 +106,45 @@ def test_an_index_computed_in_a_replayed_region_out_of_range_raises_eagers_error
     assert ae.stats()["replays"] >= 1, ae.explain()
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["first-replay", "later-replay"])
+def test_a_computed_index_out_of_range_leaves_eagers_state(first: bool) -> None:
+    # A write before the failing op (``acc.add_``) is made in eager. The executable's
+    # check (or, on the region's first replay, verification's eager reference) finds the
+    # bad index after the run, before any write-back: the replay then runs its deferred
+    # ops eagerly from the unchanged inputs, so the write and the error are eager's, and
+    # so is every later step.
+    k = -1
+    replayed = ReplayLog()
+
+    def loop(device: str) -> dict:
+        torch.manual_seed(0)
+        table = torch.randn(10, 4, device=device)  # the device draws the CPU's numbers
+        acc = torch.zeros(4, device=device)
+        outs, errors = [], []
+        for step in range(STEPS):
+            ids = torch.tensor([1, 2, 6 if step == k else 3]).to(device)
+            try:
+                acc.add_(1.0)
+                r = table[ids * 2 - 1].relu().sum(0)  # 11 at step k: out of range
+                acc.mul_(0.5).add_(r)
+                outs.append(torch.tensor([acc.sum().item()]))
+            except (IndexError, RuntimeError) as e:
+                errors.append(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+            replayed.mark(step)
+        return {"outs": torch.cat(outs), "acc": acc, "_errors": errors}
+
+    run(loop, "neuron", adaptive=True)  # no bad index: which steps replay
+    ae.reset()
+    k = replayed.steps[0] if first else replayed.steps[-2]
+    reason = "reference-raised" if first else "index-out-of-range"
+    cpu = run(loop, "cpu")
+    adaptive = run(loop, "neuron", adaptive=True)
+    assert len(cpu["_errors"]) == 1 and adaptive["_errors"] == cpu["_errors"]
+    assert_same(cpu, adaptive)
+    s = ae.stats()
+    assert s["replays"] >= 1 and s["fallback_reasons"].get(reason) == 1, ae.explain()
+
+
 @pytest.mark.parametrize("case", ["branch", "different-op", "shape-change", "intermediate-read",
                                   "input-mutated", "exception", "host-data", "swapped",
                                   "data-set"])

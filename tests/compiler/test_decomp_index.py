@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.compiler.compiled import assert_compiles_to_eager
 from torchneuron.compiler import compile_graph
@@ -150,6 +151,15 @@ _RANGE_CASES: dict[str, tuple[Callable[..., Any], list[int], list[int]]] = {
     "index_add": (lambda x, i: x.index_add(0, i, torch.ones(2, 4)), [2, 0], [0, 3]),
     "index_copy": (lambda x, i: x.index_copy(0, i, torch.ones(2, 4)), [2, 0], [0, 3]),
     "index_fill": (lambda x, i: x.index_fill(0, i, 2.0), [-3, 2], [-4, 0]),
+    # class targets: ``i`` names a class (dim 1 of x[:2], 4 classes)
+    "nll_loss": (lambda x, i: F.nll_loss(x[:2], i), [3, 0], [0, 4]),
+    "nll_loss_ignore_index": (lambda x, i: F.nll_loss(x[:2], i, reduction="none"),
+                              [-100, 1], [-100, -1]),
+    "nll_loss_own_ignore_index": (lambda x, i: F.nll_loss(x[:2], i, ignore_index=9), [9, 1],
+                                  [9, -100]),
+    "nll_loss2d": (lambda x, i: F.nll_loss(x.reshape(1, 3, 2, 2)[:, :, :1],
+                                           i.reshape(1, 1, 2)), [2, -100], [0, 3]),
+    "cross_entropy": (lambda x, i: F.cross_entropy(x[:2], i), [3, -100], [5, 0]),
 }
 
 
@@ -214,3 +224,34 @@ def test_decompositions_own_gathers_are_not_checked() -> None:
 
     exe = compile_graph(backward, [torch.ones_like(out), y.detach(), idx])
     assert "index_checks" not in exe.signature
+
+
+def test_a_tracer_without_decomp_layers_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks rely on PyTorch's private ``decomp_layers``: were it renamed, tracing
+    must fail (the graph then runs eagerly), not compile every index unchecked."""
+    from torch.fx.experimental import proxy_tensor
+
+    from torchneuron.compiler import index_bounds
+
+    class RenamedTracerMode:  # PyTorch's mode after a rename of its counter
+        decomposition_layers = 1
+
+    monkeypatch.setattr(proxy_tensor, "get_proxy_mode", RenamedTracerMode)
+    with pytest.raises(RuntimeError, match="index-range checks"):
+        index_bounds._outermost()
+
+
+def test_the_check_run_eagerly_on_the_device_launches_no_kernel() -> None:
+    """Run op by op (Dynamo's eager fallback), the check is the host's, as in eager
+    PyTorch: no kernel, no eager compile; it still raises eager's error."""
+    from torchneuron.compiler.index_bounds import INDEX_BOUNDS
+    from torchneuron.hardware import get_core
+
+    i = torch.arange(10, device="neuron")
+    core = get_core(0)
+    core.synchronize()
+    kernels, compiles = core.kernels, core.eager_compiles
+    INDEX_BOUNDS(i, 0, 10, 0, "index")
+    assert (core.kernels, core.eager_compiles) == (kernels, compiles)
+    with pytest.raises(IndexError, match="index 9 is out of bounds for dimension 0 with size 9"):
+        INDEX_BOUNDS(i, 0, 9, 0, "index")

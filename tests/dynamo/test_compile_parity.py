@@ -146,3 +146,67 @@ def test_an_out_of_range_index_raises_eagers_error_forward_and_after_backward() 
         assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
     s = tc.stats()
     assert s["failures"] == 0 and sum(s["eager_fallback_runs"].values()) == 0, tc.explain()
+
+
+@pytest.mark.parametrize("name", ["one_hot", "multi_margin_loss", "multilabel_margin_loss",
+                                  "cross_entropy"])
+def test_a_class_out_of_range_raises_eagers_error(name: str) -> None:
+    """Ops PyTorch decomposes before the decomposition table (one_hot, multi_margin_loss)
+    and the loss family's targets: in range (and ignore_index), eager's numbers; a class
+    out of range (above or below), eager's exception type and message, never a zero row
+    or a loss over a clamped class (index_bounds.USER_LEVEL_CHECKS, _CHECKED)."""
+    import torch.nn.functional as F
+
+    ops = {
+        "one_hot": lambda x, t: F.one_hot(t, 4) * x[0, 0],
+        "multi_margin_loss": lambda x, t: F.multi_margin_loss(x, t),
+        "cross_entropy": lambda x, t: F.cross_entropy(x, t),
+        "multilabel_margin_loss": lambda x, t: F.multilabel_margin_loss(x[:, :3], t.expand(3, 3)),
+    }
+    fn = ops[name]
+    x = torch.randn(3, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="neuron")
+    # ignore_index; multilabel: 3 classes, -1 ends a row's targets
+    good = torch.tensor({"cross_entropy": [3, 0, -100],
+                         "multilabel_margin_loss": [2, 0, -1]}.get(name, [3, 0, 1]))
+    torch.testing.assert_close(compiled(x.to("neuron"), good.to("neuron")).cpu(), fn(x, good))
+    below = -2 if name == "multilabel_margin_loss" else -1
+    for bad in (torch.tensor([0, 4, 1]), torch.tensor([0, below, 1])):
+        with pytest.raises(Exception) as eager:  # noqa: PT011 - whichever type eager raises
+            fn(x, bad)
+        with pytest.raises(type(eager.value)) as info:
+            compiled(x.to("neuron"), bad.to("neuron"))
+        assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
+
+
+def test_a_failed_index_check_leaves_eagers_writes_and_error() -> None:
+    """A write before the failing op (``acc.add_``; embedding's max_norm renormalizes the
+    weight rows it looked up) is made in eager before the error: on a failed check the
+    compiled graph's inputs are untouched and Dynamo's graph runs eagerly, so the inputs
+    and the error are eager's."""
+    import torch.nn.functional as F
+
+    def f(acc: torch.Tensor, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        acc.add_(1.0)
+        return table[ids * 2 - 1].sum()
+
+    def g(w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, w, max_norm=1.0).sum()
+
+    torch._dynamo.reset()
+    table, w = torch.randn(10, 4), torch.arange(40.0).reshape(10, 4) + 1
+    for fn, args, bad in ((f, [torch.zeros(3), table], torch.tensor([1, 6])),
+                          (g, [w], torch.tensor([0, 12]))):
+        compiled = torch.compile(fn, backend="neuron")
+        good = torch.tensor([1, 2])
+        dev_args, eager_args = [a.to("neuron") for a in args], [a.clone() for a in args]
+        torch.testing.assert_close(compiled(*dev_args, good.to("neuron")).cpu(),
+                                   fn(*eager_args, good))
+        with pytest.raises(Exception) as eager:  # noqa: PT011 - whichever type eager raises
+            fn(*eager_args, bad)
+        with pytest.raises(type(eager.value)) as info:
+            compiled(*dev_args, bad.to("neuron"))
+        assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
+        for got, expected in zip(dev_args, eager_args, strict=True):
+            torch.testing.assert_close(got.cpu(), expected)

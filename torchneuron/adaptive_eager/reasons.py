@@ -23,6 +23,7 @@ class Reason(enum.Enum):
     DEFERRED_MEMORY = "deferred-memory"
     ALIASED_INPUTS = "aliased-inputs"
     INDEX_OUT_OF_RANGE = "index-out-of-range"
+    REFERENCE_RAISED = "reference-raised"
     COMPILE_FAILED = "compile-failed"
     CAPTURE_FAILED = "capture-failed"
     NO_GAIN = "no-gain"
@@ -51,7 +52,11 @@ _MESSAGES = {
     Reason.DEFERRED_MEMORY: "deferred values exceeded TORCHNEURON_AE_MAX_DEFERRED_BYTES",
     Reason.ALIASED_INPUTS: "two inputs of the region share storage; compiled regions take "
     "distinct inputs",
-    Reason.INDEX_OUT_OF_RANGE: "an index input is out of range: eager raises the error",
+    Reason.INDEX_OUT_OF_RANGE: "an index is out of range (an input, seen by the guard, or "
+    "one the region computed, seen by the executable's check): the deferred ops run "
+    "eagerly and eager raises the error",
+    Reason.REFERENCE_RAISED: "the first replay's eager reference (verification) raised: "
+    "the deferred ops run eagerly and raise it where eager does",
     Reason.COMPILE_FAILED: "the compiler refused the region (see torchneuron.compiler.explain())",
     Reason.CAPTURE_FAILED: "the region could not be captured as a graph",
     Reason.NO_GAIN: "the predicted host saving per replay is below "

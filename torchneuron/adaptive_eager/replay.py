@@ -30,7 +30,8 @@ from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
-from torchneuron.adaptive_eager.verify import run_checked
+from torchneuron.adaptive_eager.verify import reference_raised, run_checked
+from torchneuron.compiler.index_bounds import raised_by_index_check
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor, pending_tensor
@@ -361,10 +362,23 @@ class Replay:
         if plan.written_slots and _aliased(inputs, plan):
             self._eager(Reason.ALIASED_INPUTS)
             return
-        with _no_modes():
-            outs = run_checked(self.region, inputs + lift.scalar_inputs(plan.lifted, self.scalars),
-                               lambda a: launch(self.region.executable, a, self.core,
-                                                self.index, 0), self.index)
+        try:
+            with _no_modes():
+                outs = run_checked(self.region,
+                                   inputs + lift.scalar_inputs(plan.lifted, self.scalars),
+                                   lambda a: launch(self.region.executable, a, self.core,
+                                                    self.index, 0), self.index)
+        except Exception as e:
+            # An index the region computed is out of range (the executable's check), or
+            # the first replay's eager reference raised: nothing was written back. Eager's
+            # way from the unchanged inputs: the writes before the failing op, its error.
+            if raised_by_index_check(e):
+                self._eager(Reason.INDEX_OUT_OF_RANGE)
+            elif reference_raised(e):
+                self._eager(Reason.REFERENCE_RAISED)
+            else:
+                raise
+            return
         roots: dict[tuple[int, int], torch.Tensor] = {}
         for n, v in enumerate(plan.outputs):
             roots[v] = layout_root(outs[n], plan.metas[v], plan.root_nbytes[v])

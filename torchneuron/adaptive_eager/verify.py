@@ -26,21 +26,43 @@ from torchneuron.device import random
 from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 from torchneuron.hardware.settings import get_value
 
-__all__ = ["run_checked"]
+__all__ = ["run_checked", "reference_raised"]
+
+_REFERENCE_RAISED = "_torchneuron_ae_reference_raised"
+
+
+def reference_raised(error: BaseException) -> bool:
+    """Whether ``error`` came from the eager reference run of a region's first replay
+    (an out-of-range index, say): it ran on clones and the executable never ran, so the
+    inputs are unchanged and the replay can run its deferred ops eagerly instead."""
+    return bool(getattr(error, _REFERENCE_RAISED, False))
 
 
 def run_checked(region: Any, inputs: list[torch.Tensor],
                 run: Callable[[list[torch.Tensor]], list[Any]], index: int) -> list[Any]:
     """``run(inputs)``, checked against the region's graph on its first run when the
-    ``verify`` setting is on. Sets ``region.mismatch`` when the two differ."""
+    ``verify`` setting is on. Sets ``region.mismatch`` when the two differ. A run that
+    raises leaves the region to be verified next time."""
     if region.verified or region.graph is None or not (
             verify_enabled() or get_value("ae_verify_first_replay")):
         return run(inputs)
     region.verified = True
     gen = random.generator(index)
-    outs, mismatch = run_verified(f"region_{region.key}", _reference(region.graph), inputs, run,
-                                  get_rng_state=gen.get_state, set_rng_state=gen.set_state,
-                                  source="adaptive_eager")
+    ran: list[bool] = []
+
+    def run_once(args: list[torch.Tensor]) -> list[Any]:
+        ran.append(True)
+        return run(args)
+
+    try:
+        outs, mismatch = run_verified(f"region_{region.key}", _reference(region.graph), inputs,
+                                      run_once, get_rng_state=gen.get_state,
+                                      set_rng_state=gen.set_state, source="adaptive_eager")
+    except Exception as e:
+        region.verified = False  # not compared: next time
+        if not ran:  # the reference raised (on clones): the executable did not run
+            setattr(e, _REFERENCE_RAISED, True)
+        raise
     region.mismatch = mismatch
     return outs
 

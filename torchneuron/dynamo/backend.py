@@ -27,7 +27,12 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
-from torchneuron.compiler.index_bounds import without_index_checks
+from torchneuron.compiler.index_bounds import (
+    INDEX_BOUNDS,
+    USER_LEVEL_CHECKS,
+    raised_by_index_check,
+    without_index_checks,
+)
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
@@ -212,6 +217,8 @@ def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any 
 
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
+    if y.numel():  # eager's range check of the target (index_bounds.py)
+        INDEX_BOUNDS(y, -1, int(x.shape[-1]) if x.dim() else 1, 0, "multilabel")
     return multilabel_margin_loss_forward(x, y, _reduction.get_enum(reduction))[0]
 
 
@@ -238,8 +245,41 @@ def _rewrite_multilabel_margin_loss(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
+def _user_level_index_checks(gm: torch.fx.GraphModule) -> None:
+    """Ops whose index check PyTorch's tracing would drop get ours (index_bounds.py)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in USER_LEVEL_CHECKS:
+            node.target = USER_LEVEL_CHECKS[node.target]
+    gm.recompile()
+
+
+def _eager_when_a_check_fails(compiled: Callable, gm: torch.fx.GraphModule) -> Callable:
+    """``compiled``, or Dynamo's graph run eagerly when the executable's index check failed.
+
+    Why: the check runs after the program and before any write-back, so the inputs are
+    as they were; AOTAutograd's graph moved the user's in-place writes to its end, and
+    only Dynamo's graph has them where the user wrote them: run eagerly, it makes the
+    writes eager makes before the failing op (``acc.add_(1); table[bad]``), and raises
+    eager's own error there."""
+    if isinstance(gm, torch._dynamo.utils.GmWrapper):
+        return compiled  # called with a list it empties (boxed): no second run
+
+    def run(*args: Any) -> Any:
+        try:
+            return compiled(*args)
+        except Exception as e:
+            if not raised_by_index_check(e):
+                raise
+        return gm.forward(*args)
+
+    # not functools.wraps: Dynamo calls a ``__wrapped__`` function directly
+    run.__dict__.update({k: v for k, v in compiled.__dict__.items() if k != "__wrapped__"})
+    return run
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
+    _user_level_index_checks(gm)
     defect = _rewrite_multilabel_margin_loss(gm)
     if defect is not None:
         record_failure("dynamo", "prepare", "meta-shape-differs",
@@ -252,7 +292,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
             "dynamic=True; each new input shape is then compiled once."
         )
     if not any(_is_symbolic(x) for x in example_inputs):
-        return _aot(gm, example_inputs)
+        return _eager_when_a_check_fails(_aot(gm, example_inputs), gm)
 
     # Dynamo marked dimensions dynamic after a shape change: specialize per shape.
     compiled: dict[tuple, Callable] = {}
@@ -263,7 +303,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
         )
         fn = compiled.get(key)
         if fn is None:
-            fn = compiled[key] = _aot(gm, list(args))
+            fn = compiled[key] = _eager_when_a_check_fails(_aot(gm, list(args)), gm)
         return fn(*args)
 
     return per_shape

@@ -264,6 +264,9 @@ def _classify(
 
 
 _HOST_READS = ("_local_scalar_dense", "is_nonzero")
+# Ops that check on the host and launch nothing: the compiler's index-range check
+# (compiler/index_bounds.py), when a graph holding it runs op by op.
+_HOST_CHECKS = frozenset({"torchneuron::index_bounds"})
 
 
 def launches_kernel(func: Any) -> bool:
@@ -276,6 +279,9 @@ def launches_kernel(func: Any) -> bool:
     name = op_name(func)
     if name in _HOST_READS:
         return True
+    schema = getattr(func, "_schema", None)
+    if schema is not None and schema.name in _HOST_CHECKS:
+        return False
     return not (
         getattr(func, "is_view", False) or name in _METADATA or _namespace(func) in _NO_KERNEL_NS
     )
