@@ -75,14 +75,28 @@ _INDEX_CHECKS = {
     aten.index_select.default: (2, 0, None),
     aten.gather.default: (2, 0, None),
     aten.nll_loss_forward.default: (1, 0, -1),
+    aten.multi_margin_loss.default: (1, 0, -1),
+    aten.multilabel_margin_loss_forward.default: (1, 0, -1),
+}
+
+
+# Margin losses: PyTorch's own Python decomposition (at the Autograd key) runs before the
+# compiler's checked one when a region is captured, so the executable cannot check their
+# targets; a target this region computes is not known to be in range, so the op side-exits.
+_UNCHECKED_IN_EXECUTABLES = {
+    aten.multi_margin_loss.default,
+    aten.multilabel_margin_loss_forward.default,
 }
 
 
 def _indices_in_range(func: Any, args: tuple) -> bool:
     pos, data_pos, dim = _INDEX_CHECKS[func]
     index, data = args[pos], args[data_pos]
-    if not isinstance(index, NeuronTensor) or index._buffer is None or index._pending is not None:
-        return True  # a value of this region: produced in range by construction or unknown
+    if not isinstance(index, NeuronTensor):
+        return True
+    if index._buffer is None or index._pending is not None:
+        # a value of this region: the executable checks it after its run (index_bounds)
+        return func not in _UNCHECKED_IN_EXECUTABLES
     if dim is None:
         dim = args[1]
     buf = index._buffer
@@ -95,7 +109,9 @@ def _indices_in_range(func: Any, args: tuple) -> bool:
         buf = buf[buf != ignore]
         if buf.numel() == 0:
             return True
-    return bool(buf.min() >= 0) and bool(buf.max() < n)
+    # multilabel targets: -1 ends a row's labels, and eager checks every entry, after it too
+    low = -1 if func is aten.multilabel_margin_loss_forward.default else 0
+    return bool(buf.min() >= low) and bool(buf.max() < n)
 
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
