@@ -132,7 +132,8 @@ def test_a_computed_index_out_of_range_leaves_eagers_state(first: bool) -> None:
     # check (or, on the region's first replay, verification's eager reference) finds the
     # bad index after the run, before any write-back: the replay then runs its deferred
     # ops eagerly from the unchanged inputs, so the write and the error are eager's, and
-    # so is every later step.
+    # so is every later step. The dropout draws again in the redo: the generator must be
+    # where the executable found it, so the masks and every later draw are eager's.
     k = -1
     replayed = ReplayLog()
 
@@ -144,14 +145,15 @@ def test_a_computed_index_out_of_range_leaves_eagers_state(first: bool) -> None:
         for step in range(STEPS):
             ids = torch.tensor([1, 2, 6 if step == k else 3]).to(device)
             try:
-                acc.add_(1.0)
+                acc.add_(torch.nn.functional.dropout(torch.ones(4, device=device), 0.5))
                 r = table[ids * 2 - 1].relu().sum(0)  # 11 at step k: out of range
                 acc.mul_(0.5).add_(r)
                 outs.append(torch.tensor([acc.sum().item()]))
             except (IndexError, RuntimeError) as e:
                 errors.append(f"{type(e).__name__}: {str(e).splitlines()[0]}")
             replayed.mark(step)
-        return {"outs": torch.cat(outs), "acc": acc, "_errors": errors}
+        after = torch.rand(4, device=device)  # where the generator is after the loop
+        return {"outs": torch.cat(outs), "acc": acc, "after": after, "_errors": errors}
 
     run(loop, "neuron", adaptive=True)  # no bad index: which steps replay
     ae.reset()

@@ -210,3 +210,27 @@ def test_a_failed_index_check_leaves_eagers_writes_and_error() -> None:
         assert str(info.value).splitlines()[0] == str(eager.value).splitlines()[0]
         for got, expected in zip(dev_args, eager_args, strict=True):
             torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_a_failed_index_check_leaves_the_generator_as_eager() -> None:
+    """The compiled graph draws its dropout mask before its index check fails; Dynamo's
+    graph then runs eagerly and draws again. The generator is put back first, so the mask,
+    the write and every later draw are eager's."""
+    import torch.nn.functional as F
+
+    def f(acc: torch.Tensor, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        acc.add_(F.dropout(torch.ones_like(acc), 0.5))
+        return table[ids * 2 - 1].sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="neuron")
+    results = {}
+    for device, fn in (("cpu", f), ("neuron", compiled)):
+        torch.manual_seed(0)
+        acc, table = torch.zeros(4, device=device), torch.randn(10, 4, device=device)
+        fn(acc, table, torch.tensor([1, 2], device=device))  # compiles; in range
+        with pytest.raises(IndexError):
+            fn(acc, table, torch.tensor([1, 6], device=device))  # 11: out of range
+        results[device] = (acc.cpu(), torch.rand(4, device=device).cpu())
+    for got, expected in zip(results["neuron"], results["cpu"], strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.executable import Executable
+from torchneuron.compiler.index_bounds import raised_by_index_check
 from torchneuron.device import random
 from torchneuron.hardware import NeuronCore, compile_latency_enabled, program_compile_latency_ns
 
@@ -40,6 +41,18 @@ def launch(exe: Executable, inputs: list[torch.Tensor], core: NeuronCore, index:
            guard_ns: int) -> list[Any]:
     """Charge ``guard_ns`` of guard evaluation, then run ``exe`` on ``inputs`` (CPU
     buffers) with device ``index``'s generator: write-backs land in the inputs, the
-    launch and the device time are charged to ``core``. Returns the user outputs."""
+    launch and the device time are charged to ``core``. Returns the user outputs; if
+    the executable's index check fails, the generator is left as before the run."""
     core.host(guard_ns, "guard")
-    return exe.run(inputs, core, lambda: random.rng_state_swapped(index))
+    if not exe.signature["random_inputs"]:
+        return exe.run(inputs, core, lambda: random.rng_state_swapped(index))
+    gen = random.generator(index)
+    before = gen.get_state()
+    try:
+        return exe.run(inputs, core, lambda: random.rng_state_swapped(index))
+    except Exception as e:
+        if raised_by_index_check(e):
+            # The caller redoes the ops eagerly from the untouched inputs, and they draw
+            # again: the generator must be where eager's first draw finds it.
+            gen.set_state(before)
+        raise
