@@ -234,3 +234,26 @@ def test_a_failed_index_check_leaves_the_generator_as_eager() -> None:
         results[device] = (acc.cpu(), torch.rand(4, device=device).cpu())
     for got, expected in zip(results["neuron"], results["cpu"], strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_inputs_that_are_views_of_one_storage_give_eagers_results(mode: str) -> None:
+    """``a.add_(1); return b * 2`` on overlapping views of one base: ``b`` must see the
+    write. Neuron wrappers have storages of their own, so AOTAutograd cannot see the
+    aliasing; such a call runs Dynamo's graph eagerly, counted as a fallback run."""
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a.add_(1.0)
+        return b * 2
+
+    torch._dynamo.reset()
+    tc.reset_stats()
+    results = {}
+    for device, fn in (("cpu", f), ("neuron", torch.compile(f, backend="neuron"))):
+        with getattr(torch, mode)():
+            base = torch.arange(8.0, device=device)
+            out = fn(base[:6], base[2:])
+            results[device] = (out.cpu(), base.cpu())
+    for got, expected in zip(results["neuron"], results["cpu"], strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert tc.stats()["eager_fallback_runs"].get("aliased-inputs") == 1, tc.explain()

@@ -253,18 +253,39 @@ def _user_level_index_checks(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-def _eager_when_a_check_fails(compiled: Callable, gm: torch.fx.GraphModule) -> Callable:
-    """``compiled``, or Dynamo's graph run eagerly when the executable's index check failed.
+def _inputs_share_storage(args: tuple) -> bool:
+    """Whether two neuron tensor inputs are views of one storage.
 
-    Why: the check runs after the program and before any write-back, so the inputs are
-    as they were; AOTAutograd's graph moved the user's in-place writes to its end, and
-    only Dynamo's graph has them where the user wrote them: run eagerly, it makes the
-    writes eager makes before the failing op (``acc.add_(1); table[bad]``), and raises
-    eager's own error there."""
+    Why: AOTAutograd finds aliased inputs from their storages, and each neuron wrapper has
+    a storage of its own (the values live in its buffer), so it compiles as if they were
+    apart: ``a.add_(1); return b * 2`` on ``base[:6]`` and ``base[2:]`` read ``b`` stale."""
+    seen = set()
+    for a in args:
+        if isinstance(a, NeuronTensor) and a.numel():
+            ptr = a.buffer.untyped_storage().data_ptr()
+            if ptr in seen:
+                return True
+            seen.add(ptr)
+    return False
+
+
+def _eager_when_needed(compiled: Callable, gm: torch.fx.GraphModule) -> Callable:
+    """``compiled``, or Dynamo's graph run eagerly on the device when the compiled one
+    cannot give eager's results: inputs that share a storage (counted as the fallback run
+    ``aliased-inputs``), or an executable's index check that failed.
+
+    Why Dynamo's graph for a failed check: the check runs after the program and before
+    any write-back, so the inputs are as they were; AOTAutograd's graph moved the user's
+    in-place writes to its end, and only Dynamo's graph has them where the user wrote
+    them: run eagerly, it makes the writes eager makes before the failing op
+    (``acc.add_(1); table[bad]``), and raises eager's own error there."""
     if isinstance(gm, torch._dynamo.utils.GmWrapper):
         return compiled  # called with a list it empties (boxed): no second run
 
     def run(*args: Any) -> Any:
+        if _inputs_share_storage(args):
+            record_fallback_run("aliased-inputs")
+            return gm.forward(*args)
         try:
             return compiled(*args)
         except Exception as e:
@@ -292,7 +313,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
             "dynamic=True; each new input shape is then compiled once."
         )
     if not any(_is_symbolic(x) for x in example_inputs):
-        return _eager_when_a_check_fails(_aot(gm, example_inputs), gm)
+        return _eager_when_needed(_aot(gm, example_inputs), gm)
 
     # Dynamo marked dimensions dynamic after a shape change: specialize per shape.
     compiled: dict[tuple, Callable] = {}
@@ -303,7 +324,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
         )
         fn = compiled.get(key)
         if fn is None:
-            fn = compiled[key] = _eager_when_a_check_fails(_aot(gm, list(args)), gm)
+            fn = compiled[key] = _eager_when_needed(_aot(gm, list(args)), gm)
         return fn(*args)
 
     return per_shape
