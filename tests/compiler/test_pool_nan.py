@@ -164,3 +164,24 @@ def test_inputs_hold_nan_windows_and_plain_windows() -> None:
     assert (windows >= 2).any()
     a = F.adaptive_max_pool2d(_nan_ninf((2, 3, 5, 7), 5), (3, 2))
     assert a.isnan().any() and not a.isnan().all()
+
+
+def test_channels_last_3d_max_pool_is_refused_and_runs_eagerly() -> None:
+    """ATen's channels-last max_pool3d reports some all -inf windows' indices without
+    their depth term, depending on the CPU's vector width: refused (typed, op named),
+    and torch.compile then gives eager's numbers."""
+    from torchneuron.compiler.errors import CompileError
+
+    x = torch.full((1, 2, 5, 6, 5), -float("inf")).to(memory_format=torch.channels_last_3d)
+    x[0, 0, 1, 2, 3] = float("nan")
+
+    def fn(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.max_pool3d(a, 2, 1, 1, 1, return_indices=True)
+
+    with pytest.raises(CompileError) as info:
+        compile_graph(fn, [x])
+    assert info.value.op == "aten.max_pool3d_with_indices"
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron")(x.to("neuron"))
+    for g, w in zip(got, fn(x), strict=True):
+        _exact(g.cpu(), w)

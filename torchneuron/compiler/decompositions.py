@@ -307,7 +307,17 @@ def max_pool3d_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any = (),
                             dilation: Any = 1, ceil_mode: bool = False
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """``_max_pool_with_indices`` over the last three dims (PyTorch's decomposition, used
-    before, takes no NaN and reports no eager index for an all -inf window)."""
+    before, takes no NaN and reports no eager index for an all -inf window).
+
+    Not for a channels-last input (the op is traced as is, which this Torch-MLIR cannot
+    lower: the lowering refuses it and the graph runs eagerly): ATen's channels-last CPU
+    kernel reports, for an all -inf window in the channels past its last full vector (how
+    many depends on the CPU's vector width), the index without its depth term (0 instead
+    of 30), which no table here can reproduce on every machine."""
+    from torch._prims_common import suggest_memory_format
+
+    if x.dim() == 5 and suggest_memory_format(x) == torch.channels_last_3d:
+        return NotImplemented
     return _max_pool_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode, 3)
 
 
