@@ -17,10 +17,12 @@ below computes what ATen's CPU kernel computes:
   box, so the average over the box is a product of per-dim averages: one small
   matrix per dim (its transpose for the gradient);
 - adaptive max pooling: the values of each box gathered in ATen's scan order
-  (row-major), padded with -inf, the first maximum taken, and its flat input index.
+  (row-major), padded with -inf, the first maximum taken, and its flat input index
+  (or the box's last NaN, found by a second max over NaN positions).
 
 Sums run in other orders than ATen's loops: values agree to fp32 rounding. Maxima
-and indices are exact (for NaN inputs ATen reports the last NaN, this the first).
+and indices are exact: a box holding a NaN reports its last NaN (value and index), as
+ATen's scan does.
 """
 
 from __future__ import annotations
@@ -194,8 +196,20 @@ def _adaptive_max(x: torch.Tensor, output_size: Sequence[int], nd: int
     low = -math.inf if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
     xs = torch.where(valid, xs, torch.full((), low, dtype=x.dtype, device=x.device))
     values, arg = torch.max(xs, dim=-1)
-    index = torch.gather(flat.expand(*lead, *outs, k), -1, arg.unsqueeze(-1)).squeeze(-1)
-    return values, index
+    flat = flat.expand(*lead, *outs, k)
+    index = torch.gather(flat, -1, arg.unsqueeze(-1)).squeeze(-1)
+    if not x.dtype.is_floating_point:
+        return values, index
+    # ATen takes a NaN over anything, the box's last one in scan order; the max above
+    # never picks one: each box's last NaN position (a float max over exact integer
+    # keys, -1 if none), its own value (bits) and flat index
+    pos = torch.arange(k, device=x.device, dtype=torch.float32)
+    key = torch.where(torch.isnan(xs) & valid, pos, torch.full_like(pos, -1.0))
+    kmax, karg = torch.max(key, dim=-1)
+    nan = kmax >= 0
+    nan_value = torch.gather(xs, -1, karg.unsqueeze(-1)).squeeze(-1)
+    nan_index = torch.gather(flat, -1, karg.unsqueeze(-1)).squeeze(-1)
+    return torch.where(nan, nan_value, values), torch.where(nan, nan_index, index)
 
 
 def adaptive_max_pool2d(x: torch.Tensor, output_size: Sequence[int]

@@ -12,6 +12,7 @@ ATen's CPU kernel so the numbers stay bitwise equal.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,7 +43,7 @@ _RANDOM_COMPOSITES_KEPT = {"rrelu", "lstm", "gru", "rnn_tanh", "rnn_relu",
 FROM_TORCH_TABLE = (
     "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d", "addmv",
     "diagonal", "diagonal_copy", "as_strided_copy", "permute_copy", "unbind_copy",
-    "view_copy", "narrow_copy", "dist", "max_pool3d_with_indices",
+    "view_copy", "narrow_copy", "dist",
 )
 # Tried and rejected: refs that only forward to a prim this torch-mlir cannot lower either
 # (lgamma, digamma, erfc, erfinv, i0, special_*: ours are in decomp_special.py), cumprod (needs
@@ -160,104 +161,164 @@ def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
     return out
 
 
+def _tuple(v: Sequence[int] | int, nd: int, default: Sequence[int] | None = None
+           ) -> tuple[int, ...]:
+    v = [v] if isinstance(v, int) else (list(v) or list(default or []))
+    return tuple(v * nd if len(v) == 1 else v)
+
+
 def _pair(v: Sequence[int] | int, default: Sequence[int] | None = None) -> tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    v = list(v) or list(default or [])
-    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+    a, b = _tuple(v, 2, default)
+    return a, b
+
+
+def _flat_positions(starts: list[torch.Tensor], offsets: Sequence[int],
+                    space: Sequence[int]) -> torch.Tensor:
+    """(o1, ..., ond): the flat row-major input index of position start + offset per dim
+    (out-of-range coordinates give a meaningless number; callers mask them)."""
+    nd = len(space)
+    flat = None
+    step = 1
+    for i in reversed(range(nd)):
+        shape = [1] * nd
+        shape[i] = -1
+        term = ((starts[i] + offsets[i]) * step).reshape(shape) if step != 1 else \
+            (starts[i] + offsets[i]).reshape(shape)  # fmt: skip
+        flat = term if flat is None else term + flat
+        step *= space[i]
+    assert flat is not None
+    return flat
+
+
+def _windows_nd(x: torch.Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+                ceil_mode: bool, pad_value: float, overhang_value: float, nd: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack the prod(k) strided views of the padded input: (..., K, *outs) values and the
+    flat input index (K, *outs) each one reads (kernel offsets in row-major order, ATen's
+    scan order), with slices only (no gather, no window op). ``overhang_value`` fills
+    what ceil_mode windows read beyond the padding."""
+    k = _tuple(kernel_size, nd)
+    s = _tuple(stride, nd, k)
+    p = _tuple(padding, nd)
+    d = _tuple(dilation, nd)
+    space = list(x.shape[-nd:])
+    outs = [_pool_out(space[i], k[i], s[i], p[i], d[i], ceil_mode) for i in range(nd)]
+    need = [(outs[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 for i in range(nd)]
+    pads: list[int] = []
+    extra: list[int] = []
+    for i in reversed(range(nd)):  # constant_pad_nd lists the last dim first
+        pads += [p[i], p[i]]
+        extra += [0, max(0, need[i] - space[i] - 2 * p[i])]
+    xp = aten.constant_pad_nd(x, pads, pad_value)
+    xp = aten.constant_pad_nd(xp, extra, overhang_value)
+    starts = [torch.arange(outs[i], device=x.device) * s[i] - p[i] for i in range(nd)]
+    vals, idxs = [], []
+    for offs in itertools.product(*(range(n) for n in k)):
+        at = tuple(slice(o * d[i], o * d[i] + (outs[i] - 1) * s[i] + 1, s[i])
+                   for i, o in enumerate(offs))
+        vals.append(xp[(Ellipsis, *at)])
+        idxs.append(_flat_positions(starts, [o * d[i] for i, o in enumerate(offs)], space))
+    return torch.stack(vals, dim=-nd - 1), torch.stack(idxs, dim=0)
 
 
 def _windows(x: torch.Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
              ceil_mode: bool, pad_value: float, overhang_value: float
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack the kh*kw strided views of the padded input: (..., K, oh, ow) values and the
-    flat input index (K, oh, ow) each one reads, with slices only (no gather, no window
-    op). ``overhang_value`` fills what ceil_mode windows read beyond the padding."""
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, (kh, kw))
-    ph, pw = _pair(padding)
-    dh, dw = _pair(dilation)
-    h, w = x.shape[-2], x.shape[-1]
-    oh = _pool_out(h, kh, sh, ph, dh, ceil_mode)
-    ow = _pool_out(w, kw, sw, pw, dw, ceil_mode)
-    need_h = (oh - 1) * sh + (kh - 1) * dh + 1
-    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
-    xp = aten.constant_pad_nd(x, [pw, pw, ph, ph], pad_value)
-    xp = aten.constant_pad_nd(xp, [0, max(0, need_w - w - 2 * pw), 0, max(0, need_h - h - 2 * ph)],
-                              overhang_value)
-    vals, idxs = [], []
-    rows = torch.arange(oh, device=x.device) * sh - ph
-    cols = torch.arange(ow, device=x.device) * sw - pw
-    for i in range(kh):
-        for j in range(kw):
-            v = xp[..., i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw]
-            vals.append(v)
-            idxs.append((rows + i * dh)[:, None] * w + (cols + j * dw)[None, :])
-    return torch.stack(vals, dim=-3), torch.stack(idxs, dim=0)
+    """``_windows_nd`` over the last two dims."""
+    return _windows_nd(x, kernel_size, stride, padding, dilation, ceil_mode, pad_value,
+                       overhang_value, 2)
 
 
 def _lowest(dtype: torch.dtype) -> float:
     return -math.inf if dtype.is_floating_point else float(torch.iinfo(dtype).min)
 
 
-def _inside_indices(idxs: torch.Tensor, h: int, w: int, kernel_size: Any, stride: Any,
+def _inside_indices(idxs: torch.Tensor, space: Sequence[int], kernel_size: Any, stride: Any,
                     padding: Any, dilation: Any, device: torch.device) -> torch.Tensor:
-    """``_windows``' (K, oh, ow) index table with each position outside the input
-    replaced by its window's first position inside it (the first inside row and the
-    first inside column: a window's inside positions are a grid)."""
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, (kh, kw))
-    ph, pw = _pair(padding)
-    dh, dw = _pair(dilation)
-    _, oh, ow = idxs.shape
-
-    def first_inside(n: int, s: int, p: int, d: int) -> torch.Tensor:
-        start = torch.arange(n, device=device) * s - p
-        return start + torch.div(torch.clamp(-start, min=0) + d - 1, d, rounding_mode="floor") * d
-
-    fr, fc = first_inside(oh, sh, ph, dh), first_inside(ow, sw, pw, dw)
-    first = fr[:, None] * w + fc[None, :]
-    rows = torch.arange(oh, device=device) * sh - ph
-    cols = torch.arange(ow, device=device) * sw - pw
+    """``_windows_nd``' (K, *outs) index table with each position outside the input
+    replaced by its window's first position inside it (the first inside coordinate per
+    dim: a window's inside positions are a grid)."""
+    nd = len(space)
+    k = _tuple(kernel_size, nd)
+    s = _tuple(stride, nd, k)
+    p = _tuple(padding, nd)
+    d = _tuple(dilation, nd)
+    outs = list(idxs.shape[1:])
+    starts = [torch.arange(outs[i], device=device) * s[i] - p[i] for i in range(nd)]
+    firsts = [st + torch.div(torch.clamp(-st, min=0) + d[i] - 1, d[i], rounding_mode="floor") * d[i]
+              for i, st in enumerate(starts)]
+    first = _flat_positions(firsts, [0] * nd, space)
     inside = []
-    for i in range(kh):
-        for j in range(kw):
-            r, c = rows + i * dh, cols + j * dw
-            inside.append(((r >= 0) & (r < h))[:, None] & ((c >= 0) & (c < w))[None, :])
+    for offs in itertools.product(*(range(n) for n in k)):
+        ok = None
+        for i, o in enumerate(offs):
+            c = starts[i] + o * d[i]
+            shape = [1] * nd
+            shape[i] = -1
+            m = ((c >= 0) & (c < space[i])).reshape(shape)
+            ok = m if ok is None else ok & m
+        assert ok is not None
+        inside.append(ok.expand(outs))
     return torch.where(torch.stack(inside, dim=0), idxs, first)
+
+
+def _max_pool_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any, padding: Any,
+                           dilation: Any, ceil_mode: bool, nd: int
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max over the stacked windows; index = flat row-major index of the first maximum
+    (ATen's), selected with a one-hot sum rather than a gather (elementwise work only). A
+    padding position wins only in a window whose elements are all -inf: ATen then reports
+    the window's first element inside the input, so the table names that one there."""
+    low = _lowest(x.dtype)
+    space = list(x.shape[-nd:])
+    vals, idxs = _windows_nd(x, kernel_size, stride, padding, dilation, ceil_mode, low, low, nd)
+    idxs = _inside_indices(idxs, space, kernel_size, stride, padding, dilation, x.device)
+    out, arg = torch.max(vals, dim=-nd - 1)
+    k = idxs.shape[0]
+    onehot = arg.unsqueeze(-nd - 1) == torch.arange(k, device=x.device).reshape(k, *[1] * nd)
+    index = torch.where(onehot, idxs, torch.zeros_like(idxs)).sum(-nd - 1)
+    if not x.dtype.is_floating_point:
+        return out, index
+    # ATen takes a NaN over anything, the window's last one (its largest flat index);
+    # the max above never picks one: each window's largest NaN index, -1 if none (a float
+    # max-pool of exact integer keys, as fast as the one above)
+    numel = math.prod(space)
+    kdt = torch.float32 if numel <= 2**24 else torch.float64
+    flat = torch.arange(numel, device=x.device, dtype=kdt).reshape(space)
+    key = torch.where(torch.isnan(x), flat, torch.full_like(flat, -1.0))
+    keys, _ = _windows_nd(key, kernel_size, stride, padding, dilation, ceil_mode, -1.0, -1.0, nd)
+    kmax, _ = torch.max(keys, dim=-nd - 1)
+    last = kmax.to(torch.int64)
+    nan = last >= 0
+    value = torch.gather(x.flatten(-nd), -1, last.clamp(min=0).flatten(-nd)).reshape(out.shape)
+    return torch.where(nan, value, out), torch.where(nan, last, index)
 
 
 @_register(aten.max_pool2d_with_indices.default)
 def max_pool2d_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
                             dilation: Any = 1, ceil_mode: bool = False
                             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Max over the stacked windows; index = flat h*W+w of the first maximum (ATen's),
-    selected with a one-hot sum rather than a gather (elementwise work only). A padding
-    position wins only in a window whose elements are all -inf: ATen then reports the
-    window's first element inside the input, so the table names that one there."""
-    low = _lowest(x.dtype)
-    vals, idxs = _windows(x, kernel_size, stride, padding, dilation, ceil_mode, low, low)
-    idxs = _inside_indices(idxs, x.shape[-2], x.shape[-1], kernel_size, stride, padding,
-                           dilation, x.device)  # fmt: skip
-    out, arg = torch.max(vals, dim=-3)
-    k = idxs.shape[0]
-    onehot = arg.unsqueeze(-3) == torch.arange(k, device=x.device).reshape(k, 1, 1)
-    index = torch.where(onehot, idxs, torch.zeros_like(idxs)).sum(-3)
-    if not x.dtype.is_floating_point:
-        return out, index
-    # ATen takes a NaN over anything, the window's last one (its largest flat index);
-    # the max above never picks one: each window's largest NaN index, -1 if none (a float
-    # max-pool of exact integer keys, as fast as the one above)
-    h, w = x.shape[-2], x.shape[-1]
-    kdt = torch.float32 if h * w <= 2**24 else torch.float64
-    flat = torch.arange(h * w, device=x.device, dtype=kdt).reshape(h, w)
-    key = torch.where(torch.isnan(x), flat, torch.full_like(flat, -1.0))
-    keys, _ = _windows(key, kernel_size, stride, padding, dilation, ceil_mode, -1.0, -1.0)
-    kmax, _ = torch.max(keys, dim=-3)
-    last = kmax.to(torch.int64)
-    nan = last >= 0
-    value = torch.gather(x.flatten(-2), -1, last.clamp(min=0).flatten(-2)).reshape(out.shape)
-    return torch.where(nan, value, out), torch.where(nan, last, index)
+    """``_max_pool_with_indices`` over the last two dims."""
+    return _max_pool_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode, 2)
+
+
+@_register(aten.max_pool3d_with_indices.default)
+def max_pool3d_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
+                            dilation: Any = 1, ceil_mode: bool = False
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_max_pool_with_indices`` over the last three dims (PyTorch's decomposition, used
+    before, takes no NaN and reports no eager index for an all -inf window).
+
+    Not for a channels-last input (the op is traced as is, which this Torch-MLIR cannot
+    lower: the lowering refuses it and the graph runs eagerly): ATen's channels-last CPU
+    kernel reports, for an all -inf window in the channels past its last full vector (how
+    many depends on the CPU's vector width), the index without its depth term (0 instead
+    of 30), which no table here can reproduce on every machine."""
+    from torch._prims_common import suggest_memory_format
+
+    if x.dim() == 5 and suggest_memory_format(x) == torch.channels_last_3d:
+        return NotImplemented
+    return _max_pool_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode, 3)
 
 
 @_register(aten.avg_pool2d.default)
@@ -289,6 +350,27 @@ def max_pool2d_with_indices_backward(grad: torch.Tensor, x: torch.Tensor, kernel
 
 
 # --------------------------------------------------------------------------- math
+
+
+@_register(aten.isfinite.default)
+def isfinite(x: torch.Tensor) -> torch.Tensor:
+    """``|x| < inf``: false for NaN and both infinities. ATen's composite,
+    ``(x == x) * (|x| != inf)``, loses the NaN test: Torch-MLIR folds ``x == x`` to
+    true. Integer and bool elements are all finite; complex keeps the previous entry."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    if not x.dtype.is_floating_point:
+        return torch.ones_like(x, dtype=torch.bool)
+    return torch.abs(x) < math.inf
+
+
+@_register(aten.eq.Tensor)
+def eq_tensor(a: torch.Tensor, b: Any) -> torch.Tensor:
+    """``x == x`` of a float tensor is ``~isnan(x)``: Torch-MLIR folds an equality of a
+    value with itself to true, which is wrong at NaN. Other equalities are traced as is."""
+    if a is b and (a.dtype.is_floating_point or a.dtype.is_complex):
+        return torch.logical_not(torch.isnan(a))
+    return NotImplemented
 
 
 @_register(aten.hypot.default)
