@@ -125,6 +125,20 @@ def test_deepcopy_of_a_module_counts_the_copy_on_the_same_core() -> None:
     assert _alloc() == before
 
 
+@pytest.mark.parametrize("how", ["data", "set_"])
+def test_giving_a_tensor_an_empty_buffer_frees_its_old_storage(how: str) -> None:
+    before = _alloc()
+    t = torch.ones(100, device="neuron")
+    assert _alloc() - before == _nbytes(torch.ones(100))
+    empty = torch.empty(0, device="neuron")
+    if how == "data":
+        t.data = empty
+    else:
+        t.set_(empty)
+    assert _alloc() == before
+    assert t.shape == (0,)
+
+
 def test_training_steady_state_does_not_leak() -> None:
     model = models.build("mlp").to("neuron")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -62,6 +62,9 @@ def track(wrapper: object, buffer: torch.Tensor, index: int) -> None:
     storage = buffer.untyped_storage()
     nbytes = storage.nbytes()
     if nbytes == 0:
+        # nothing to account; a previous buffer's token (``set_``, ``.data =`` an empty
+        # tensor) must not keep that storage counted through this wrapper
+        wrapper.__dict__.pop("_memory_token", None)  # type: ignore[attr-defined]
         return
     key = (index, storage.data_ptr())
     ref = _live.get(key)
