@@ -31,7 +31,7 @@ from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
 from torchneuron.adaptive_eager.verify import reference_raised, run_checked
-from torchneuron.compiler.index_bounds import raised_by_index_check
+from torchneuron.compiler import index_bounds
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor, pending_tensor
@@ -67,17 +67,16 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
 
 
 aten = torch.ops.aten
-# op -> (index argument, data argument, dim of the data the index addresses or None for the
-# op's dim argument at position 1): a compiled gather clamps where eager raises, so the
-# index values of these ops are checked before deferring (when they already exist).
-_INDEX_CHECKS = {
-    aten.embedding.default: (1, 0, 0),
-    aten.index_select.default: (2, 0, None),
-    aten.gather.default: (2, 0, None),
-    aten.nll_loss_forward.default: (1, 0, -1),
-    aten.multi_margin_loss.default: (1, 0, -1),
-    aten.multilabel_margin_loss_forward.default: (1, 0, -1),
-}
+# A compiled gather clamps where eager raises, so the index values of these ops are checked
+# before deferring (when they already exist), by the rules the compiler's own checks use.
+_INDEX_CHECKS = frozenset({
+    aten.embedding.default,
+    aten.index_select.default,
+    aten.gather.default,
+    aten.nll_loss_forward.default,
+    aten.multi_margin_loss.default,
+    aten.multilabel_margin_loss_forward.default,
+})
 
 
 # Margin losses: PyTorch's own Python decomposition (at the Autograd key) runs before the
@@ -90,28 +89,17 @@ _UNCHECKED_IN_EXECUTABLES = {
 
 
 def _indices_in_range(func: Any, args: tuple) -> bool:
-    pos, data_pos, dim = _INDEX_CHECKS[func]
-    index, data = args[pos], args[data_pos]
-    if not isinstance(index, NeuronTensor):
-        return True
-    if index._buffer is None or index._pending is not None:
-        # a value of this region: the executable checks it after its run (index_bounds)
-        return func not in _UNCHECKED_IN_EXECUTABLES
-    if dim is None:
-        dim = args[1]
-    buf = index._buffer
-    if buf.numel() == 0:
-        return True
-    n = data.shape[dim] if data.dim() else 1
-    if func is aten.nll_loss_forward.default:
-        n = data.shape[-1] if data.dim() > 1 else data.shape[0]
-        ignore = args[4]
-        buf = buf[buf != ignore]
-        if buf.numel() == 0:
-            return True
-    # multilabel targets: -1 ends a row's labels, and eager checks every entry, after it too
-    low = -1 if func is aten.multilabel_margin_loss_forward.default else 0
-    return bool(buf.min() >= low) and bool(buf.max() < n)
+    for index, low, high, _dim, _kind, *skip in index_bounds.specs_of(func, args):
+        if not isinstance(index, NeuronTensor):
+            continue
+        if index._buffer is None or index._pending is not None:
+            # a value of this region: the executable checks it after its run
+            if func in _UNCHECKED_IN_EXECUTABLES:
+                return False
+            continue
+        if bool(index_bounds.outside(index._buffer, low, high, *skip).any()):
+            return False
+    return True
 
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
@@ -388,7 +376,7 @@ class Replay:
             # An index the region computed is out of range (the executable's check), or
             # the first replay's eager reference raised: nothing was written back. Eager's
             # way from the unchanged inputs: the writes before the failing op, its error.
-            if raised_by_index_check(e):
+            if index_bounds.raised_by_index_check(e):
                 self._eager(Reason.INDEX_OUT_OF_RANGE)
             elif reference_raised(e):
                 self._eager(Reason.REFERENCE_RAISED)

@@ -50,7 +50,8 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 __all__ = ["IndexCheck", "USER_LEVEL_CHECKS", "with_index_checks", "without_index_checks",
-           "lift_index_checks", "raise_out_of_range", "raised_by_index_check", "check_index"]
+           "lift_index_checks", "raise_out_of_range", "raised_by_index_check", "check_index",
+           "outside", "specs_of"]
 
 aten = torch.ops.aten
 
@@ -83,9 +84,7 @@ def check_index(index: torch.Tensor, low: int, high: int, dim: int, kind: str,
     if index.numel() == 0:
         return
     flat = index.reshape(-1)
-    bad = (flat < low) | (flat >= high)
-    if skip is not None:
-        bad &= flat != skip
+    bad = outside(flat, low, high, skip)
     if not bool(bad.any()):
         return
     error, message, *below = _KINDS[kind]
@@ -93,6 +92,22 @@ def check_index(index: torch.Tensor, low: int, high: int, dim: int, kind: str,
         message = below[0]  # eager checks the minimum first (one_hot)
     first = int(flat[bad.nonzero()[0, 0]])
     raise error(message.format(v=first, dim=dim, size=high) + where)
+
+
+def outside(index: torch.Tensor, low: int, high: int, skip: int | None = None
+            ) -> torch.Tensor:
+    """Where ``index`` lies outside ``[low, high)``, ``skip`` (an ``ignore_index``) allowed."""
+    bad = (index < low) | (index >= high)
+    if skip is not None:
+        bad &= index != skip
+    return bad
+
+
+def specs_of(op: Any, args: Sequence[Any]) -> list[Spec]:
+    """The range checks eager makes on ``op(*args)``'s index arguments (``op`` one of the
+    checked ops): ``(index, low, high, dim, kind[, skip])`` each. Only the index values
+    are read later; everything else comes from the arguments' shapes and scalars."""
+    return _CHECKED[op](*args)
 
 
 def _eager(index: torch.Tensor, low: int, high: int, dim: int, kind: str,
