@@ -176,3 +176,24 @@ def test_values_nobody_holds_are_not_materialized() -> None:
     assert region is not None, ae.explain()
     outputs = next(n for n in region.graph.graph.nodes if n.op == "output").args[0]
     assert len(region) > 30 and len(outputs) == 1, (len(region), outputs)
+
+
+def test_torch_compile_traces_torch_tensor_after_disable() -> None:
+    """``enable()`` swaps ``torch.tensor`` for a wrapper. Dynamo maps torch's functions to
+    its rules once, by object: a map built while the wrapper was in place must not leave
+    the restored original unknown, or ``fullgraph=True`` fails on ``torch.tensor``."""
+    import torch._dynamo.trace_rules as trace_rules
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.tensor([1.5, -2.0], device=x.device)
+
+    trace_rules.get_torch_obj_rule_map.cache_clear()
+    ae.enable()
+    try:
+        trace_rules.get_torch_obj_rule_map()  # Dynamo's map, built while enabled
+    finally:
+        ae.disable()
+    torch._dynamo.reset()
+    x = torch.randn(3, 2)
+    got = torch.compile(fn, backend="neuron", fullgraph=True)(x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), fn(x), rtol=0, atol=0)

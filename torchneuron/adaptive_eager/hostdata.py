@@ -20,6 +20,7 @@ else passes through to PyTorch unchanged.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -97,9 +98,21 @@ def install() -> None:
         if name not in _originals:
             _originals[name] = getattr(torch, name)
             setattr(torch, name, _wrap(_originals[name]))
+    _forget_dynamos_torch_functions()
 
 
 def uninstall() -> None:
     for name, original in list(_originals.items()):
         setattr(torch, name, original)
         del _originals[name]
+    _forget_dynamos_torch_functions()
+
+
+def _forget_dynamos_torch_functions() -> None:
+    """Dynamo maps the functions in ``torch``'s namespace to its rules once, by object: a
+    map built while ``torch.tensor`` was our wrapper has no rule for the original, so after
+    ``disable()`` ``torch.compile(fullgraph=True)`` of ``torch.tensor([...])`` failed.
+    Rebuilt lazily on Dynamo's next trace."""
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    if trace_rules is not None:
+        trace_rules.get_torch_obj_rule_map.cache_clear()
