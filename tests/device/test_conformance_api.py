@@ -259,3 +259,19 @@ def test_first_op_does_not_import_torch_distributed_tensor() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_format_spec_formats_a_0_dim_tensors_value_like_cpu() -> None:
+    specs = [".4f", "", ">10.2e", "g"]
+    for make in (lambda d: torch.tensor(2.5, device=d).sqrt(), lambda d: torch.tensor(7, device=d)):
+        cpu, dev = make("cpu"), make("neuron")
+        for spec in specs:
+            assert format(dev, spec) == format(cpu, spec)
+        assert f"{dev:.3f}" == f"{cpu:.3f}"
+    for make in (lambda d: torch.ones(2, device=d), lambda d: nn.Parameter(torch.ones((), device=d))):
+        with pytest.raises(TypeError) as cpu_error:
+            format(make("cpu"), ".2f")
+        with pytest.raises(TypeError) as neuron_error:
+            format(make("neuron"), ".2f")
+        assert str(neuron_error.value) == str(cpu_error.value)
+    assert format(torch.ones(2, device="neuron")) == str(torch.ones(2, device="neuron"))

@@ -207,6 +207,21 @@ class NeuronTensor(torch.Tensor):
 
         return neuron_repr(self)
 
+    def __format__(self, format_spec: str) -> str:
+        """``f"{loss:.4f}"`` formats a 0-dim tensor's value, as for a CPU or CUDA tensor.
+
+        Why: ``torch.Tensor.__format__`` does this only when ``type(self) is Tensor``, so
+        every tensor subclass falls through to ``object.__format__``, which rejects any
+        format spec (``TypeError: unsupported format string``). A parameter keeps that
+        fallthrough, as on the CPU (``nn.Parameter`` is a subclass there too)."""
+        is_param = getattr(self, "_is_param", False)
+        if self.dim() == 0 and not is_param:
+            return self.item().__format__(format_spec)
+        if format_spec:  # object.__format__'s error, naming the class CPU's names
+            kind = "Parameter" if is_param else "Tensor"
+            raise TypeError(f"unsupported format string passed to {kind}.__format__")
+        return str(self)
+
     def __tensor_flatten__(self) -> tuple[list[str], dict]:
         return ["buffer"], {"device_index": self._device_index}
 
