@@ -2,10 +2,14 @@
 
 Enables adaptive eager before the script starts (nothing in the script changes) and
 prints ``adaptive_eager.explain()`` and the simulated device time when it ends.
+The script runs as ``python script.py`` would run it: as ``__main__``, with its own
+``sys.argv`` and its folder first on ``sys.path`` (so it imports its sibling modules),
+and its exit status is the command's.
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
@@ -23,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torchneuron.adaptive_eager.enable()
     sys.argv = argv
+    # ``python script.py`` puts the script's folder first on sys.path (``python -m`` put
+    # the current directory there, kept behind it in case torchneuron came from it):
+    # a script importing its sibling modules needs it.
+    sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
     try:
         runpy.run_path(argv[0], run_name="__main__")
     finally:
