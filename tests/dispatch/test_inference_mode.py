@@ -1,0 +1,38 @@
+"""Moving a module to ``neuron`` inside ``torch.inference_mode()`` works as on the CPU.
+
+Why: under inference mode the autograd keys are excluded, so composite ops that
+normally never reach the device (``_has_compatible_shallow_copy_type``, which
+``Module._apply`` asks for every parameter) arrive at the op handler; run on the
+buffers they saw a CPU and a neuron tensor and raised a mixed-device error.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import torchneuron  # noqa: F401
+
+
+def _model(dev: str) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU()).eval().to(dev)
+
+
+def test_module_to_neuron_inside_inference_mode() -> None:
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ref = _model("cpu")(x)
+        model = _model("neuron")
+        out = model(x.to("neuron"))
+        assert all(p.device.type == "neuron" for p in model.parameters())
+        assert torch.equal(ref, out.cpu())
+        assert model.to("cpu")[0].weight.device.type == "cpu"
+
+
+def test_shallow_copy_type_answers_as_on_the_cpu() -> None:
+    pairs = [(torch.ones(2, device="neuron"), torch.ones(2)), (torch.ones(2), torch.ones(2, device="neuron"))]
+    outside = [torch._has_compatible_shallow_copy_type(a, b) for a, b in pairs]
+    with torch.inference_mode():
+        inside = [torch._has_compatible_shallow_copy_type(a, b) for a, b in pairs]
+    assert inside == outside == [False, False]
