@@ -9,7 +9,7 @@ fallback for ops the device cannot run, and op tracking. Imports
 import torch
 
 from torchneuron.device.tensor import set_op_handler
-from torchneuron.dispatch import autocast, factory, host_args
+from torchneuron.dispatch import autocast, factory, host_args, kernel_over_composite
 from torchneuron.dispatch.eager import run_op, wrap
 from torchneuron.dispatch.tracking import (
     executed_ops,
@@ -50,3 +50,4 @@ def install() -> None:
     factory.install()
     host_args.install()
     autocast.install()
+    kernel_over_composite.install()
