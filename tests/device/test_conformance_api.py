@@ -275,3 +275,16 @@ def test_format_spec_formats_a_0_dim_tensors_value_like_cpu() -> None:
             format(make("neuron"), ".2f")
         assert str(neuron_error.value) == str(cpu_error.value)
     assert format(torch.ones(2, device="neuron")) == str(torch.ones(2, device="neuron"))
+
+
+def test_memory_summary_and_mem_get_info_like_cuda() -> None:
+    before_free, total = torch.neuron.mem_get_info()
+    x = torch.ones(1 << 18, device="neuron")  # 1 MiB
+    free, total_after = torch.neuron.mem_get_info()
+    assert total_after == total and free == before_free - x.numel() * 4
+    assert (free, total) == torch.accelerator.get_memory_info()
+    summary = torch.neuron.memory_summary()
+    allocated = torch.neuron.memory_allocated()
+    expected = f"{allocated / 2**20:.2f} MiB" if allocated >= 2**20 else f"{allocated} B"
+    assert "Allocated memory" in summary and expected in summary
+    assert torch.neuron.memory_summary(0, abbreviated=True) == summary

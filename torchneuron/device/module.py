@@ -37,6 +37,8 @@ __all__ = [
     "max_memory_allocated",
     "reset_peak_memory_stats",
     "memory_stats",
+    "memory_summary",
+    "mem_get_info",
     "memory_reserved",
     "max_memory_reserved",
     "empty_cache",
@@ -188,6 +190,38 @@ def memory_stats(dev: Any = None) -> dict[str, int]:
         "reserved_bytes.all.peak": mem.peak,
         "capacity_bytes": mem.capacity,
     }
+
+
+def mem_get_info(dev: Any = None) -> tuple[int, int]:
+    """``(free, total)`` bytes of the core's simulated HBM, as ``torch.cuda.mem_get_info``."""
+    mem = get_core(_index(dev)).memory
+    return mem.capacity - mem.allocated, mem.capacity
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A printable table of the memory counters, for code that prints
+    ``torch.cuda.memory_summary()``; the device has one pool and no caching allocator, so
+    the table has one row per counter (``abbreviated`` changes nothing)."""
+    index = _index(device)
+    mem = get_core(index).memory
+    rows = [
+        ("Allocated memory", mem.allocated, mem.peak),
+        ("Reserved memory", mem.allocated, mem.peak),
+        ("Free memory", mem.capacity - mem.allocated, mem.capacity - mem.peak),
+    ]
+    width = 75
+    lines = ["=" * width,
+             f" neuron memory summary, device {index} (simulated HBM: {_mib(mem.capacity)})",
+             "-" * width,
+             f" {'Metric':<30}| {'Cur Usage':>20} | {'Peak Usage':>20}",
+             "-" * width]  # fmt: skip
+    lines += [f" {name:<30}| {_mib(cur):>20} | {_mib(peak):>20}" for name, cur, peak in rows]
+    lines.append("=" * width)
+    return "\n".join(lines) + "\n"
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes} B"
 
 
 def memory_reserved(dev: Any = None) -> int:
