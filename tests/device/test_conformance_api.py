@@ -288,3 +288,19 @@ def test_memory_summary_and_mem_get_info_like_cuda() -> None:
     expected = f"{allocated / 2**20:.2f} MiB" if allocated >= 2**20 else f"{allocated} B"
     assert "Allocated memory" in summary and expected in summary
     assert torch.neuron.memory_summary(0, abbreviated=True) == summary
+
+
+def test_safetensors_saves_neuron_tensors_and_sees_shared_storage(tmp_path: Path) -> None:
+    """Hugging Face ``save_pretrained`` goes through safetensors, which reads storage
+    pointers to find tied weights; a neuron wrapper's own storage has none."""
+    st = pytest.importorskip("safetensors.torch")
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2).to("neuron")
+    base = torch.arange(6.0, device="neuron")
+    view = base[2:]
+    assert base.storage().data_ptr() == view.storage().data_ptr()
+    assert base.storage().data_ptr() != model.weight.storage().data_ptr()
+    st.save_file(model.state_dict(), tmp_path / "m.safetensors")
+    loaded = st.load_file(tmp_path / "m.safetensors")
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded[name], value.cpu())

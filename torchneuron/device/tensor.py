@@ -207,6 +207,20 @@ class NeuronTensor(torch.Tensor):
 
         return neuron_repr(self)
 
+    def storage(self) -> torch.TypedStorage:  # type: ignore[override]
+        """The (deprecated) typed storage of the host buffer holding the values.
+
+        Why: safetensors, and with it Hugging Face's ``save_pretrained``, finds tensors
+        that share memory by ``untyped_storage().data_ptr()``, falling back to
+        ``storage().data_ptr()``; a wrapper's own storage has no data and raises on both
+        ("invalid python storage"), so saving a model on ``neuron`` crashed. The buffer's
+        storage gives the pointer, the same for views and tied weights of one buffer.
+        ``untyped_storage()`` stays the wrapper's: Dynamo and AOTAutograd read it."""
+        buffer = self.buffer
+        if type(buffer) is not torch.Tensor:  # traced: a fake or functional buffer
+            return super().storage()
+        return buffer.storage()
+
     def __format__(self, format_spec: str) -> str:
         """``f"{loss:.4f}"`` formats a 0-dim tensor's value, as for a CPU or CUDA tensor.
 
