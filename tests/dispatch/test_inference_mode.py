@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import torchneuron  # noqa: F401
+import torchneuron
 
 
 def _model(dev: str) -> nn.Module:
@@ -36,3 +36,12 @@ def test_shallow_copy_type_answers_as_on_the_cpu() -> None:
     with torch.inference_mode():
         inside = [torch._has_compatible_shallow_copy_type(a, b) for a, b in pairs]
     assert inside == outside == [False, False]
+
+
+def test_module_to_neuron_inside_inference_mode_under_adaptive_eager() -> None:
+    """Adaptive eager's dispatch mode hands ops to eager dispatch directly."""
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+    with torchneuron.adaptive_eager.enabled(), torch.inference_mode():
+        ref = _model("cpu")(x)
+        out = _model("neuron")(x.to("neuron"))
+        assert torch.equal(ref, out.cpu())

@@ -30,6 +30,12 @@ __all__ = ["run_op", "wrap", "unwrap_device"]
 aten = torch.ops.aten
 _get_dispatch_mode = torch._C._get_dispatch_mode
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
+# A composite that answers from the wrappers' own dispatch keys, not from values. It
+# reaches the device only under ``torch.inference_mode`` (autograd keys excluded), where
+# running it on the buffers compared two CPU tensors: ``Module.to("neuron")`` asks
+# ``_has_compatible_shallow_copy_type(cpu_param, neuron_param)`` and failed with a
+# mixed-device error, although the answer (False: swap the parameter) needs no device.
+_SHALLOW_COPY_TYPE = aten._has_compatible_shallow_copy_type.default
 
 
 def wrap(buffer: torch.Tensor, index: int) -> NeuronTensor:
@@ -152,6 +158,8 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     ``oprecord``. Common arguments are unwrapped and keyed in one pass
     (``fastpath.unwrap``); the rest take the general path.
     """
+    if func is _SHALLOW_COPY_TYPE:
+        return func.decompose(*args, **kwargs)
     rec = record(func)
     if rec.fast and kwargs.get("device") is None:
         u = fastpath.unwrap(rec, args, kwargs, keyed=rec.kernel)
