@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from ._fuse_nan import nan_override
 from ._fuse_norm import batch_variance
 from ._fuse_pool import native_max_pool2d
 from ._fuse_relu import relu_backward
@@ -74,7 +75,9 @@ class _Graph:
     def __init__(self, body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> None:
         self.producer: dict[str, tuple[int, Operation, tuple[str, ...]]] = {}
         self.reads: Counter[str] = Counter(returns or ())
+        self._body = body
         self._constant: dict[str, bool] = {}
+        self._readers: dict[str, list[int]] | None = None
         for name in pinned:
             self.reads[name] += 1_000_000  # read from a nested region: never fused away
         for i, (op, operands) in enumerate(body):
@@ -103,14 +106,25 @@ class _Graph:
             self._constant[name] = hit
         return hit
 
-    def closed(self, body: Body, ids: list[int], last: int) -> bool:
-        """Whether only ops of the run read the results of its ops other than ``last``."""
+    def readers(self, name: str) -> list[int]:
+        """The body indices of the ops reading ``name``, in order (each once)."""
+        if self._readers is None:
+            self._readers = {}
+            for i, (_, operands) in enumerate(self._body):
+                for o in dict.fromkeys(operands):
+                    self._readers.setdefault(o, []).append(i)
+        return self._readers.get(name, [])
+
+    def closed(self, body: Body, ids: list[int], last: int, also: tuple[int, ...] = ()) -> bool:
+        """Whether only ops of the run read the results of its ops other than ``last``
+        (and those in ``also``)."""
         inside: Counter[str] = Counter()
         for i in ids:
             inside.update(body[i][1])
         return all(
-            self.reads[r] == inside[r] for i in ids if i != last for r in body[i][0].results
-        )
+            self.reads[r] == inside[r]
+            for i in ids if i != last and i not in also for r in body[i][0].results
+        )  # fmt: skip
 
 
 # --- max-pooling forward: strided window slices, concatenate, reshape, max-with-index ---
@@ -447,12 +461,21 @@ def _make(last: Operation, outer: tuple[str, ...], run_ops: Body, impl: OpFn,
     )
 
 
+def _make_multi(results: tuple[str, ...], types: tuple[Any, ...], outer: tuple[str, ...],
+                run_ops: Body, impl: OpFn, kind: str) -> Fused:
+    """A fused op whose results are values of several of the run's ops."""
+    last = Operation(name="", results=list(results), operands=[], operand_types=[],
+                     result_types=list(types))
+    return _make(last, outer, run_ops, impl, kind)
+
+
 _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], ...] = (
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
     batch_variance,
     relu_backward,
+    nan_override,
 )
 
 
@@ -464,7 +487,8 @@ def fuse(body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> Body:
     for at in range(len(body)):
         for fusion in _FUSIONS:
             hit = fusion(g, body, at)
-            if hit is not None and not (set(hit[1]) & gone):
+            # (a run may not take in an op another fusion has already replaced)
+            if hit is not None and not (set(hit[1]) & (gone | replace.keys())):
                 fused, ids = hit
                 if any(r in pinned for i in ids for r in body[i][0].results):
                     continue
