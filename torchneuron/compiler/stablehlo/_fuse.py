@@ -10,7 +10,8 @@ run is recognised and replaced by one ``Fused`` op computing the run's results f
 strided views of the input (one compare and two selects per window position, no
 copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
 BatchNorm's batch variance (the same torch calls, in one step); ``_fuse_relu`` ReLU's
-backward (``threshold_backward``).
+backward (``threshold_backward``); ``_fuse_nan`` max-pooling's NaN override (two selects
+that give their third operands when the input has no NaN; a fused op with two results).
 
 Rules every fusion keeps:
 
