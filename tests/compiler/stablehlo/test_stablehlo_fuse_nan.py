@@ -18,7 +18,16 @@ from tests.compiler.stablehlo.test_stablehlo_fuse import _pool_input, _runs, _sa
 FUSED = "torchneuron.fused.nan_override"
 
 
-@pytest.mark.parametrize("case", ["ties", "signed_zeros", "nan", "neg_inf"])
+def _input(shape: tuple[int, ...], case: str) -> torch.Tensor:
+    if case != "both_infs":
+        return _pool_input(shape, case)
+    x = _pool_input(shape, "ties")  # +inf and -inf: the input's sum is NaN, no element is
+    x.view(-1)[4] = float("inf")
+    x.view(-1)[9] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("case", ["ties", "signed_zeros", "nan", "neg_inf", "both_infs"])
 @pytest.mark.parametrize(
     "shape,kw",
     [((2, 3, 8, 8), dict(kernel_size=2, stride=2)),
@@ -27,7 +36,7 @@ FUSED = "torchneuron.fused.nan_override"
      ((2, 5, 11), dict(kernel_size=3, stride=2))],
 )  # fmt: skip
 def test_max_pool_nan_override_is_fused_and_exact(shape, kw, case, monkeypatch) -> None:  # noqa: ANN001
-    x = _pool_input(shape, case)
+    x = _input(shape, case)
     fn = lambda t: F.max_pool2d_with_indices(t, **kw)  # noqa: E731
     fast, slow, fused = _runs(fn, [x], monkeypatch)
     assert FUSED in fused
@@ -46,7 +55,7 @@ def test_a_nan_arriving_on_a_later_run_is_still_reported(monkeypatch) -> None:  
     fn = lambda t: F.max_pool2d_with_indices(t, 2, 2)  # noqa: E731
     clean = _pool_input((2, 3, 8, 8), "ties")
     prepared = prepare(compile_graph(fn, [clean])._module())
-    for x in (clean, _pool_input((2, 3, 8, 8), "nan"), clean):
+    for x in (clean, _pool_input((2, 3, 8, 8), "nan"), clean, _input((2, 3, 8, 8), "both_infs")):
         got_v, got_i = prepared.run([x])
         ref_v, ref_i = fn(x)
         assert _same_bits(got_v, ref_v) and torch.equal(got_i, ref_i)
