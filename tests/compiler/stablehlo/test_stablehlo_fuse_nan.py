@@ -5,6 +5,9 @@ op-by-op run for every form whose predicate is not a NaN mask of program constan
 Why: it replaces about twenty-five steps of every compiled max-pooling forward by "no
 NaN: the pool's own value and index"; a wrong match would silently drop a NaN (or put
 one where eager has none) in every such model.
+
+Also here: the pool with its flat index as ATen's kernel alone
+(``stablehlo._fuse_pool_flat``), the same bits as the pool and lookup run op by op.
 """
 
 from __future__ import annotations
@@ -130,3 +133,26 @@ def test_a_hand_written_override_of_the_same_form_is_exact(nan: bool, monkeypatc
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     for got, want in zip(fast, fn(x, v, i), strict=True):
         assert _same_bits(got, want)
+
+
+@pytest.mark.parametrize("case", ["ties", "nan", "neg_inf", "signed_zeros"])
+@pytest.mark.parametrize(
+    "shape,kw",
+    [((2, 3, 8, 8), dict(kernel_size=2, stride=2)),
+     ((2, 3, 9, 7), dict(kernel_size=3, stride=2)),
+     ((2, 3, 9, 7), dict(kernel_size=3, stride=2, padding=1)),
+     ((2, 5, 11), dict(kernel_size=(2, 3), stride=(1, 2)))],
+)  # fmt: skip
+def test_max_pool_with_its_flat_index_is_one_kernel_call_and_exact(shape, kw, case,
+                                                                  monkeypatch) -> None:  # noqa: ANN001
+    """``_fuse_pool_flat``: the pool and the lookup of its flat index as ATen's kernel;
+    a padded pool's table points into the unpadded input, so there the two fusions run
+    one after the other. Either way: the op-by-op bits and eager's results."""
+    x = _input(shape, case)
+    fn = lambda t: F.max_pool2d_with_indices(t, **kw)  # noqa: E731
+    fast, slow, fused = _runs(fn, [x], monkeypatch)
+    assert "torchneuron.fused.max_pool_flat" in fused
+    assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
+    ref_v, ref_i = fn(x)
+    assert _same_bits(fast[0], ref_v)
+    assert torch.equal(fast[1], ref_i)

@@ -11,7 +11,8 @@ strided views of the input (one compare and two selects per window position, no
 copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
 BatchNorm's batch variance (the same torch calls, in one step); ``_fuse_relu`` ReLU's
 backward (``threshold_backward``); ``_fuse_nan`` max-pooling's NaN override (two selects
-that give their third operands when the input has no NaN; a fused op with two results).
+that give their third operands when the input has no NaN; a fused op with two results);
+``_fuse_pool_flat`` the native pool with the lookup of its flat index (tried first).
 
 Rules every fusion keeps:
 
@@ -37,6 +38,7 @@ import torch
 from ._fuse_nan import nan_override
 from ._fuse_norm import batch_variance
 from ._fuse_pool import native_max_pool2d
+from ._fuse_pool_flat import max_pool_flat_index
 from ._fuse_relu import relu_backward
 from ._registry import CONSTANT_OPS, NEVER_HOISTED, OPS, OpFn, Runner, ints
 from ._specialize import specialize
@@ -263,7 +265,9 @@ def _max_pool_forward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]]
     if pooled == [rank - 2, rank - 1] and out_shape == tuple(piece_t.shape):
         native = native_max_pool2d(tuple(src_t.shape), kernel, stride, out_shape, slow)
         if native is not None:
-            return _make(red, outer, run_ops, native, "max_pool_window"), run_ids
+            fused = _make(red, outer, run_ops, native, "max_pool_window")
+            fused.attributes["native_pool"] = (tuple(src_t.shape), kernel, stride)  # for
+            return fused, run_ids  # ``_fuse_pool_flat``, which may take this run in
     fused = _make(red, outer, run_ops, max_pool, "max_pool_window")
     return fused, run_ids
 
@@ -480,13 +484,25 @@ _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], .
 )
 
 
+# tried on the whole block first: their runs take in runs of the fusions above
+_EARLY: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], ...] = (
+    max_pool_flat_index,
+)
+
+
 def fuse(body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> Body:
     """``body`` with every recognised run replaced by one ``Fused`` op at its last op."""
+    return _fuse_with(_fuse_with(body, returns, pinned, _EARLY), returns, pinned, _FUSIONS)
+
+
+def _fuse_with(body: Body, returns: tuple[str, ...] | None, pinned: set[str],
+               fusions: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None],
+                              ...]) -> Body:  # fmt: skip
     g = _Graph(body, returns, pinned)
     replace: dict[int, Fused] = {}
     gone: set[int] = set()
     for at in range(len(body)):
-        for fusion in _FUSIONS:
+        for fusion in fusions:
             hit = fusion(g, body, at)
             # (a run may not take in an op another fusion has already replaced)
             if hit is not None and not (set(hit[1]) & (gone | replace.keys())):
