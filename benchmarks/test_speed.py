@@ -39,7 +39,12 @@ from tests import loops  # noqa: E402
 # only adds scheduling noise; CPU and neuron both run the same CPU kernels under it.
 torch.set_num_threads(1)
 
-WARMUP = 3  # compiles happen here (and eager signatures are first seen)
+# Compiles happen here (and eager signatures are first seen); then a few more steps,
+# because a compiled step runs each of its interpreter's step callables (and Dynamo's and
+# AOTAutograd's wrappers) once, and CPython specializes a function's bytecode only after
+# several calls: measured on the CNN loop, compiled steps 2-7 run 10-50% above their
+# steady state (eager's code paths run dozens of times per step and warm up in one).
+WARMUP = 10
 # adaptive eager: warm up until a step replays without recording (steady state), at most
 ADAPTIVE_WARMUP = 30
 ROUNDS = 15

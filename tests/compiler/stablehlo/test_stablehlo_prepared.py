@@ -135,3 +135,44 @@ def test_outputs_own_their_storage_under_inference_mode(modes: tuple[str, str]) 
             for o in outs:
                 o.fill_(-5.0)  # the caller owns its outputs
             assert torch.equal(x, x0)
+
+
+_LIVENESS = """func.func @main(%x: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
+  %c0 = stablehlo.constant dense<0> : tensor<i64>
+  %c3 = stablehlo.constant dense<3> : tensor<i64>
+  %c1 = stablehlo.constant dense<1> : tensor<i64>
+  %a = stablehlo.add %x, %x : tensor<f32>
+  %b = stablehlo.multiply %a, %x : tensor<f32>
+  %d = stablehlo.add %b, %x : tensor<f32>
+  %e = stablehlo.add %d, %d : tensor<f32>
+  %r:2 = stablehlo.while(%i = %c0, %acc = %e) : tensor<i64>, tensor<f32>
+    cond {
+      %p = stablehlo.compare LT, %i, %c3, SIGNED : (tensor<i64>, tensor<i64>) -> tensor<i1>
+      stablehlo.return %p : tensor<i1>
+    } do {
+      %n = stablehlo.add %i, %c1 : tensor<i64>
+      %s = stablehlo.add %acc, %a : tensor<f32>
+      stablehlo.return %n, %s : tensor<i64>, tensor<f32>
+    }
+  return %r#1, %b : tensor<f32>, tensor<f32>
+}"""
+
+
+def test_values_are_released_after_their_last_read_but_not_before() -> None:
+    """Each value leaves the run's env after its last reader (so its memory is reused),
+    counting a later op's region reading it by name as a read, and never a returned
+    value; a hot run (from the kept constants) gives the same results."""
+    prepared = prepare(parse_module(_LIVENESS))
+    for v in (2.0, -1.5, 2.0):
+        r, b = prepared.run([torch.tensor(v)])
+        a = v + v
+        e = 2 * (a * v + v)
+        assert (r.item(), b.item()) == (e + 3 * a, a * v)
+    block = prepared.block(prepared.entry.body)
+    steps = [s for s in block.steps if s.op.name != "stablehlo.constant"]
+    assert [s.op.name for s in steps[1:]] == ["stablehlo.multiply", "stablehlo.add",
+                                             "stablehlo.add", "stablehlo.while"]  # fmt: skip
+    (a,), (b,), (d,), (e,) = (s.results for s in steps[:4])
+    assert steps[3].drop == (d,)  # d's only reader
+    assert {a, e} <= set(steps[4].drop)  # a: read by the while body, after the ops before
+    assert not any(b in s.drop for s in steps)  # returned

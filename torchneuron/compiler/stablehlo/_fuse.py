@@ -10,7 +10,9 @@ run is recognised and replaced by one ``Fused`` op computing the run's results f
 strided views of the input (one compare and two selects per window position, no
 copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
 BatchNorm's batch variance (the same torch calls, in one step); ``_fuse_relu`` ReLU's
-backward (``threshold_backward``).
+backward (``threshold_backward``); ``_fuse_nan`` max-pooling's NaN override (two selects
+that give their third operands when the input has no NaN; a fused op with two results);
+``_fuse_pool_flat`` the native pool with the lookup of its flat index (tried first).
 
 Rules every fusion keeps:
 
@@ -33,8 +35,10 @@ from typing import Any
 
 import torch
 
+from ._fuse_nan import nan_override
 from ._fuse_norm import batch_variance
 from ._fuse_pool import native_max_pool2d
+from ._fuse_pool_flat import max_pool_flat_index
 from ._fuse_relu import relu_backward
 from ._registry import CONSTANT_OPS, NEVER_HOISTED, OPS, OpFn, Runner, ints
 from ._specialize import specialize
@@ -74,7 +78,9 @@ class _Graph:
     def __init__(self, body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> None:
         self.producer: dict[str, tuple[int, Operation, tuple[str, ...]]] = {}
         self.reads: Counter[str] = Counter(returns or ())
+        self._body = body
         self._constant: dict[str, bool] = {}
+        self._readers: dict[str, list[int]] | None = None
         for name in pinned:
             self.reads[name] += 1_000_000  # read from a nested region: never fused away
         for i, (op, operands) in enumerate(body):
@@ -103,14 +109,25 @@ class _Graph:
             self._constant[name] = hit
         return hit
 
-    def closed(self, body: Body, ids: list[int], last: int) -> bool:
-        """Whether only ops of the run read the results of its ops other than ``last``."""
+    def readers(self, name: str) -> list[int]:
+        """The body indices of the ops reading ``name``, in order (each once)."""
+        if self._readers is None:
+            self._readers = {}
+            for i, (_, operands) in enumerate(self._body):
+                for o in dict.fromkeys(operands):
+                    self._readers.setdefault(o, []).append(i)
+        return self._readers.get(name, [])
+
+    def closed(self, body: Body, ids: list[int], last: int, also: tuple[int, ...] = ()) -> bool:
+        """Whether only ops of the run read the results of its ops other than ``last``
+        (and those in ``also``)."""
         inside: Counter[str] = Counter()
         for i in ids:
             inside.update(body[i][1])
         return all(
-            self.reads[r] == inside[r] for i in ids if i != last for r in body[i][0].results
-        )
+            self.reads[r] == inside[r]
+            for i in ids if i != last and i not in also for r in body[i][0].results
+        )  # fmt: skip
 
 
 # --- max-pooling forward: strided window slices, concatenate, reshape, max-with-index ---
@@ -248,7 +265,9 @@ def _max_pool_forward(g: _Graph, body: Body, at: int) -> tuple[Fused, list[int]]
     if pooled == [rank - 2, rank - 1] and out_shape == tuple(piece_t.shape):
         native = native_max_pool2d(tuple(src_t.shape), kernel, stride, out_shape, slow)
         if native is not None:
-            return _make(red, outer, run_ops, native, "max_pool_window"), run_ids
+            fused = _make(red, outer, run_ops, native, "max_pool_window")
+            fused.attributes["native_pool"] = (tuple(src_t.shape), kernel, stride)  # for
+            return fused, run_ids  # ``_fuse_pool_flat``, which may take this run in
     fused = _make(red, outer, run_ops, max_pool, "max_pool_window")
     return fused, run_ids
 
@@ -447,24 +466,46 @@ def _make(last: Operation, outer: tuple[str, ...], run_ops: Body, impl: OpFn,
     )
 
 
+def _make_multi(results: tuple[str, ...], types: tuple[Any, ...], outer: tuple[str, ...],
+                run_ops: Body, impl: OpFn, kind: str) -> Fused:
+    """A fused op whose results are values of several of the run's ops."""
+    last = Operation(name="", results=list(results), operands=[], operand_types=[],
+                     result_types=list(types))
+    return _make(last, outer, run_ops, impl, kind)
+
+
 _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], ...] = (
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
     batch_variance,
     relu_backward,
+    nan_override,
+)
+
+
+# tried on the whole block first: their runs take in runs of the fusions above
+_EARLY: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], ...] = (
+    max_pool_flat_index,
 )
 
 
 def fuse(body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> Body:
     """``body`` with every recognised run replaced by one ``Fused`` op at its last op."""
+    return _fuse_with(_fuse_with(body, returns, pinned, _EARLY), returns, pinned, _FUSIONS)
+
+
+def _fuse_with(body: Body, returns: tuple[str, ...] | None, pinned: set[str],
+               fusions: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None],
+                              ...]) -> Body:  # fmt: skip
     g = _Graph(body, returns, pinned)
     replace: dict[int, Fused] = {}
     gone: set[int] = set()
     for at in range(len(body)):
-        for fusion in _FUSIONS:
+        for fusion in fusions:
             hit = fusion(g, body, at)
-            if hit is not None and not (set(hit[1]) & gone):
+            # (a run may not take in an op another fusion has already replaced)
+            if hit is not None and not (set(hit[1]) & (gone | replace.keys())):
                 fused, ids = hit
                 if any(r in pinned for i in ids for r in body[i][0].results):
                     continue

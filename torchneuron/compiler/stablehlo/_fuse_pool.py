@@ -16,6 +16,7 @@ not beat the reduce's init value, fails ``v > init``; then the original ops run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ import torch
 from ._registry import OpFn, Runner
 from .ir import Operation
 
-__all__ = ["native_max_pool2d"]
+__all__ = ["native_max_pool2d", "pool_with_flat_index"]
 
 _max_pool2d = torch.ops.aten.max_pool2d_with_indices.default
 
@@ -46,21 +47,40 @@ def native_max_pool2d(
     position = torch.zeros((kh - 1) * w_in + kw, dtype=torch.int64)
     for dh in range(kh):
         position[dh * w_in: dh * w_in + kw] = torch.arange(kw) + dh * kw
+    pool = pool_with_flat_index(src_shape, kernel, stride)
+
+    def max_pool(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+        x, _, init, _ = args
+        hit = pool(x, init)
+        if hit is None:  # a NaN, or init wins somewhere: the exact run
+            return slow(op, args, run)
+        v, flat = hit
+        return [v, position[flat.sub_(base)]]
+
+    return max_pool
+
+
+def pool_with_flat_index(
+    src_shape: tuple[int, ...], kernel: list[int], stride: list[int],
+) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
+    """ATen's pool over the two trailing dims of a rank-3 or rank-4 float input: each
+    window's maximum and its flat index in the input's plane, contiguous; None where
+    the reduce's run could differ (a NaN, a window whose maximum does not beat ``init``)."""
+    sh, sw = stride[-2], stride[-1]
     # NCHW: ATen's channels-last kernel is several times faster than its planar one on
     # small planes, even with the two layout copies (the same scan, the same results)
     layout = torch.channels_last if len(src_shape) == 4 else None
 
-    def max_pool(op: Operation, args: list[Any], run: Runner) -> list[Any]:
-        x, _, init, _ = args
+    def pool(x: torch.Tensor, init: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         if x.dim() != len(src_shape) or not x.dtype.is_floating_point:
-            return slow(op, args, run)
+            return None
         if layout is None:
             v, flat = _max_pool2d(x, kernel, [sh, sw])
         else:
             v, flat = _max_pool2d(x.contiguous(memory_format=layout), kernel, [sh, sw])
             v, flat = v.contiguous(), flat.contiguous()
-        if not bool((v > init).all()):  # a NaN, or init wins somewhere: the exact run
-            return slow(op, args, run)
-        return [v, position[flat.sub_(base)]]
+        if not bool((v > init).all()):
+            return None
+        return v, flat
 
-    return max_pool
+    return pool
