@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.adaptive_eager.issued import may_raise_later
 from torchneuron.adaptive_eager.lift import MARK
 from torchneuron.adaptive_eager.recorder import slot
 from torchneuron.adaptive_eager.signature import describe
@@ -76,6 +77,7 @@ class OpGuard:
     outputs: tuple[Output | None, ...]
     struct: str  # "single", "tuple", "list" or "none"
     check_indices: bool  # the op's index values are checked before deferring
+    raises_later: bool  # its values may make it raise at the region's end (``issued``)
     # the flat check (``_flat``): None when an argument needs ``_arg``'s general walk
     nargs: int = 0
     kwnames: tuple[str, ...] = ()  # keyword names, in recorded order
@@ -111,7 +113,8 @@ def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
         else:
             outputs.append(Output(None, (i, k), out[1], out[2] if out[0] == "new" else 0))
     g = OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
-                op_facts(func).written, tuple(outputs), static[3], func in index_checked)
+                op_facts(func).written, tuple(outputs), static[3], func in index_checked,
+                may_raise_later(func))
     _flatten(g)
     return g
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from torchneuron.adaptive_eager import lift
+from torchneuron.adaptive_eager import issued, lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
@@ -185,6 +185,8 @@ class Replay:
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
+        # deferred op -> the user's line that issued it, for ops that may raise at the end
+        self.issued: dict[int, issued.Issued | None] = {}
         self.guards = guards_of(region, _INDEX_CHECKS)
         self._host = self.core.timeline.host  # ``core.host``, one call fewer per op
 
@@ -242,6 +244,8 @@ class Replay:
             return MISMATCH
         self.pos += 1
         self._host(self.core.profile.guard_check_ns, "guard")
+        if g.raises_later:
+            self.issued[len(self.funcs)] = issued.user_line()
         self.funcs.append(func)
         self.templates.append(template)
         self.ref_ends.append(len(self.refs))
@@ -425,9 +429,13 @@ class Replay:
                 try:
                     out = run_op(func, args, kwargs)
                 except Exception as e:
-                    e.add_note(f"(raised by {func}, deferred by adaptive eager as op {i} of "
-                               f"region {self.region.key}, run eagerly at its side exit)")
-                    raise
+                    detail = (f"deferred by adaptive eager as op {i} of region "
+                              f"{self.region.key}, run eagerly at its side exit")
+                    where = self.issued.get(i)
+                    if where is None:
+                        e.add_note(f"(raised by {func}, {detail})")
+                        raise
+                    raise issued.pointing_at(e, where, func, detail) from None
                 struct = sigs[i][1][3]
                 leaves = [out] if struct == "single" else list(out or ())
                 for k, o in enumerate(leaves):
