@@ -169,7 +169,10 @@ def _compile_leaf(d: tuple) -> tuple | None:
         shape, stride, offset, dtype = d[1]
         return (_TENSOR, shape, stride, offset, dtype)
     if kind == "float":
-        return (_FLOAT, d[1])
+        # (kind, repr, value): a float equal to a nonzero recorded value has its repr;
+        # zero (-0.0 and 0.0 are equal) and NaN are compared by repr (value None)
+        v = float(d[1])
+        return (_FLOAT, d[1], v if v == v and v != 0.0 else None)
     if kind in _EXACT_TYPES:
         return (_EXACT, _EXACT_TYPES[kind], d[1])
     if kind == "NoneType":
@@ -206,8 +209,12 @@ def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list) -> Any:
         tensors.append(a)
         return slot(len(tensors) - 1)
     if kind == _FLOAT:
-        # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan)
-        return a if type(a) is float and repr(a) == e[1] else _FAIL
+        # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan);
+        # for any other value, equality says the same, without formatting the float
+        if type(a) is not float:
+            return _FAIL
+        v = e[2]
+        return a if (repr(a) == e[1] if v is None else a == v) else _FAIL
     if kind == _EXACT:
         return a if type(a) is e[1] and a == e[2] else _FAIL
     if kind == _NONE:
@@ -283,9 +290,14 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
         elif kind == _NONE:
             if a is not None:
                 return None
-        elif kind == _FLOAT:
-            # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan)
-            if type(a) is not float or repr(a) != e[1]:
+        elif kind == _FLOAT:  # as in ``_leaf``
+            if type(a) is not float:
+                return None
+            v = e[2]
+            if v is None:
+                if repr(a) != e[1]:
+                    return None
+            elif a != v:
                 return None
         elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
             if type(a) is not float:
