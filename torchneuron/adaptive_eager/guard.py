@@ -84,6 +84,7 @@ class OpGuard:
     flat: tuple | None = None  # expectation per positional then keyword argument
     template: tuple | None = None  # (args, kwargs) template with the recorded floats
     floats: tuple[int, ...] = ()  # positions in ``flat`` whose value is the call's
+    check: Any = None  # the flat check, generated (``_generate``)
 
 
 def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
@@ -161,6 +162,7 @@ def _flatten(g: OpGuard) -> None:
     g.flat = expected
     g.template = (tuple(temps[:nargs]), dict(zip(g.kwnames, temps[nargs:], strict=True)))
     g.floats = tuple(floats)
+    g.check = _generate(g)
 
 
 def _compile_leaf(d: tuple) -> tuple | None:
@@ -262,68 +264,80 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
     the call matches only if ``lift.accept`` takes those values too."""
     if lifted is None:
         lifted = []
-    flat = g.flat
-    if flat is None:
+    check = g.check
+    if check is None:
         return _match_walk(g, args, kwargs, tensors, lifted)
-    if len(args) != g.nargs:
-        return None
-    if kwargs:
-        if tuple(kwargs) != g.kwnames:
-            return None
-        values = (*args, *kwargs.values())
-    elif g.kwnames:
-        return None
-    else:
-        values = args
-    if _grad_enabled() is not g.grad or _autocast_enabled() is not g.autocast:
-        return None
-    for e, a in zip(flat, values, strict=True):
-        kind = e[0]
-        if kind == _TENSOR:
-            if (type(a) is not NeuronTensor or a.dtype is not e[4]
-                    or a.storage_offset() != e[3] or a.stride() != e[2] or a.shape != e[1]):
-                return None
-            tensors.append(a)
-        elif kind == _EXACT:
-            if type(a) is not e[1] or a != e[2]:
-                return None
-        elif kind == _NONE:
-            if a is not None:
-                return None
-        elif kind == _FLOAT:  # as in ``_leaf``
-            if type(a) is not float:
-                return None
-            v = e[2]
-            if v is None:
-                if repr(a) != e[1]:
-                    return None
-            elif a != v:
-                return None
-        elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
-            if type(a) is not float:
-                return None
-            lifted.append((e[1], repr(a)))
-        elif kind == _GENERAL:  # a dtype, layout, memory format or device
-            if _arg(e, a, tensors, lifted) is _FAIL:
-                return None
-        else:  # _SEQ of tensors, exact scalars and Nones
-            if type(a) is not e[1] or len(a) != len(e[2]):
-                return None
-            for x, ex in zip(a, e[2], strict=True):
-                if _leaf(ex, x, tensors, lifted) is _FAIL:
-                    return None
-    template = g.template
-    if not g.floats:
-        return template
-    atemp, ktemp = template  # type: ignore[misc]
+    return check(args, kwargs, tensors, lifted)
+
+
+def _fill(g: OpGuard, args: tuple, kwargs: dict) -> tuple:
+    """``g``'s template with the call's own values where the recorded ones cannot be."""
+    atemp, ktemp = g.template  # type: ignore[misc]
     atemp, ktemp = list(atemp), dict(ktemp)
     nargs = g.nargs
     for p in g.floats:
         if p < nargs:
-            atemp[p] = values[p]
+            atemp[p] = args[p]
         else:
-            ktemp[g.kwnames[p - nargs]] = values[p]
+            name = g.kwnames[p - nargs]
+            ktemp[name] = kwargs[name]
     return (tuple(atemp), ktemp)
+
+
+def _generate(g: OpGuard) -> Any:
+    """``g``'s flat check as one Python function, generated once per guard.
+
+    Why generated: the check runs for every op of every replay, and a loop that reads
+    each argument's expectation from a tuple and branches on its kind costs more than
+    the comparisons themselves. The function makes the same comparisons, in the same
+    order, with the expected values bound as constants: per tensor its exact type,
+    dtype, offset, strides and sizes; per scalar its type and value; grad mode and
+    autocast state; arity and keyword names. It returns the template, or None."""
+    nargs = g.nargs
+    ns: dict[str, Any] = {"NT": NeuronTensor, "_grad": _grad_enabled, "_autocast": _autocast_enabled,
+                          "_arg": _arg, "_leaf": _leaf, "_FAIL": _FAIL, "_fill": _fill,
+                          "g": g, "T": g.template, "KW": g.kwnames}
+    code = ["def check(args, kwargs, tensors, lifted):",
+            f"    if len(args) != {nargs}: return None",
+            "    if tuple(kwargs) != KW: return None" if g.kwnames else
+            "    if kwargs: return None",
+            f"    if _grad() is not {g.grad} or _autocast() is not {g.autocast}: return None"]
+    for p, e in enumerate(g.flat):  # type: ignore[arg-type]
+        c = f"c{p}"
+        code.append(f"    a = args[{p}]" if p < nargs else f"    a = kwargs[{g.kwnames[p - nargs]!r}]")
+        kind = e[0]
+        if kind == _TENSOR:
+            ns[c + "s"], ns[c + "t"], ns[c + "d"] = e[1], e[2], e[4]
+            code += [f"    if (type(a) is not NT or a.dtype is not {c}d or a.storage_offset() != "
+                     f"{int(e[3])} or a.stride() != {c}t or a.shape != {c}s): return None",
+                     "    tensors.append(a)"]
+        elif kind == _EXACT:
+            ns[c + "y"], ns[c] = e[1], e[2]
+            code.append(f"    if type(a) is not {c}y or a != {c}: return None")
+        elif kind == _NONE:
+            code.append("    if a is not None: return None")
+        elif kind == _FLOAT:  # as in ``_leaf``
+            if e[2] is None:
+                ns[c] = e[1]
+                code.append(f"    if type(a) is not float or repr(a) != {c}: return None")
+            else:
+                ns[c] = e[2]
+                code.append(f"    if type(a) is not float or a != {c}: return None")
+        elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
+            code += ["    if type(a) is not float: return None",
+                     f"    lifted.append(({int(e[1])}, repr(a)))"]
+        elif kind == _GENERAL:  # a dtype, layout, memory format or device
+            ns[c] = e
+            code.append(f"    if _arg({c}, a, tensors, lifted) is _FAIL: return None")
+        else:  # _SEQ of tensors, exact scalars and Nones
+            ns[c + "y"] = e[1]
+            code.append(f"    if type(a) is not {c}y or len(a) != {len(e[2])}: return None")
+            for j, x in enumerate(e[2]):
+                ns[f"{c}_{j}"] = x
+                code.append(f"    if _leaf({c}_{j}, a[{j}], tensors, lifted) is _FAIL: return None")
+    code.append("    return _fill(g, args, kwargs)" if g.floats else "    return T")
+    exec(compile("\n".join(code), f"<guard of {g.func}>", "exec"), ns)  # noqa: S102
+    return ns["check"]
 
 
 def _match_walk(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],

@@ -225,7 +225,9 @@ class Replay:
         with _NoTorchFunction():
             tensors: list[torch.Tensor] = []
             got: list[tuple[int, str]] = []
-            template = match(g, args, kwargs, tensors, got)
+            check = g.check  # ``match``, without its call when the guard has a flat check
+            template = (check(args, kwargs, tensors, got) if check is not None
+                        else match(g, args, kwargs, tensors, got))
             if template is None:  # not the guard's quick yes: the general check decides
                 try:
                     static, template, tensors = static_of(func, args, kwargs)
