@@ -253,6 +253,45 @@ def test_an_error_inside_a_replayed_region_points_at_the_users_line(case: str) -
     assert adaptive["_errors"][0][2] == _line_of(f"# <- {case}"), adaptive["_errors"]
 
 
+@pytest.mark.parametrize("op", ["index", "gather"])
+def test_an_index_the_region_computes_raises_at_the_users_line(op: str) -> None:
+    # Issue 8: the index is a value of the replaying region, so its range is known only
+    # when the executable runs at the region's end (the ``.item()`` two lines later);
+    # the error still has eager's type and message, and its traceback ends at the line
+    # that issued the indexing op, as eager's does (``adaptive_eager/issued.py``).
+    def loop(device: str) -> dict:
+        torch.manual_seed(0)
+        table = torch.randn(10, 4, device=device)
+        acc = torch.zeros(4, device=device)
+        errors = []
+        for step in range(STEPS):
+            ids = torch.tensor([1, 2, 6 if step == K else 3]).to(device)
+            try:
+                j = ids * 2 - 1  # 11 at step K: out of range
+                r = table[j] if op == "index" else table.gather(0, j[:, None].expand(3, 4))  # <- issued
+                acc.mul_(0.5).add_(r.relu().sum(0))
+                acc.sum().item()
+            except (IndexError, RuntimeError) as e:
+                frames = [f for f in traceback.extract_tb(e.__traceback__)
+                          if f.filename == __file__]
+                errors.append((type(e).__name__, str(e).splitlines()[0], frames[-1].lineno,
+                               frames[-1].line))
+                errors.append("".join(traceback.format_exception(e)))
+        return {"acc": acc, "_errors": errors}
+
+    eager = run(loop, "neuron")
+    adaptive = run(loop, "neuron", adaptive=True)
+    s = ae.stats()
+    assert s["replays"] >= 1 and s["fallback_reasons"].get("index-out-of-range") == 1, \
+        ae.explain()  # step K was replaying, and the executable's check found the index
+    assert_same(eager, adaptive)
+    assert len(eager["_errors"]) == 2 and adaptive["_errors"][0] == eager["_errors"][0]
+    line = _line_of("# <- issued")
+    assert adaptive["_errors"][0][2] == line, adaptive["_errors"][1]
+    assert f'line {line}, in loop\n    r = table[j]' in adaptive["_errors"][1]
+    assert "During handling" not in adaptive["_errors"][1]  # our detection is not chained
+
+
 @pytest.mark.parametrize("case", ["no-grad", "autocast"])
 def test_grad_mode_or_autocast_changing_at_step_k(case: str) -> None:
     # The guard checks grad mode and autocast state with each op: step K, run under

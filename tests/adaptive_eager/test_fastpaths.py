@@ -110,6 +110,8 @@ def test_guard_refuses_what_the_general_check_refuses() -> None:
         ((z, 1.0, [1, 2], True), {"alpha": -0.0}),  # dtype
         ((x[1:], 1.0, [1, 2], True), {"alpha": -0.0}),  # shape and offset
         ((x, 1.5, [1, 2], True), {"alpha": -0.0}),  # a float's value
+        ((x, 1.0000000000000002, [1, 2], True), {"alpha": -0.0}),  # the next float
+        ((x, float("nan"), [1, 2], True), {"alpha": -0.0}),  # NaN for a number
         ((x, 1, [1, 2], True), {"alpha": -0.0}),  # int for float
         ((x, 1.0, [1, 3], True), {"alpha": -0.0}),  # a list item
         ((x, 1.0, (1, 2), True), {"alpha": -0.0}),  # tuple for list
@@ -126,6 +128,11 @@ def test_guard_refuses_what_the_general_check_refuses() -> None:
     with torch.no_grad():
         assert guard.match(g, *recorded, []) is None
     assert guard.match(g, *recorded, []) is not None
+    # floats are compared by value, but zero's sign and NaN by repr, as described
+    g = _guard_for((x, float("nan"), [1, 2], True), {"alpha": 0.0})
+    assert guard.match(g, (x, float("nan"), [1, 2], True), {"alpha": 0.0}, []) is not None
+    assert guard.match(g, (x, 1.0, [1, 2], True), {"alpha": 0.0}, []) is None
+    assert guard.match(g, (x, float("nan"), [1, 2], True), {"alpha": -0.0}, []) is None
 
 
 @pytest.mark.parametrize("n", [0, 1, 3])

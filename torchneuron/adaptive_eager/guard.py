@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.adaptive_eager.issued import may_raise_later
 from torchneuron.adaptive_eager.lift import MARK
 from torchneuron.adaptive_eager.recorder import slot
 from torchneuron.adaptive_eager.signature import describe
@@ -76,12 +77,14 @@ class OpGuard:
     outputs: tuple[Output | None, ...]
     struct: str  # "single", "tuple", "list" or "none"
     check_indices: bool  # the op's index values are checked before deferring
+    raises_later: bool  # its values may make it raise at the region's end (``issued``)
     # the flat check (``_flat``): None when an argument needs ``_arg``'s general walk
     nargs: int = 0
     kwnames: tuple[str, ...] = ()  # keyword names, in recorded order
     flat: tuple | None = None  # expectation per positional then keyword argument
     template: tuple | None = None  # (args, kwargs) template with the recorded floats
     floats: tuple[int, ...] = ()  # positions in ``flat`` whose value is the call's
+    check: Any = None  # the flat check, generated (``_generate``)
 
 
 def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
@@ -111,7 +114,8 @@ def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
         else:
             outputs.append(Output(None, (i, k), out[1], out[2] if out[0] == "new" else 0))
     g = OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
-                op_facts(func).written, tuple(outputs), static[3], func in index_checked)
+                op_facts(func).written, tuple(outputs), static[3], func in index_checked,
+                may_raise_later(func))
     _flatten(g)
     return g
 
@@ -158,6 +162,7 @@ def _flatten(g: OpGuard) -> None:
     g.flat = expected
     g.template = (tuple(temps[:nargs]), dict(zip(g.kwnames, temps[nargs:], strict=True)))
     g.floats = tuple(floats)
+    g.check = _generate(g)
 
 
 def _compile_leaf(d: tuple) -> tuple | None:
@@ -166,7 +171,10 @@ def _compile_leaf(d: tuple) -> tuple | None:
         shape, stride, offset, dtype = d[1]
         return (_TENSOR, shape, stride, offset, dtype)
     if kind == "float":
-        return (_FLOAT, d[1])
+        # (kind, repr, value): a float equal to a nonzero recorded value has its repr;
+        # zero (-0.0 and 0.0 are equal) and NaN are compared by repr (value None)
+        v = float(d[1])
+        return (_FLOAT, d[1], v if v == v and v != 0.0 else None)
     if kind in _EXACT_TYPES:
         return (_EXACT, _EXACT_TYPES[kind], d[1])
     if kind == "NoneType":
@@ -203,8 +211,12 @@ def _leaf(e: tuple, a: Any, tensors: list[torch.Tensor], lifted: list) -> Any:
         tensors.append(a)
         return slot(len(tensors) - 1)
     if kind == _FLOAT:
-        # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan)
-        return a if type(a) is float and repr(a) == e[1] else _FAIL
+        # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan);
+        # for any other value, equality says the same, without formatting the float
+        if type(a) is not float:
+            return _FAIL
+        v = e[2]
+        return a if (repr(a) == e[1] if v is None else a == v) else _FAIL
     if kind == _EXACT:
         return a if type(a) is e[1] and a == e[2] else _FAIL
     if kind == _NONE:
@@ -252,63 +264,80 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
     the call matches only if ``lift.accept`` takes those values too."""
     if lifted is None:
         lifted = []
-    flat = g.flat
-    if flat is None:
+    check = g.check
+    if check is None:
         return _match_walk(g, args, kwargs, tensors, lifted)
-    if len(args) != g.nargs:
-        return None
-    if kwargs:
-        if tuple(kwargs) != g.kwnames:
-            return None
-        values = (*args, *kwargs.values())
-    elif g.kwnames:
-        return None
-    else:
-        values = args
-    if _grad_enabled() is not g.grad or _autocast_enabled() is not g.autocast:
-        return None
-    for e, a in zip(flat, values, strict=True):
-        kind = e[0]
-        if kind == _TENSOR:
-            if (type(a) is not NeuronTensor or a.dtype is not e[4]
-                    or a.storage_offset() != e[3] or a.stride() != e[2] or a.shape != e[1]):
-                return None
-            tensors.append(a)
-        elif kind == _EXACT:
-            if type(a) is not e[1] or a != e[2]:
-                return None
-        elif kind == _NONE:
-            if a is not None:
-                return None
-        elif kind == _FLOAT:
-            # repr: what the description holds (keeps -0.0 apart from 0.0, nan equal to nan)
-            if type(a) is not float or repr(a) != e[1]:
-                return None
-        elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
-            if type(a) is not float:
-                return None
-            lifted.append((e[1], repr(a)))
-        elif kind == _GENERAL:  # a dtype, layout, memory format or device
-            if _arg(e, a, tensors, lifted) is _FAIL:
-                return None
-        else:  # _SEQ of tensors, exact scalars and Nones
-            if type(a) is not e[1] or len(a) != len(e[2]):
-                return None
-            for x, ex in zip(a, e[2], strict=True):
-                if _leaf(ex, x, tensors, lifted) is _FAIL:
-                    return None
-    template = g.template
-    if not g.floats:
-        return template
-    atemp, ktemp = template  # type: ignore[misc]
+    return check(args, kwargs, tensors, lifted)
+
+
+def _fill(g: OpGuard, args: tuple, kwargs: dict) -> tuple:
+    """``g``'s template with the call's own values where the recorded ones cannot be."""
+    atemp, ktemp = g.template  # type: ignore[misc]
     atemp, ktemp = list(atemp), dict(ktemp)
     nargs = g.nargs
     for p in g.floats:
         if p < nargs:
-            atemp[p] = values[p]
+            atemp[p] = args[p]
         else:
-            ktemp[g.kwnames[p - nargs]] = values[p]
+            name = g.kwnames[p - nargs]
+            ktemp[name] = kwargs[name]
     return (tuple(atemp), ktemp)
+
+
+def _generate(g: OpGuard) -> Any:
+    """``g``'s flat check as one Python function, generated once per guard.
+
+    Why generated: the check runs for every op of every replay, and a loop that reads
+    each argument's expectation from a tuple and branches on its kind costs more than
+    the comparisons themselves. The function makes the same comparisons, in the same
+    order, with the expected values bound as constants: per tensor its exact type,
+    dtype, offset, strides and sizes; per scalar its type and value; grad mode and
+    autocast state; arity and keyword names. It returns the template, or None."""
+    nargs = g.nargs
+    ns: dict[str, Any] = {"NT": NeuronTensor, "_grad": _grad_enabled, "_autocast": _autocast_enabled,
+                          "_arg": _arg, "_leaf": _leaf, "_FAIL": _FAIL, "_fill": _fill,
+                          "g": g, "T": g.template, "KW": g.kwnames}
+    code = ["def check(args, kwargs, tensors, lifted):",
+            f"    if len(args) != {nargs}: return None",
+            "    if tuple(kwargs) != KW: return None" if g.kwnames else
+            "    if kwargs: return None",
+            f"    if _grad() is not {g.grad} or _autocast() is not {g.autocast}: return None"]
+    for p, e in enumerate(g.flat):  # type: ignore[arg-type]
+        c = f"c{p}"
+        code.append(f"    a = args[{p}]" if p < nargs else f"    a = kwargs[{g.kwnames[p - nargs]!r}]")
+        kind = e[0]
+        if kind == _TENSOR:
+            ns[c + "s"], ns[c + "t"], ns[c + "d"] = e[1], e[2], e[4]
+            code += [f"    if (type(a) is not NT or a.dtype is not {c}d or a.storage_offset() != "
+                     f"{int(e[3])} or a.stride() != {c}t or a.shape != {c}s): return None",
+                     "    tensors.append(a)"]
+        elif kind == _EXACT:
+            ns[c + "y"], ns[c] = e[1], e[2]
+            code.append(f"    if type(a) is not {c}y or a != {c}: return None")
+        elif kind == _NONE:
+            code.append("    if a is not None: return None")
+        elif kind == _FLOAT:  # as in ``_leaf``
+            if e[2] is None:
+                ns[c] = e[1]
+                code.append(f"    if type(a) is not float or repr(a) != {c}: return None")
+            else:
+                ns[c] = e[2]
+                code.append(f"    if type(a) is not float or a != {c}: return None")
+        elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
+            code += ["    if type(a) is not float: return None",
+                     f"    lifted.append(({int(e[1])}, repr(a)))"]
+        elif kind == _GENERAL:  # a dtype, layout, memory format or device
+            ns[c] = e
+            code.append(f"    if _arg({c}, a, tensors, lifted) is _FAIL: return None")
+        else:  # _SEQ of tensors, exact scalars and Nones
+            ns[c + "y"] = e[1]
+            code.append(f"    if type(a) is not {c}y or len(a) != {len(e[2])}: return None")
+            for j, x in enumerate(e[2]):
+                ns[f"{c}_{j}"] = x
+                code.append(f"    if _leaf({c}_{j}, a[{j}], tensors, lifted) is _FAIL: return None")
+    code.append("    return _fill(g, args, kwargs)" if g.floats else "    return T")
+    exec(compile("\n".join(code), f"<guard of {g.func}>", "exec"), ns)  # noqa: S102
+    return ns["check"]
 
 
 def _match_walk(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],

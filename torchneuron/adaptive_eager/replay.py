@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from torchneuron.adaptive_eager import lift
+from torchneuron.adaptive_eager import issued, lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
@@ -166,6 +166,7 @@ class Replay:
         self.core = get_core(index)
         self.started_ns = self.core.now  # the replay's start on the profiler's trace
         self.pos = 0
+        self.n = len(region.sigs)  # ops of the region: complete when ``pos`` reaches it
         self.slots: dict[int, int] = {}
         self.ext: list[torch.Tensor] = []
         # each input's buffer when first used: the region reads these, whatever buffer the
@@ -185,12 +186,14 @@ class Replay:
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
+        # deferred op -> the user's line that issued it, for ops that may raise at the end
+        self.issued: dict[int, issued.Issued | None] = {}
         self.guards = guards_of(region, _INDEX_CHECKS)
         self._host = self.core.timeline.host  # ``core.host``, one call fewer per op
 
     @property
     def complete(self) -> bool:
-        return self.pos == len(self.region.sigs)
+        return self.pos == self.n
 
     def adopt(self, region: Any) -> None:
         """Go on as a replay of ``region``, another variant from the same start whose
@@ -206,6 +209,7 @@ class Replay:
         del self.ext_buffers[used:]
         self.exit_reason = None
         self.region = region
+        self.n = len(region.sigs)
         self.plan = region.plan
         self.guards = guards_of(region, _INDEX_CHECKS)
 
@@ -219,52 +223,66 @@ class Replay:
         # neuron tensor (sizes, strides, offset, dtype) is then a plain C call, a third
         # of its cost through the default handler, with the same answer.
         with _NoTorchFunction():
-            return self._defer(g, func, args, kwargs)
+            tensors: list[torch.Tensor] = []
+            got: list[tuple[int, str]] = []
+            check = g.check  # ``match``, without its call when the guard has a flat check
+            template = (check(args, kwargs, tensors, got) if check is not None
+                        else match(g, args, kwargs, tensors, got))
+            if template is None:  # not the guard's quick yes: the general check decides
+                try:
+                    static, template, tensors = static_of(func, args, kwargs)
+                except Unsupported:
+                    return MISMATCH
+                if static != g.static and not self._lifted_match(static, g.static):
+                    return MISMATCH
+            elif got and not lift.accept(got, self.scalars, self.plan.lifted):
+                return MISMATCH
+            if not self._bind(tensors, g.flow):
+                return MISMATCH
+            if g.check_indices and not _indices_in_range(func, args):
+                del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
+                self.exit_reason = Reason.INDEX_OUT_OF_RANGE
+                return MISMATCH
+            self.pos += 1
+            self._host(self.core.profile.guard_check_ns, "guard")
+            funcs = self.funcs
+            if g.raises_later:
+                self.issued[len(funcs)] = issued.user_line()
+            funcs.append(func)
+            self.templates.append(template)
+            self.ref_ends.append(len(self.refs))
+            if g.written:
+                self._mark_written(g, args, kwargs)
+            struct = g.struct
+            if struct == "single":
+                out = g.outputs[0]
+                if out is None or out.same is not None:
+                    return None if out is None else tensors[out.same]
+                value = _Value(self, out.ik)  # type: ignore[arg-type]  (``_new``, inlined)
+                self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+                self.bytes += out.nbytes
+                return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+            if struct == "none":
+                return None
+            results = [None if out is None else tensors[out.same] if out.same is not None
+                       else self._new(out) for out in g.outputs]
+            return tuple(results) if struct == "tuple" else results
 
-    def _defer(self, g: OpGuard, func: Any, args: tuple, kwargs: dict) -> Any:
-        tensors: list[torch.Tensor] = []
-        got: list[tuple[int, str]] = []
-        template = match(g, args, kwargs, tensors, got)
-        if template is None:  # not the guard's quick yes: the general check decides
-            try:
-                static, template, tensors = static_of(func, args, kwargs)
-            except Unsupported:
-                return MISMATCH
-            if static != g.static and not self._lifted_match(static, g.static):
-                return MISMATCH
-        elif got and not lift.accept(got, self.scalars, self.plan.lifted):
-            return MISMATCH
-        if not self._bind(tensors, g.flow):
-            return MISMATCH
-        if g.check_indices and not _indices_in_range(func, args):
-            del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
-            self.exit_reason = Reason.INDEX_OUT_OF_RANGE
-            return MISMATCH
-        self.pos += 1
-        self._host(self.core.profile.guard_check_ns, "guard")
-        self.funcs.append(func)
-        self.templates.append(template)
-        self.ref_ends.append(len(self.refs))
-        if g.written:
-            for pos, name in g.written:
-                v = args[pos] if pos < len(args) else kwargs.get(name)
-                for t in (v if isinstance(v, (list, tuple)) else (v,)):
-                    if isinstance(t, NeuronTensor) and t._pending is None:
-                        buffers.defer_write(t, self.write)
-                        self.marked.append(t)
-        struct = g.struct
-        if struct == "single":
-            out = g.outputs[0]
-            if out is None or out.same is not None:
-                return None if out is None else tensors[out.same]
-            value = _Value(self, out.ik)  # type: ignore[arg-type]
-            self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
-            self.bytes += out.nbytes
-            return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
-        if struct == "none":
-            return None
-        results = [None if out is None else self._out(out, tensors) for out in g.outputs]
-        return tuple(results) if struct == "tuple" else results
+    def _mark_written(self, g: OpGuard, args: tuple, kwargs: dict) -> None:
+        """Mark the tensors with buffers that the deferred op writes (deferred writes)."""
+        for pos, name in g.written:
+            v = args[pos] if pos < len(args) else kwargs.get(name)
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if isinstance(t, NeuronTensor) and t._pending is None:
+                    buffers.defer_write(t, self.write)
+                    self.marked.append(t)
+
+    def _new(self, out: Output) -> torch.Tensor:
+        """A new pending tensor for output ``out`` of a deferred op."""
+        value = _Value(self, out.ik)  # type: ignore[arg-type]
+        self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+        self.bytes += out.nbytes
+        return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
 
     def _bind(self, tensors: list[torch.Tensor], flow: tuple) -> bool:
         """Whether the op's tensor arguments are the values the recorded dataflow says
@@ -305,15 +323,6 @@ class Replay:
             return True
         del refs[n0:]
         return False
-
-    def _out(self, out: Output, tensors: list[torch.Tensor]) -> torch.Tensor:
-        """Output ``out`` of a deferred op: its argument, or a new pending tensor."""
-        if out.same is not None:
-            return tensors[out.same]
-        value = _Value(self, out.ik)  # type: ignore[arg-type]
-        self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
-        self.bytes += out.nbytes
-        return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
 
     def _lifted_match(self, static: tuple, static_r: tuple) -> bool:
         found = self.plan.lift_at.get(self.pos)
@@ -425,9 +434,13 @@ class Replay:
                 try:
                     out = run_op(func, args, kwargs)
                 except Exception as e:
-                    e.add_note(f"(raised by {func}, deferred by adaptive eager as op {i} of "
-                               f"region {self.region.key}, run eagerly at its side exit)")
-                    raise
+                    detail = (f"deferred by adaptive eager as op {i} of region "
+                              f"{self.region.key}, run eagerly at its side exit")
+                    where = self.issued.get(i)
+                    if where is None:
+                        e.add_note(f"(raised by {func}, {detail})")
+                        raise
+                    raise issued.pointing_at(e, where, func, detail) from None
                 struct = sigs[i][1][3]
                 leaves = [out] if struct == "single" else list(out or ())
                 for k, o in enumerate(leaves):

@@ -57,6 +57,7 @@ __all__ = ["AdaptiveEagerMode", "Runtime"]
 
 log = logging.getLogger("torchneuron.adaptive_eager")
 aten = torch.ops.aten
+_TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
 # A segment this long without a sync is searched for its period (then at each doubling):
 # short sync-bounded steps are never cut by a chance repetition of a few ops.
 _PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
@@ -131,11 +132,13 @@ class Runtime:
             return func(*args, **kwargs)
         with self.lock:
             self.index = index
-            if hostdata.is_host_to_device(func, args, kwargs):
+            # only these two copy host data in (the check's first step, without its call)
+            if (func is _TO_COPY or func is _COPY) and hostdata.is_host_to_device(func, args,
+                                                                                 kwargs):
                 return self.host_copy(func, args, kwargs)
             rp = self.replay
             if rp is not None:
-                if rp.complete:
+                if rp.pos == rp.n:  # ``rp.complete``
                     rp.finish()
                 else:
                     out = rp.try_defer(func, args, kwargs)
