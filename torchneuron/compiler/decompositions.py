@@ -89,6 +89,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_custom import custom_op_decompositions
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_fft import FFT_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
@@ -105,7 +106,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
-            RESAMPLE_DECOMPOSITIONS, custom_op_decompositions()]
+            RESAMPLE_DECOMPOSITIONS, custom_op_decompositions(), FFT_DECOMPOSITIONS]
 
 
 # --------------------------------------------------------------------------- random

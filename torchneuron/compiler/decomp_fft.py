@@ -1,0 +1,450 @@
+"""FFTs as real matmuls, and complex values as real pairs, for a device with neither.
+
+Torch-MLIR has no lowering for ``_fft_r2c`` / ``_fft_c2c`` / ``_fft_c2r`` and the neuron
+stack has no complex dtype. A DFT along one dim is a matmul by a constant matrix of
+cosines and sines, which is what Trainium's TensorEngine (a matmul engine) would run
+too; a multi-dim FFT is one such matmul per dim. The matrices are computed in float64 on
+the host (angles reduced exactly: ``2*pi*((k*n) mod N)/N``, so no large-argument
+rounding) and only then cast to the input's dtype, with the normalization folded in.
+
+Complex values are carried in the ``view_as_real`` layout: one real tensor with a
+trailing dim of 2 (re, im). Why this layout and not separate re/im tensors: it is the
+layout of a complex tensor's own memory, so the executable's boundary is a free view
+(``view_as_real`` in, ``view_as_complex`` out); each complex value stays one FX node, so
+a decomposition can return a complex tensor (``view_as_complex(pairs)``) and the next op
+reads it back (``view_as_real``), and ``fold_complex_pairs`` removes every such
+round trip after tracing; and the interleaved (re, im) rows make a complex-by-complex
+DFT a single real matmul by a 2N x 2N matrix ([[c, s], [-s, c]] blocks).
+
+Only what the FFT ops, their OpInfo samples and simple user code need is handled here
+(conj, real/imag, complex, abs, mul/add/sub/div by real or complex values, clone,
+casting real to complex). Any other op on complex values is left in the graph, and
+``fold_complex_pairs`` refuses the graph with a typed ``PrepareError`` naming it.
+
+Precision: a length-N DFT by an fp32 matmul sums N products; its error grows like
+sqrt(N) ulps of the largest term, as pocketfft's does like log(N). Up to ``MAX_DFT_SIZE``
+points along a dim it matches eager at the sweep's tolerances (rtol 1e-3, atol 1e-4,
+checked up to 4096 points by tests/compiler/test_fft.py); the matrices also grow as
+N^2, so longer transforms are refused (``fft-too-large``) and run eagerly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+from torchneuron.compiler.decomp_registry import registrar
+from torchneuron.compiler.errors import PrepareError
+
+__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "fold_complex_pairs"]
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+FFT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
+_register = registrar(FFT_DECOMPOSITIONS)
+
+# Longest transform along one dim compiled as a DFT matmul (its matrix holds up to
+# (2N)^2 constants: 64 MiB of fp32 at 2048). Longer ones run eagerly.
+MAX_DFT_SIZE = 2048
+
+
+# --------------------------------------------------------------------------- matrices
+
+
+def _angles(n_in: int, n_out: int, size: int) -> np.ndarray:
+    """2*pi*k*t/size for t < n_in (rows), k < n_out (columns), in float64, with k*t
+    reduced mod size in integers first, so the angle is exact to one rounding."""
+    t = np.arange(n_in, dtype=np.int64)[:, None]
+    k = np.arange(n_out, dtype=np.int64)[None, :]
+    return (t * k % size).astype(np.float64) * (2 * math.pi / size)
+
+
+def _cos_sin(n_in: int, n_out: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    a = _angles(n_in, n_out, size)
+    c, s = np.cos(a), np.sin(a)
+    # cos(pi/2), sin(pi): exact zeros (every true nonzero entry is >= sin(2pi/size))
+    c[np.abs(c) < 1e-12] = 0.0
+    s[np.abs(s) < 1e-12] = 0.0
+    return c, s
+
+
+def _scale(normalization: int, size: int) -> float:
+    """ATen's fft_norm_mode: 0 none, 1 by 1/sqrt(n), 2 by 1/n (per transformed dim)."""
+    return (1.0, 1.0 / math.sqrt(size), 1.0 / size)[normalization]
+
+
+def _r2c_matrix(n: int, n_out: int, normalization: int) -> np.ndarray:
+    """(n, 2*n_out): real x (.., n) @ W = interleaved (re, im) of sum_t x_t e^{-2pi i kt/n}."""
+    c, s = _cos_sin(n, n_out, n)
+    w = np.stack([c, -s], axis=-1).reshape(n, 2 * n_out)
+    return w * _scale(normalization, n)
+
+
+def _c2c_matrix(n: int, forward: bool, normalization: int) -> np.ndarray:
+    """(2n, 2n) acting on interleaved (re, im): out_k = sum_t x_t e^{-+2pi i kt/n}."""
+    c, s = _cos_sin(n, n, n)
+    s = -s if forward else s  # the twiddle c + i s
+    re_row = np.stack([c, s], axis=-1)  # row 2t: x_re contributes (c, s)
+    im_row = np.stack([-s, c], axis=-1)  # row 2t+1: x_im contributes (-s, c)
+    w = np.stack([re_row, im_row], axis=1).reshape(2 * n, 2 * n)
+    return w * _scale(normalization, n)
+
+
+def _c2r_matrix(n_in: int, n: int, normalization: int) -> np.ndarray:
+    """(2*n_in, n): interleaved half spectrum -> the real signal of length n, using
+    Hermitian symmetry as pocketfft does: X_0 and (even n) X_{n/2} count once and
+    their imaginary parts are ignored, the others count twice (rows past n/2: zero)."""
+    c, s = _cos_sin(n_in, n, n)
+    k = np.arange(n_in)[:, None]
+    edge = (k == 0) | ((n % 2 == 0) & (k == n // 2))
+    weight = np.where(k <= n // 2, np.where(edge, 1.0, 2.0), 0.0)
+    w = np.stack([c * weight, np.where(edge, 0.0, -s * weight)], axis=1)
+    return w.reshape(2 * n_in, n) * _scale(normalization, n)
+
+
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
+_BUILDERS = {"r2c": _r2c_matrix, "c2c": _c2c_matrix, "c2r": _c2r_matrix}
+
+
+@functools.lru_cache(maxsize=64)
+def _matrix(kind: str, args: tuple[Any, ...], dtype: torch.dtype) -> np.ndarray:
+    """The float64 matrix cast once to ``dtype``. Built with numpy, outside any torch
+    dispatch, so tracing records one constant, not the arithmetic that made it."""
+    return _BUILDERS[kind](*args).astype(_NUMPY[dtype])
+
+
+def _const(kind: str, like: torch.Tensor, *args: Any) -> torch.Tensor:
+    # a new tensor per use: one tensor object seen by two traces came back from the
+    # second as a fake tensor (the fake mode's memo of real tensors)
+    return torch.from_numpy(_matrix(kind, args, like.dtype).copy())
+
+
+def _check_size(op: str, n: int) -> None:
+    if n > MAX_DFT_SIZE:
+        raise PrepareError(
+            f"{op}: a transform of {n} points is longer than the {MAX_DFT_SIZE} a DFT "
+            "matmul compiles (its matrix grows as n^2 and its error as sqrt(n)); it runs "
+            "eagerly.", op=op, reason="fft-too-large")
+
+
+# --------------------------------------------------------------------------- 1-d steps
+
+
+_REAL_OF = {torch.complex32: torch.float16, torch.complex64: torch.float32,
+            torch.complex128: torch.float64}
+
+
+def _pairs(z: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as (..., 2) real pairs; a real one gets zero imaginary parts."""
+    if z.is_complex():
+        return torch.view_as_real(z)
+    return torch.stack([z, torch.zeros_like(z)], dim=-1)
+
+
+def _complex(p: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_complex(p)
+
+
+def _r2c_1d(x: torch.Tensor, dim: int, onesided: bool, normalization: int) -> torch.Tensor:
+    n = x.shape[dim]
+    n_out = n // 2 + 1 if onesided else n
+    _check_size("aten._fft_r2c", n)
+    w = _const("r2c", x, n, n_out, normalization)
+    y = torch.matmul(x.movedim(dim, -1), w)
+    return y.unflatten(-1, (n_out, 2)).movedim(-2, dim)
+
+
+def _c2c_1d(p: torch.Tensor, dim: int, forward: bool, normalization: int) -> torch.Tensor:
+    """``p`` pairs (..., 2); ``dim`` counts the complex dims only."""
+    n = p.shape[dim]
+    _check_size("aten._fft_c2c", n)
+    w = _const("c2c", p, n, forward, normalization)
+    y = torch.matmul(p.movedim(dim, -2).flatten(-2), w)
+    return y.unflatten(-1, (n, 2)).movedim(-2, dim)
+
+
+def _c2r_1d(p: torch.Tensor, dim: int, n: int, normalization: int) -> torch.Tensor:
+    n_in = p.shape[dim]
+    _check_size("aten._fft_c2r", n)
+    w = _const("c2r", p, n_in, n, normalization)
+    y = torch.matmul(p.movedim(dim, -2).flatten(-2), w)
+    return y.movedim(-1, dim)
+
+
+def _dims(x: torch.Tensor, dim: Sequence[int]) -> list[int]:
+    nd = x.dim()
+    return [d % nd if nd else 0 for d in dim]
+
+
+def _norm_per_dim(normalization: int) -> int:
+    return normalization  # 1/sqrt(prod n) = prod 1/sqrt(n); 1/prod n = prod 1/n
+
+
+# --------------------------------------------------------------------------- FFT ops
+
+
+@_register(aten._fft_r2c.default)
+def fft_r2c(x: torch.Tensor, dim: Sequence[int], normalization: int, onesided: bool) -> Any:
+    """Forward real-to-complex over ``dim``: the last dim listed is the halved one
+    (``onesided``), transformed first; then complex transforms over the others."""
+    dims = _dims(x, dim)
+    if not dims or x.is_complex() or not x.dtype.is_floating_point:
+        return NotImplemented
+    p = _r2c_1d(x, dims[-1], onesided, _norm_per_dim(normalization))
+    for d in dims[:-1]:
+        p = _c2c_1d(p, d, True, _norm_per_dim(normalization))
+    return _complex(p)
+
+
+@_register(aten._fft_c2c.default)
+def fft_c2c(z: torch.Tensor, dim: Sequence[int], normalization: int, forward: bool) -> Any:
+    dims = _dims(z, dim)
+    if not dims or not z.is_complex():
+        return NotImplemented
+    p = _pairs(z)
+    for d in dims:
+        p = _c2c_1d(p, d, forward, _norm_per_dim(normalization))
+    return _complex(p)
+
+
+@_register(aten._fft_c2r.default)
+def fft_c2r(z: torch.Tensor, dim: Sequence[int], normalization: int, last_dim_size: int) -> Any:
+    """Backward complex-to-real: complex transforms over all but the last dim listed,
+    then the Hermitian half spectrum along it to ``last_dim_size`` real points."""
+    dims = _dims(z, dim)
+    if not dims or not z.is_complex():
+        return NotImplemented
+    p = _pairs(z)
+    for d in dims[:-1]:
+        p = _c2c_1d(p, d, False, _norm_per_dim(normalization))
+    return _c2r_1d(p, dims[-1], last_dim_size, _norm_per_dim(normalization))
+
+
+# --------------------------------------------------------------------------- complex values
+
+
+@_register(aten._conj.default, aten.conj_physical.default)
+def conj(z: torch.Tensor) -> Any:
+    if not z.is_complex():
+        return NotImplemented
+    p = _pairs(z)
+    return _complex(torch.stack([p[..., 0], -p[..., 1]], dim=-1))
+
+
+@_register(aten.real.default)
+def real(z: torch.Tensor) -> Any:
+    return _pairs(z)[..., 0] if z.is_complex() else NotImplemented
+
+
+@_register(aten.imag.default)
+def imag(z: torch.Tensor) -> Any:
+    return _pairs(z)[..., 1] if z.is_complex() else NotImplemented
+
+
+@_register(aten.complex.default)
+def complex_(re: torch.Tensor, im: torch.Tensor) -> Any:
+    re, im = torch.broadcast_tensors(re, im)
+    return _complex(torch.stack([re, im], dim=-1))
+
+
+@_register(aten.abs.default)
+def abs_(z: torch.Tensor) -> Any:
+    if not z.is_complex():
+        return NotImplemented
+    p = _pairs(z)
+    return torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1])
+
+
+@_register(aten.clone.default)
+def clone(z: torch.Tensor, *, memory_format: Any = None) -> Any:
+    if not z.is_complex():
+        return NotImplemented
+    return _complex(_pairs(z).clone())
+
+
+@_register(prims.convert_element_type.default)
+def convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> Any:
+    """Real to complex (as ``irfft`` of a real input does): zero imaginary parts."""
+    if not dtype.is_complex or x.is_complex():
+        return NotImplemented
+    real_dtype = _REAL_OF[dtype]
+    return _complex(_pairs(x.to(real_dtype)))
+
+
+def _operand(v: Any, real_dtype: torch.dtype) -> tuple[Any, Any]:
+    """(re, im) of a tensor or python number operand, tensors in ``real_dtype`` (the
+    result's, after type promotion); im None when the operand is real."""
+    if isinstance(v, torch.Tensor):
+        if v.is_complex():
+            p = _pairs(v).to(real_dtype)
+            return p[..., 0], p[..., 1]
+        return v.to(real_dtype), None
+    if isinstance(v, complex):
+        return v.real, v.imag
+    return v, None
+
+
+def _complex_binary(kind: str) -> Callable[..., Any]:
+    def fn(a: Any, b: Any, *, alpha: Any = None) -> Any:
+        if not any(isinstance(v, torch.Tensor) and v.is_complex() for v in (a, b)):
+            return NotImplemented
+        out_dtype = torch.result_type(a, b)
+        if not out_dtype.is_complex:
+            return NotImplemented
+        if alpha is not None and alpha != 1:
+            if kind not in ("add", "sub"):
+                return NotImplemented
+            b = b * alpha
+        real_dtype = _REAL_OF[out_dtype]
+        ar, ai = _operand(a, real_dtype)
+        br, bi = _operand(b, real_dtype)
+        if kind in ("add", "sub"):
+            sign = 1 if kind == "add" else -1
+            re = ar + sign * br
+            im = (ai if ai is not None else 0) + sign * (bi if bi is not None else 0)
+            if not isinstance(im, torch.Tensor):
+                im = torch.zeros_like(re)
+        elif kind == "mul":
+            if ai is None:
+                re, im = ar * br, ar * bi
+            elif bi is None:
+                re, im = ar * br, ai * br
+            else:
+                re, im = ar * br - ai * bi, ar * bi + ai * br
+        else:  # div by a real value only (a complex divisor needs eager's scaling)
+            if bi is not None:
+                return NotImplemented
+            re, im = ar / br, ai / br
+        re, im = torch.broadcast_tensors(re, im)
+        return _complex(torch.stack([re, im], dim=-1))
+
+    return fn
+
+
+for _kind, _ops in (("add", (aten.add.Tensor, aten.add.Scalar)),
+                    ("sub", (aten.sub.Tensor, aten.sub.Scalar)),
+                    ("mul", (aten.mul.Tensor, aten.mul.Scalar)),
+                    ("div", (aten.div.Tensor, aten.div.Scalar))):
+    _register(*_ops)(_complex_binary(_kind))
+
+
+# --------------------------------------------------------------------------- after tracing
+
+
+def fold_complex_pairs(gm: fx.GraphModule) -> None:
+    """Remove every ``view_as_real(view_as_complex(p))`` round trip the decompositions
+    left (it is ``p``), then refuse the graph if a complex value is still computed: an
+    op on complex values that no decomposition here handles (the device has no complex
+    dtype, and Torch-MLIR cannot lower it)."""
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is aten.view_as_real.default:
+            src = node.args[0]
+            if isinstance(src, fx.Node) and src.target is aten.view_as_complex.default:
+                node.replace_all_uses_with(src.args[0])
+                gm.graph.erase_node(node)
+                if not src.users:
+                    gm.graph.erase_node(src)
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "call_function" and isinstance(val, torch.Tensor) and val.is_complex():
+            raise PrepareError(
+                f"{node.target} computes complex values, which the compiler carries as real "
+                "pairs only through FFTs and simple complex arithmetic (see "
+                "compiler/decomp_fft.py); this region runs eagerly.",
+                op=str(node.target), reason="complex-op")
+
+
+# --------------------------------------------------------------------------- layout ops
+# Ops that move or pick whole elements act on the pairs the same way, with the pair dim
+# kept last: dims are counted in the complex tensor, the pair dim is appended.
+
+
+def _d(dim: int, nd: int) -> int:
+    return dim % nd if nd else 0
+
+
+def _on_pairs(op: Any, z: Any, *args: Any) -> Any:
+    return _complex(op(_pairs(z), *args))
+
+
+def _is_c(z: Any) -> bool:
+    return isinstance(z, torch.Tensor) and z.is_complex()
+
+
+@_register(aten.slice.Tensor)
+def slice_(z: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.slice.Tensor, z, _d(dim, z.dim()), start, end, step)
+
+
+@_register(aten.select.int)
+def select(z: torch.Tensor, dim: int, index: int) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.select.int, z, _d(dim, z.dim()), index)
+
+
+@_register(aten.constant_pad_nd.default)
+def constant_pad_nd(z: torch.Tensor, pad: Sequence[int], value: Any = 0) -> Any:
+    if not _is_c(z) or value != 0:
+        return NotImplemented
+    return _on_pairs(aten.constant_pad_nd.default, z, [0, 0, *pad], 0)
+
+
+@_register(aten.permute.default)
+def permute(z: torch.Tensor, dims: Sequence[int]) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.permute.default, z, [*(_d(d, z.dim()) for d in dims), z.dim()])
+
+
+@_register(aten.view.default)
+def view(z: torch.Tensor, size: Sequence[int]) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.view.default, z, [*size, 2])
+
+
+@_register(aten.unsqueeze.default)
+def unsqueeze(z: torch.Tensor, dim: int) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.unsqueeze.default, z, _d(dim, z.dim() + 1))
+
+
+@_register(aten.expand.default)
+def expand(z: torch.Tensor, size: Sequence[int], *, implicit: bool = False) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.expand.default, z, [*size, 2])
+
+
+@_register(aten.flip.default)
+def flip(z: torch.Tensor, dims: Sequence[int]) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.flip.default, z, [_d(d, z.dim()) for d in dims])
+
+
+@_register(aten.alias.default)
+def alias(z: torch.Tensor) -> Any:
+    return _on_pairs(aten.alias.default, z) if _is_c(z) else NotImplemented
+
+
+@_register(aten.cat.default)
+def cat(tensors: Sequence[torch.Tensor], dim: int = 0) -> Any:
+    if not any(_is_c(t) for t in tensors):
+        return NotImplemented
+    real_dtype = _REAL_OF.get(functools.reduce(torch.promote_types, [t.dtype for t in tensors]))
+    full = [t for t in tensors if t.dim() != 1 or t.shape[0] != 0]  # legacy empty skipped
+    if real_dtype is None or not full:
+        return NotImplemented
+    nd = full[0].dim()
+    return _complex(aten.cat.default([_pairs(t).to(real_dtype) for t in full], _d(dim, nd)))
