@@ -229,7 +229,7 @@ def fft_c2r(z: torch.Tensor, dim: Sequence[int], normalization: int, last_dim_si
 # --------------------------------------------------------------------------- complex values
 
 
-@_register(aten._conj.default, aten.conj_physical.default)
+@_register(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)
 def conj(z: torch.Tensor) -> Any:
     if not z.is_complex():
         return NotImplemented
@@ -353,11 +353,14 @@ def fold_complex_pairs(gm: fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         if node.op == "call_function" and isinstance(val, torch.Tensor) and val.is_complex():
+            # name the op that needed the complex value, not the pairs' view
+            culprit = node if node.target is not aten.view_as_complex.default or not node.users \
+                else next(iter(node.users))
             raise PrepareError(
-                f"{node.target} computes complex values, which the compiler carries as real "
-                "pairs only through FFTs and simple complex arithmetic (see "
+                f"{culprit.target} computes with complex values, which the compiler carries "
+                "as real pairs only through FFTs and simple complex arithmetic (see "
                 "compiler/decomp_fft.py); this region runs eagerly.",
-                op=str(node.target), reason="complex-op")
+                op=str(culprit.target), reason="complex-op")
 
 
 # --------------------------------------------------------------------------- layout ops
