@@ -42,7 +42,7 @@ import torch.fx as fx
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "fold_complex_pairs"]
+__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "fft_decompositions", "fold_complex_pairs"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -52,6 +52,22 @@ _register = registrar(FFT_DECOMPOSITIONS)
 # Longest transform along one dim compiled as a DFT matmul (its matrix holds up to
 # (2N)^2 constants: 64 MiB of fp32 at 2048). Longer ones run eagerly.
 MAX_DFT_SIZE = 2048
+
+
+def fft_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """``FFT_DECOMPOSITIONS`` for ``table``: an entry here rewrites only complex values
+    (returning NotImplemented on real ones), so where ``table`` already had an entry for
+    the op (``sgn``, ``new_zeros``, ``slice_scatter``), real values still go to it."""
+    out: dict[Any, Callable[..., Any]] = {}
+    for op, fn in FFT_DECOMPOSITIONS.items():
+        prev = table.get(op)
+        out[op] = fn if prev is None else functools.partial(_chained, fn, prev)
+    return out
+
+
+def _chained(fn: Callable[..., Any], prev: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    r = fn(*args, **kwargs)
+    return prev(*args, **kwargs) if r is NotImplemented else r
 
 
 # --------------------------------------------------------------------------- matrices
@@ -451,3 +467,44 @@ def cat(tensors: Sequence[torch.Tensor], dim: int = 0) -> Any:
         return NotImplemented
     nd = full[0].dim()
     return _complex(aten.cat.default([_pairs(t).to(real_dtype) for t in full], _d(dim, nd)))
+
+
+@_register(aten.slice_scatter.default)
+def slice_scatter(z: torch.Tensor, src: torch.Tensor, dim: int = 0, start: Any = None,
+                  end: Any = None, step: int = 1) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    p = _pairs(z)
+    return _complex(aten.slice_scatter.default(p, _pairs(src).to(p.dtype), _d(dim, z.dim()),
+                                               start, end, step))
+
+
+@_register(aten.copy.default)
+def copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> Any:
+    if not _is_c(dst):
+        return NotImplemented
+    p = _pairs(dst)
+    return _complex(aten.copy.default(p, _pairs(src).to(p.dtype)))
+
+
+# --------------------------------------------------------------------------- autograd
+# What the backward of ``rfft(x).abs()`` needs: sgn, and zeros of a complex dtype.
+
+
+@_register(aten.sgn.default)
+def sgn(z: torch.Tensor) -> Any:
+    """z / |z|, and 0 where z is 0 (eager's complex sgn)."""
+    if not _is_c(z):
+        return NotImplemented
+    p = _pairs(z)
+    r = torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1]).unsqueeze(-1)
+    return _complex(torch.where(r == 0, torch.zeros_like(p), p / r))
+
+
+@_register(aten.new_zeros.default)
+def new_zeros(z: torch.Tensor, size: Sequence[int], *, dtype: Any = None, layout: Any = None,
+              device: Any = None, pin_memory: Any = None) -> Any:
+    dtype = dtype if dtype is not None else z.dtype
+    if not dtype.is_complex:
+        return NotImplemented
+    return _complex(torch.zeros([*size, 2], dtype=_REAL_OF[dtype], device=z.device))

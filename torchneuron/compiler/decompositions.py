@@ -75,8 +75,10 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(OWN_DECOMPOSITIONS)
     for extra in _extra_tables():
         table.update(extra)
+    from torchneuron.compiler.decomp_fft import fft_decompositions
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
+    table.update(fft_decompositions(table))  # complex values only; real: the entry before
     table.update(shape_decompositions(table))  # wraps the entries above, so last
     from torchneuron.compiler.index_bounds import with_index_checks
 
@@ -89,7 +91,6 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_custom import custom_op_decompositions
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
-    from torchneuron.compiler.decomp_fft import FFT_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
@@ -106,7 +107,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
-            RESAMPLE_DECOMPOSITIONS, custom_op_decompositions(), FFT_DECOMPOSITIONS]
+            RESAMPLE_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random
