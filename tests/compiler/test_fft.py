@@ -1,0 +1,173 @@
+"""FFTs compiled as real DFT matmuls (compiler/decomp_fft.py) = eager CPU (pocketfft).
+
+OpInfo's own samples of every torch.fft op and stft compile (a refusal fails the test)
+and match eager at the sweep's tolerances; complex graph inputs and outputs cross the
+executable boundary as view_as_real pairs; long transforms are refused, other complex
+ops are refused with a typed error; torch.compile with autograd compiles both graphs;
+adaptive eager gives eager's numbers. Before decomp_fft every FFT graph was refused.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+from torchneuron.compiler import CompileError, Executable, compile_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import lowering_coverage  # noqa: E402
+
+RTOL, ATOL = lowering_coverage.RTOL, lowering_coverage.ATOL
+FFT_OPS = ["fft.fft", "fft.fft2", "fft.fftn", "fft.ifft", "fft.ifft2", "fft.ifftn", "fft.rfft",
+           "fft.rfft2", "fft.rfftn", "fft.irfft", "fft.irfft2", "fft.irfftn", "fft.hfft",
+           "fft.hfft2", "fft.hfftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "stft"]
+
+
+def _assert_close(got: Any, want: Any) -> None:
+    got, want = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.dtype, list(g.shape), w.dtype)
+        torch.testing.assert_close(g, w, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", FFT_OPS)
+def test_opinfo_samples_compile_to_eagers_numbers(name: str) -> None:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    (op,) = [o for o in op_db if o.name == name and not o.variant_test_name]
+    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+    assert samples
+    for i, sample in enumerate(samples):
+        fn, tensors = lowering_coverage._sample_fn(op, sample)
+        want = fn(*[t.clone() for t in tensors])
+        exe = compile_graph(fn, [t.clone() for t in tensors], name=f"{name}-{i}")  # refused: fails
+        got = exe.run([t.clone() for t in tensors])
+        _assert_close(got, want)
+
+
+def test_complex_inputs_and_outputs_cross_the_boundary_as_pairs() -> None:
+    """A complex64 input goes in as f32[..., 2] (8 bytes an element), a complex output
+    comes back complex with eager's strides, and the executable round-trips as data."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(3, 5, dtype=torch.complex64, generator=g)
+    w = torch.randn(5, generator=g)
+
+    def fn(c: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        spec = torch.fft.fft(c, dim=0, norm="ortho")
+        return (spec.mT, (spec * r + 1j).conj(), c.real * 2, torch.fft.irfft(c * r, n=8),
+                torch.complex(c.imag, r).abs())
+
+    exe = compile_graph(fn, [z, w])
+    sig = exe.signature
+    assert sig["complex_inputs"] == [0] and len(sig["complex_outputs"]) == 2
+    assert sig["inputs"][0]["shape"] == [3, 5, 2] and sig["inputs"][0]["dtype"] == "torch.float32"
+    exe = Executable.from_bytes(exe.to_bytes())  # data only; format 2 carries the fields
+    got = exe.run([z, w])
+    want = fn(z, w)
+    _assert_close(got, want)
+    assert got[0].stride() == want[0].stride()
+
+
+def test_long_transforms_match_eager_up_to_the_bound_and_are_refused_past_it() -> None:
+    from torchneuron.compiler.decomp_fft import MAX_DFT_SIZE
+
+    g = torch.Generator().manual_seed(1)
+    for n, fn in ((1000, torch.fft.rfft), (1000, torch.fft.fft),
+                  (1000, lambda t: torch.fft.irfft(t, n=1000, norm="forward"))):
+        x = torch.randn(4, n, generator=g)
+        _assert_close(compile_graph(fn, [x]).run([x]), fn(x))
+    x = torch.randn(2, 4096, generator=g)
+    assert 4096 > MAX_DFT_SIZE
+    with pytest.raises(CompileError) as e:
+        compile_graph(torch.fft.rfft, [x])
+    assert e.value.reason == "fft-too-large" and e.value.stage == "prepare"
+
+
+def test_unhandled_complex_op_is_refused_with_a_typed_error() -> None:
+    x = torch.randn(4, 6)
+    with pytest.raises(CompileError) as e:
+        compile_graph(lambda t: torch.fft.fft(t).exp(), [x])
+    assert e.value.reason == "complex-op" and "exp" in str(e.value.op)
+
+
+def test_real_graphs_do_not_change() -> None:
+    """The complex entries hand real values on: the graph of a real program is the
+    same as without them (its StableHLO text, hence its cache key and sim time)."""
+    import torchneuron.compiler.decomp_fft as decomp_fft
+    from torchneuron.compiler.prepare import prepare
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.sgn(a) * b + a.abs() - a.new_zeros(4, 6) + torch.cat([a, b]).sum()
+
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    with_fft = prepare(fn, [a, b]).graph_text
+    saved = dict(decomp_fft.FFT_DECOMPOSITIONS)
+    try:
+        decomp_fft.FFT_DECOMPOSITIONS.clear()
+        from torchneuron.compiler.decompositions import decomposition_table
+
+        decomposition_table.cache_clear()
+        without = prepare(fn, [a, b]).graph_text
+    finally:
+        decomp_fft.FFT_DECOMPOSITIONS.update(saved)
+        decomposition_table.cache_clear()
+    assert with_fft == without
+
+
+def test_torch_compile_with_autograd_compiles_forward_and_backward() -> None:
+    import torchneuron  # noqa: F401
+    import torchneuron.compiler as tc
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft(x).abs().sum()
+
+    torch._dynamo.reset()
+    tc.reset_stats()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(2))
+    xd = x.to("neuron").requires_grad_()
+    out = torch.compile(f, backend="neuron")(xd)
+    out.backward()
+    xc = x.clone().requires_grad_()
+    ref = f(xc)
+    ref.backward()
+    stats = tc.stats()
+    assert stats["failures"] == 0 and stats["compilations"] == 2, stats
+    torch.testing.assert_close(out.cpu(), ref, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=RTOL, atol=ATOL)
+
+
+def test_adaptive_eager_loop_of_ffts_gives_eagers_numbers() -> None:
+    """rfft / irfft on neuron tensors for 8 steps: eager's numbers whether the region
+    replays compiled or is refused (today adaptive eager's capture refuses complex
+    values) and runs eagerly; never a replay that differs (verify is on)."""
+    import torchneuron  # noqa: F401
+    import torchneuron.adaptive_eager as ae
+    from torchneuron.hardware.settings import override
+
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(4, 32, generator=g) for _ in range(8)]
+    w = torch.randn(17, generator=g)
+
+    def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (torch.fft.irfft(torch.fft.rfft(x) * w, n=32) * 2 + x).sum(1)
+
+    want = [step(x, w) for x in xs]
+    ae.disable()
+    ae.reset()
+    try:
+        with override(verify=True), ae.enabled():
+            wd = w.to("neuron")
+            got = [step(x.to("neuron"), wd).cpu() for x in xs]
+        stats = ae.stats()
+    finally:
+        ae.disable()
+        ae.reset()
+    assert stats["fallback_reasons"].get("verify-mismatch", 0) == 0, stats
+    for g_, w_ in zip(got, want, strict=True):
+        torch.testing.assert_close(g_, w_, rtol=RTOL, atol=ATOL)
