@@ -96,14 +96,62 @@ def test_unhandled_complex_op_is_refused_with_a_typed_error() -> None:
     assert e.value.reason == "complex-op" and "exp" in str(e.value.op)
 
 
+_F = torch.fft
+# Complex arithmetic decomp_fft carries as pairs: compiled and equal to eager.
+HANDLED = {
+    "abs_max": lambda t: _F.fft(t).abs().max(), "div_real": lambda t: _F.fft(t) / (t + 10),
+    "mul_complex": lambda t: _F.fft(t) * _F.fft(t.flip(0)), "sub_alpha": lambda t: torch.sub(
+        _F.fft(t), _F.ifft(t), alpha=2), "add_scalar": lambda t: _F.fft(t) + (1 + 2j),
+    "reshape_t": lambda t: _F.fft(t).reshape(-1, 3).T.contiguous(), "neg": lambda t: -_F.fft(t),
+    "fftshift": lambda t: _F.fftshift(_F.fft(t)), "roll": lambda t: torch.roll(_F.fft(t), 2, 1),
+    "stack": lambda t: torch.stack([_F.fft(t), _F.ifft(t)]), "cat_real": lambda t: torch.cat(
+        [_F.fft(t), t]), "expand": lambda t: _F.rfft(t)[:, None].expand(4, 3, 4) * 2,
+    "where": lambda t: torch.where(t > 0, _F.fft(t), 0), "sum_mean": lambda t: (
+        _F.fft(t).sum(), _F.fft(t).mean(0)), "power": lambda t: (
+        _F.fft(t) * _F.fft(t).conj()).real, "to_real": lambda t: _F.fft(t).to(torch.float32),
+    "to_complex128": lambda t: _F.fft(t).to(torch.complex128),
+}
+# Complex ops it does not handle: refused with a typed error, never a wrong number.
+REFUSED = {
+    "angle": lambda t: _F.fft(t).angle(), "pow": lambda t: _F.fft(t) ** 2,
+    "exp": lambda t: _F.fft(t).exp(), "eq": lambda t: _F.fft(t) == _F.fft(t),
+    "div_complex": lambda t: _F.fft(t) / _F.fft(t + 1),
+    "norm": lambda t: torch.linalg.norm(_F.fft(t)), "var": lambda t: torch.var(_F.fft(t)),
+    "index": lambda t: _F.fft(t)[[0, 2]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HANDLED))
+def test_complex_arithmetic_compiles_to_eagers_numbers(name: str) -> None:
+    import warnings
+
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager's "casting complex to real discards..."
+        want = HANDLED[name](x)
+        got = compile_graph(HANDLED[name], [x], name=name).run([x])
+    _assert_close(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_other_complex_ops_are_refused(name: str) -> None:
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(5))
+    with pytest.raises(CompileError) as e:
+        compile_graph(REFUSED[name], [x], name=name)
+    assert e.value.stage == "prepare" and e.value.reason == "complex-op", e.value
+
+
 def test_real_graphs_do_not_change() -> None:
     """The complex entries hand real values on: the graph of a real program is the
     same as without them (its StableHLO text, hence its cache key and sim time)."""
     import torchneuron.compiler.decomp_fft as decomp_fft
     from torchneuron.compiler.prepare import prepare
 
-    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.sgn(a) * b + a.abs() - a.new_zeros(4, 6) + torch.cat([a, b]).sum()
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        c = torch.sgn(a) * b + a.abs() - a.new_zeros(4, 6) + torch.cat([a, b]).sum() / 3
+        d = torch.where(a > 0, -b, 1.0).mean(0) + torch.roll(a, 1, 0)[1, 1:].sum() - a[2:, 3].sum()
+        e = torch.nn.functional.pad(a.t(), (1, 2)).unsqueeze(0).expand(2, 6, 7).flip(1)
+        return c, d, e.to(torch.float64).reshape(-1)[::3].sum(0, keepdim=True)
 
     a, b = torch.randn(4, 6), torch.randn(4, 6)
     with_fft = prepare(fn, [a, b]).graph_text

@@ -286,11 +286,15 @@ def clone(z: torch.Tensor, *, memory_format: Any = None) -> Any:
 
 @_register(prims.convert_element_type.default)
 def convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> Any:
-    """Real to complex (as ``irfft`` of a real input does): zero imaginary parts."""
-    if not dtype.is_complex or x.is_complex():
+    """Real to complex (as ``irfft`` of a real input does): zero imaginary parts;
+    complex to complex: both parts cast; complex to real: the real part (eager's)."""
+    if x.is_complex() and dtype.is_complex:
+        return _complex(_pairs(x).to(_REAL_OF[dtype]))
+    if x.is_complex():
+        return _pairs(x)[..., 0].to(dtype)
+    if not dtype.is_complex:
         return NotImplemented
-    real_dtype = _REAL_OF[dtype]
-    return _complex(_pairs(x.to(real_dtype)))
+    return _complex(_pairs(x.to(_REAL_OF[dtype])))
 
 
 def _operand(v: Any, real_dtype: torch.dtype) -> tuple[Any, Any]:
@@ -508,3 +512,55 @@ def new_zeros(z: torch.Tensor, size: Sequence[int], *, dtype: Any = None, layout
     if not dtype.is_complex:
         return NotImplemented
     return _complex(torch.zeros([*size, 2], dtype=_REAL_OF[dtype], device=z.device))
+
+
+@_register(aten.index_select.default)
+def index_select(z: torch.Tensor, dim: int, index: torch.Tensor) -> Any:
+    """(fftshift and roll gather whole elements)"""
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.index_select.default, z, _d(dim, z.dim()), index)
+
+
+@_register(aten.neg.default)
+def neg(z: torch.Tensor) -> Any:
+    return _on_pairs(aten.neg.default, z) if _is_c(z) else NotImplemented
+
+
+def _reduce(op: Any, z: torch.Tensor, dim: Any, keepdim: bool, dtype: Any) -> Any:
+    if not _is_c(z) or (dtype is not None and dtype != z.dtype):
+        return NotImplemented
+    dims = list(range(z.dim())) if not dim else [_d(d, z.dim()) for d in dim]
+    return _on_pairs(op, z, dims, keepdim)
+
+
+@_register(aten.sum.dim_IntList)
+def sum_(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    return _reduce(aten.sum.dim_IntList, z, dim, keepdim, dtype)
+
+
+@_register(aten.mean.dim)
+def mean(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    return _reduce(aten.mean.dim, z, dim, keepdim, dtype)
+
+
+@_register(aten.where.self)
+def where(cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Any:
+    if not (_is_c(a) or _is_c(b)):
+        return NotImplemented
+    real_dtype = _REAL_OF.get(torch.result_type(a, b))
+    if real_dtype is None:
+        return NotImplemented
+    pa, pb = _pairs(a).to(real_dtype), _pairs(b).to(real_dtype)
+    return _complex(aten.where.self(cond.unsqueeze(-1), pa, pb))
+
+
+@_register(aten.scalar_tensor.default)
+def scalar_tensor(value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                  pin_memory: Any = None) -> Any:
+    if dtype is None or not dtype.is_complex:
+        return NotImplemented
+    v = complex(value)
+    parts = [aten.scalar_tensor.default(part, dtype=_REAL_OF[dtype], device=device)
+             for part in (v.real, v.imag)]
+    return _complex(torch.stack(parts))
