@@ -75,25 +75,21 @@ def test_complex_inputs_and_outputs_cross_the_boundary_as_pairs() -> None:
 
 
 def test_long_transforms_match_eager_up_to_the_bound_and_are_refused_past_it() -> None:
-    from torchneuron.compiler.decomp_fft import MAX_DFT_SIZE
+    """One matmul up to 256 points, two stages beyond (1000 = 25 * 40, 4096 = 64 * 64),
+    one matmul for a prime length (1021); refused past MAX_FFT_SIZE / MAX_DFT_SIZE."""
+    from torchneuron.compiler.decomp_fft import MAX_DFT_SIZE, MAX_FFT_SIZE
 
     g = torch.Generator().manual_seed(1)
-    for n, fn in ((1000, torch.fft.rfft), (1000, torch.fft.fft),
-                  (1000, lambda t: torch.fft.irfft(t, n=1000, norm="forward"))):
+    for n, fn in ((1000, torch.fft.rfft), (1000, torch.fft.fft), (1021, torch.fft.rfft),
+                  (4096, torch.fft.fft), (4096, lambda t: torch.fft.irfft(t, n=4096)),
+                  (1000, lambda t: torch.fft.hfft(t, n=1000, norm="forward"))):
         x = torch.randn(4, n, generator=g)
         _assert_close(compile_graph(fn, [x]).run([x]), fn(x))
-    x = torch.randn(2, 4096, generator=g)
-    assert 4096 > MAX_DFT_SIZE
-    with pytest.raises(CompileError) as e:
-        compile_graph(torch.fft.rfft, [x])
-    assert e.value.reason == "fft-too-large" and e.value.stage == "prepare"
-
-
-def test_unhandled_complex_op_is_refused_with_a_typed_error() -> None:
-    x = torch.randn(4, 6)
-    with pytest.raises(CompileError) as e:
-        compile_graph(lambda t: torch.fft.fft(t).exp(), [x])
-    assert e.value.reason == "complex-op" and "exp" in str(e.value.op)
+    for n in (2 * MAX_FFT_SIZE, 4099):  # composite past the bound; prime past the bound
+        assert n > MAX_DFT_SIZE
+        with pytest.raises(CompileError) as e:
+            compile_graph(torch.fft.rfft, [torch.randn(2, n, generator=g)])
+        assert e.value.reason == "fft-too-large" and e.value.stage == "prepare"
 
 
 _F = torch.fft

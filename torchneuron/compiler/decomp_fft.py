@@ -16,16 +16,22 @@ reads it back (``view_as_real``), and ``fold_complex_pairs`` removes every such
 round trip after tracing; and the interleaved (re, im) rows make a complex-by-complex
 DFT a single real matmul by a 2N x 2N matrix ([[c, s], [-s, c]] blocks).
 
-Only what the FFT ops, their OpInfo samples and simple user code need is handled here
-(conj, real/imag, complex, abs, mul/add/sub/div by real or complex values, clone,
-casting real to complex). Any other op on complex values is left in the graph, and
+Only what the FFT ops, their OpInfo samples, their backward and simple user code need is
+handled here: conj, real/imag, complex, abs, sgn, add/sub/mul, division by a real value,
+casts, ops that move whole elements (slice, select, pad, permute, view, cat, flip,
+index_select for fftshift/roll, ...), sum/mean over dims, where. Any other op on complex values is left in the graph, and
 ``fold_complex_pairs`` refuses the graph with a typed ``PrepareError`` naming it.
 
-Precision: a length-N DFT by an fp32 matmul sums N products; its error grows like
-sqrt(N) ulps of the largest term, as pocketfft's does like log(N). Up to ``MAX_DFT_SIZE``
-points along a dim it matches eager at the sweep's tolerances (rtol 1e-3, atol 1e-4,
-checked up to 4096 points by tests/compiler/test_fft.py); the matrices also grow as
-N^2, so longer transforms are refused (``fft-too-large``) and run eagerly.
+Precision and size: a DFT of n points by an fp32 matmul sums n products, so its error
+grows with n (pocketfft's grows like log n), and its matrix holds (2n)^2 constants. Up
+to ``DIRECT_SIZE`` points a transform is one matmul; a longer one of composite length
+is split in two stages (Cooley-Tukey: short matmuls, a twiddle, short matmuls), whose
+constants and error grow with n1 + n2 instead. Measured against eager (random normal
+input, tests/compiler/test_fft.py and the report of issue 7): at n = 16384 the worst
+element uses 6% of the sweep's tolerance (rtol 1e-3, atol 1e-4), at 65536 75%, so two
+stages stop at ``MAX_FFT_SIZE`` = 16384; a prime length stays one matmul, up to
+``MAX_DFT_SIZE`` = 2048. Longer transforms are refused (``fft-too-large``) and run
+eagerly.
 """
 
 from __future__ import annotations
@@ -42,16 +48,20 @@ import torch.fx as fx
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "fft_decompositions", "fold_complex_pairs"]
+__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decompositions", "fold_complex_pairs"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 FFT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 _register = registrar(FFT_DECOMPOSITIONS)
 
-# Longest transform along one dim compiled as a DFT matmul (its matrix holds up to
-# (2N)^2 constants: 64 MiB of fp32 at 2048). Longer ones run eagerly.
+# Transforms of up to DIRECT_SIZE points are one DFT matmul; longer ones of composite
+# length are split in two stages (recursively), up to MAX_FFT_SIZE points; a longer
+# prime length is one matmul up to MAX_DFT_SIZE (its matrix holds (2n)^2 constants:
+# 64 MiB of fp32 at 2048, and its error grows with n). Longer transforms run eagerly.
+DIRECT_SIZE = 256
 MAX_DFT_SIZE = 2048
+MAX_FFT_SIZE = 1 << 14
 
 
 def fft_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
@@ -112,6 +122,13 @@ def _c2c_matrix(n: int, forward: bool, normalization: int) -> np.ndarray:
     return w * _scale(normalization, n)
 
 
+def _twiddle(n1: int, n2: int, forward: bool, normalization: int) -> np.ndarray:
+    """(n1, n2, 2): e^{-+2pi i k1 t2 / n} for n = n1 * n2, times the normalization of n."""
+    n = n1 * n2
+    c, s = _cos_sin(n1, n2, n)
+    return np.stack([c, -s if forward else s], axis=-1) * _scale(normalization, n)
+
+
 def _c2r_matrix(n_in: int, n: int, normalization: int) -> np.ndarray:
     """(2*n_in, n): interleaved half spectrum -> the real signal of length n, using
     Hermitian symmetry as pocketfft does: X_0 and (even n) X_{n/2} count once and
@@ -125,7 +142,7 @@ def _c2r_matrix(n_in: int, n: int, normalization: int) -> np.ndarray:
 
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
-_BUILDERS = {"r2c": _r2c_matrix, "c2c": _c2c_matrix, "c2r": _c2r_matrix}
+_BUILDERS = {"r2c": _r2c_matrix, "c2c": _c2c_matrix, "c2r": _c2r_matrix, "twiddle": _twiddle}
 
 
 @functools.lru_cache(maxsize=64)
@@ -139,14 +156,6 @@ def _const(kind: str, like: torch.Tensor, *args: Any) -> torch.Tensor:
     # a new tensor per use: one tensor object seen by two traces came back from the
     # second as a fake tensor (the fake mode's memo of real tensors)
     return torch.from_numpy(_matrix(kind, args, like.dtype).copy())
-
-
-def _check_size(op: str, n: int) -> None:
-    if n > MAX_DFT_SIZE:
-        raise PrepareError(
-            f"{op}: a transform of {n} points is longer than the {MAX_DFT_SIZE} a DFT "
-            "matmul compiles (its matrix grows as n^2 and its error as sqrt(n)); it runs "
-            "eagerly.", op=op, reason="fft-too-large")
 
 
 # --------------------------------------------------------------------------- 1-d steps
@@ -167,10 +176,32 @@ def _complex(p: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(p)
 
 
+def _split(n: int) -> tuple[int, int] | None:
+    """n = n1 * n2 with n1 the largest divisor <= sqrt(n), when a transform of n points
+    is done in two stages (longer than ``DIRECT_SIZE`` and not prime)."""
+    if n <= DIRECT_SIZE:
+        return None
+    n1 = next(d for d in range(math.isqrt(n), 0, -1) if n % d == 0)
+    return None if n1 == 1 else (n1, n // n1)
+
+
+def _check_size(op: str, n: int) -> None:
+    limit = MAX_FFT_SIZE if _split(n) else MAX_DFT_SIZE
+    if n > limit:
+        raise PrepareError(
+            f"{op}: a transform of {n} points is longer than the {limit} this compiler "
+            f"lowers ({MAX_DFT_SIZE} for a prime length, which is one DFT matmul whose "
+            "matrix grows as n^2 and whose error grows with n); it runs eagerly.",
+            op=op, reason="fft-too-large")
+
+
 def _r2c_1d(x: torch.Tensor, dim: int, onesided: bool, normalization: int) -> torch.Tensor:
     n = x.shape[dim]
     n_out = n // 2 + 1 if onesided else n
     _check_size("aten._fft_r2c", n)
+    if _split(n):  # a complex transform of (x, 0), cut to the half spectrum
+        p = _c2c_1d(_pairs(x), dim, True, normalization)
+        return p.narrow(dim, 0, n_out) if n_out != n else p
     w = _const("r2c", x, n, n_out, normalization)
     y = torch.matmul(x.movedim(dim, -1), w)
     return y.unflatten(-1, (n_out, 2)).movedim(-2, dim)
@@ -180,17 +211,63 @@ def _c2c_1d(p: torch.Tensor, dim: int, forward: bool, normalization: int) -> tor
     """``p`` pairs (..., 2); ``dim`` counts the complex dims only."""
     n = p.shape[dim]
     _check_size("aten._fft_c2c", n)
+    split = _split(n)
+    if split:
+        return _c2c_two_stage(p, dim, forward, normalization, *split)
     w = _const("c2c", p, n, forward, normalization)
     y = torch.matmul(p.movedim(dim, -2).flatten(-2), w)
     return y.unflatten(-1, (n, 2)).movedim(-2, dim)
 
 
+def _c2c_two_stage(p: torch.Tensor, dim: int, forward: bool, normalization: int, n1: int,
+                   n2: int) -> torch.Tensor:
+    """Cooley-Tukey in two stages (n = n1 * n2, t = n2 * t1 + t2, k = k1 + n1 * k2):
+    transforms of n1 points over t1, a twiddle e^{-+2pi i k1 t2 / n} (with the
+    normalization folded in), transforms of n2 points over t2, then k read as (k2, k1).
+    Each stage is a short matmul, so the constants hold n1^2 + n2^2 + n values instead
+    of n^2 and the error grows with n1 + n2, not n (the way a TensorEngine tiles it)."""
+    q = p.movedim(dim, -2).unflatten(-2, (n1, n2))  # (..., n1, n2, 2)
+    nd = q.dim() - 1  # complex dims
+    a = _c2c_1d(q, nd - 2, forward, 0)  # over t1 -> k1
+    tw = _const("twiddle", a, n1, n2, forward, normalization)
+    ar, ai, tr, ti = a[..., 0], a[..., 1], tw[..., 0], tw[..., 1]
+    a = torch.stack([ar * tr - ai * ti, ar * ti + ai * tr], dim=-1)
+    b = _c2c_1d(a, nd - 1, forward, 0)  # over t2 -> k2
+    return b.transpose(-3, -2).flatten(-3, -2).movedim(-2, dim)
+
+
 def _c2r_1d(p: torch.Tensor, dim: int, n: int, normalization: int) -> torch.Tensor:
     n_in = p.shape[dim]
     _check_size("aten._fft_c2r", n)
+    if _split(n):
+        return _c2r_two_stage(p, dim, n, normalization)
     w = _const("c2r", p, n_in, n, normalization)
     y = torch.matmul(p.movedim(dim, -2).flatten(-2), w)
     return y.movedim(-1, dim)
+
+
+def _c2r_two_stage(p: torch.Tensor, dim: int, n: int, normalization: int) -> torch.Tensor:
+    """The full Hermitian spectrum (X_{n-k} = conj X_k; the imaginary parts of X_0 and,
+    for even n, X_{n/2} dropped, as pocketfft does), a backward complex transform, and
+    its real part."""
+    half = n // 2 + 1
+    q = p.movedim(dim, -2)  # (..., n_in, 2)
+    q = q[..., :half, :] if q.shape[-2] >= half else \
+        torch.nn.functional.pad(q, (0, 0, 0, half - q.shape[-2]))
+    keep = torch.from_numpy(_hermitian_mask(n).astype(_NUMPY[q.dtype]))
+    q = q * keep
+    tail = q[..., 1:n - half + 1, :].flip(-2)
+    tail = torch.stack([tail[..., 0], -tail[..., 1]], dim=-1)
+    full = torch.cat([q, tail], dim=-2)  # (..., n, 2)
+    return _c2c_1d(full, full.dim() - 2, False, normalization)[..., 0].movedim(-1, dim)
+
+
+def _hermitian_mask(n: int) -> np.ndarray:
+    mask = np.ones((n // 2 + 1, 2))
+    mask[0, 1] = 0.0
+    if n % 2 == 0:
+        mask[n // 2, 1] = 0.0
+    return mask
 
 
 def _dims(x: torch.Tensor, dim: Sequence[int]) -> list[int]:
