@@ -48,7 +48,8 @@ import torch.fx as fx
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decompositions", "fold_complex_pairs"]
+__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decompositions", "fold_complex_pairs",
+           "refuse_complex"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -436,9 +437,7 @@ for _kind, _ops in (("add", (aten.add.Tensor, aten.add.Scalar)),
 
 def fold_complex_pairs(gm: fx.GraphModule) -> None:
     """Remove every ``view_as_real(view_as_complex(p))`` round trip the decompositions
-    left (it is ``p``), then refuse the graph if a complex value is still computed: an
-    op on complex values that no decomposition here handles (the device has no complex
-    dtype, and Torch-MLIR cannot lower it)."""
+    left (it is ``p``)."""
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is aten.view_as_real.default:
             src = node.args[0]
@@ -447,6 +446,12 @@ def fold_complex_pairs(gm: fx.GraphModule) -> None:
                 gm.graph.erase_node(node)
                 if not src.users:
                     gm.graph.erase_node(src)
+
+
+def refuse_complex(gm: fx.GraphModule) -> None:
+    """Refuse the graph if it still computes a complex value (after dead code and empty
+    tensors are gone): an op on complex values that no decomposition here handles. The
+    device has no complex dtype, and what Torch-MLIR would make of it is unchecked."""
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         if node.op == "call_function" and isinstance(val, torch.Tensor) and val.is_complex():
@@ -458,6 +463,13 @@ def fold_complex_pairs(gm: fx.GraphModule) -> None:
                 "as real pairs only through FFTs and simple complex arithmetic (see "
                 "compiler/decomp_fft.py); this region runs eagerly.",
                 op=str(culprit.target), reason="complex-op")
+
+
+@_register(aten.polar.default)
+def polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
+    """r (cos theta + i sin theta), as eager computes it."""
+    r, theta = torch.broadcast_tensors(r, theta)
+    return _complex(torch.stack([r * torch.cos(theta), r * torch.sin(theta)], dim=-1))
 
 
 # --------------------------------------------------------------------------- layout ops

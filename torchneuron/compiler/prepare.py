@@ -33,7 +33,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.corrections import fix_degenerate_variances
-from torchneuron.compiler.decomp_fft import fold_complex_pairs
+from torchneuron.compiler.decomp_fft import fold_complex_pairs, refuse_complex
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
@@ -201,6 +201,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     _fold_0d_reductions(gm)
     _fold_empty(gm)
     gm.graph.eliminate_dead_code()
+    refuse_complex(gm)
     gm = _plain(gm)
     return PreparedGraph(
         gm=gm, num_user_inputs=n_in, num_user_outputs=num_user_outputs,
