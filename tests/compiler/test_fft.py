@@ -1,4 +1,5 @@
-"""FFTs compiled as real DFT matmuls (compiler/decomp_fft.py) = eager CPU (pocketfft).
+"""FFTs compiled as real DFT matmuls (compiler/decomp_fft.py, complex values as real pairs:
+compiler/decomp_complex.py) = eager CPU (pocketfft).
 
 OpInfo's own samples of every torch.fft op and stft compile (a refusal fails the test)
 and match eager at the sweep's tolerances; complex graph inputs and outputs cross the
@@ -93,7 +94,7 @@ def test_long_transforms_match_eager_up_to_the_bound_and_are_refused_past_it() -
 
 
 _F = torch.fft
-# Complex arithmetic decomp_fft carries as pairs: compiled and equal to eager.
+# Complex arithmetic decomp_complex carries as pairs: compiled and equal to eager.
 HANDLED = {
     "abs_max": lambda t: _F.fft(t).abs().max(), "div_real": lambda t: _F.fft(t) / (t + 10),
     "mul_complex": lambda t: _F.fft(t) * _F.fft(t.flip(0)), "sub_alpha": lambda t: torch.sub(
@@ -140,6 +141,7 @@ def test_other_complex_ops_are_refused(name: str) -> None:
 def test_real_graphs_do_not_change() -> None:
     """The complex entries hand real values on: the graph of a real program is the
     same as without them (its StableHLO text, hence its cache key and sim time)."""
+    import torchneuron.compiler.decomp_complex as decomp_complex
     import torchneuron.compiler.decomp_fft as decomp_fft
     from torchneuron.compiler.prepare import prepare
 
@@ -151,15 +153,18 @@ def test_real_graphs_do_not_change() -> None:
 
     a, b = torch.randn(4, 6), torch.randn(4, 6)
     with_fft = prepare(fn, [a, b]).graph_text
-    saved = dict(decomp_fft.FFT_DECOMPOSITIONS)
-    try:
-        decomp_fft.FFT_DECOMPOSITIONS.clear()
-        from torchneuron.compiler.decompositions import decomposition_table
+    from torchneuron.compiler.decompositions import decomposition_table
 
+    tables = (decomp_fft.FFT_DECOMPOSITIONS, decomp_complex.COMPLEX_DECOMPOSITIONS)
+    saved = [dict(t) for t in tables]
+    try:
+        for t in tables:
+            t.clear()
         decomposition_table.cache_clear()
         without = prepare(fn, [a, b]).graph_text
     finally:
-        decomp_fft.FFT_DECOMPOSITIONS.update(saved)
+        for t, entries in zip(tables, saved, strict=True):
+            t.update(entries)
         decomposition_table.cache_clear()
     assert with_fft == without
 

@@ -1,4 +1,4 @@
-"""FFTs as real matmuls, and complex values as real pairs, for a device with neither.
+"""FFTs as real matmuls, for a device with no FFT unit and no complex dtype.
 
 Torch-MLIR has no lowering for ``_fft_r2c`` / ``_fft_c2c`` / ``_fft_c2r`` and the neuron
 stack has no complex dtype. A DFT along one dim is a matmul by a constant matrix of
@@ -7,20 +7,9 @@ too; a multi-dim FFT is one such matmul per dim. The matrices are computed in fl
 the host (angles reduced exactly: ``2*pi*((k*n) mod N)/N``, so no large-argument
 rounding) and only then cast to the input's dtype, with the normalization folded in.
 
-Complex values are carried in the ``view_as_real`` layout: one real tensor with a
-trailing dim of 2 (re, im). Why this layout and not separate re/im tensors: it is the
-layout of a complex tensor's own memory, so the executable's boundary is a free view
-(``view_as_real`` in, ``view_as_complex`` out); each complex value stays one FX node, so
-a decomposition can return a complex tensor (``view_as_complex(pairs)``) and the next op
-reads it back (``view_as_real``), and ``fold_complex_pairs`` removes every such
-round trip after tracing; and the interleaved (re, im) rows make a complex-by-complex
-DFT a single real matmul by a 2N x 2N matrix ([[c, s], [-s, c]] blocks).
-
-Only what the FFT ops, their OpInfo samples, their backward and simple user code need is
-handled here: conj, real/imag, complex, abs, sgn, add/sub/mul, division by a real value,
-casts, ops that move whole elements (slice, select, pad, permute, view, cat, flip,
-index_select for fftshift/roll, ...), sum/mean over dims, where. Any other op on complex values is left in the graph, and
-``fold_complex_pairs`` refuses the graph with a typed ``PrepareError`` naming it.
+Complex values are real pairs (trailing dim 2, decomp_complex.py); the interleaved
+(re, im) rows make a complex-by-complex DFT one real matmul by a 2N x 2N matrix
+([[c, s], [-s, c]] blocks).
 
 Precision and size: a DFT of n points by an fp32 matmul sums n products, so its error
 grows with n (pocketfft's grows like log n), and its matrix holds (2n)^2 constants. Up
@@ -43,16 +32,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.fx as fx
 
+from torchneuron.compiler.decomp_complex import COMPLEX_DECOMPOSITIONS, from_pairs, pairs
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decompositions", "fold_complex_pairs",
-           "refuse_complex"]
+__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decompositions"]
 
 aten = torch.ops.aten
-prims = torch.ops.prims
 FFT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 _register = registrar(FFT_DECOMPOSITIONS)
 
@@ -66,11 +53,12 @@ MAX_FFT_SIZE = 1 << 14
 
 
 def fft_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """``FFT_DECOMPOSITIONS`` for ``table``: an entry here rewrites only complex values
-    (returning NotImplemented on real ones), so where ``table`` already had an entry for
-    the op (``sgn``, ``new_zeros``, ``slice_scatter``), real values still go to it."""
+    """``FFT_DECOMPOSITIONS`` and ``COMPLEX_DECOMPOSITIONS`` for ``table``: their entries
+    rewrite only complex values (returning NotImplemented on real ones), so where
+    ``table`` already had an entry for the op (``sgn``, ``new_zeros``, ``slice_scatter``,
+    ``polar``...), real values still go to it."""
     out: dict[Any, Callable[..., Any]] = {}
-    for op, fn in FFT_DECOMPOSITIONS.items():
+    for op, fn in {**COMPLEX_DECOMPOSITIONS, **FFT_DECOMPOSITIONS}.items():
         prev = table.get(op)
         out[op] = fn if prev is None else functools.partial(_chained, fn, prev)
     return out
@@ -162,21 +150,6 @@ def _const(kind: str, like: torch.Tensor, *args: Any) -> torch.Tensor:
 # --------------------------------------------------------------------------- 1-d steps
 
 
-_REAL_OF = {torch.complex32: torch.float16, torch.complex64: torch.float32,
-            torch.complex128: torch.float64}
-
-
-def _pairs(z: torch.Tensor) -> torch.Tensor:
-    """A complex tensor as (..., 2) real pairs; a real one gets zero imaginary parts."""
-    if z.is_complex():
-        return torch.view_as_real(z)
-    return torch.stack([z, torch.zeros_like(z)], dim=-1)
-
-
-def _complex(p: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_complex(p)
-
-
 def _split(n: int) -> tuple[int, int] | None:
     """n = n1 * n2 with n1 the largest divisor <= sqrt(n), when a transform of n points
     is done in two stages (longer than ``DIRECT_SIZE`` and not prime)."""
@@ -201,7 +174,7 @@ def _r2c_1d(x: torch.Tensor, dim: int, onesided: bool, normalization: int) -> to
     n_out = n // 2 + 1 if onesided else n
     _check_size("aten._fft_r2c", n)
     if _split(n):  # a complex transform of (x, 0), cut to the half spectrum
-        p = _c2c_1d(_pairs(x), dim, True, normalization)
+        p = _c2c_1d(pairs(x), dim, True, normalization)
         return p.narrow(dim, 0, n_out) if n_out != n else p
     w = _const("r2c", x, n, n_out, normalization)
     y = torch.matmul(x.movedim(dim, -1), w)
@@ -293,7 +266,7 @@ def fft_r2c(x: torch.Tensor, dim: Sequence[int], normalization: int, onesided: b
     p = _r2c_1d(x, dims[-1], onesided, _norm_per_dim(normalization))
     for d in dims[:-1]:
         p = _c2c_1d(p, d, True, _norm_per_dim(normalization))
-    return _complex(p)
+    return from_pairs(p)
 
 
 @_register(aten._fft_c2c.default)
@@ -301,10 +274,10 @@ def fft_c2c(z: torch.Tensor, dim: Sequence[int], normalization: int, forward: bo
     dims = _dims(z, dim)
     if not dims or not z.is_complex():
         return NotImplemented
-    p = _pairs(z)
+    p = pairs(z)
     for d in dims:
         p = _c2c_1d(p, d, forward, _norm_per_dim(normalization))
-    return _complex(p)
+    return from_pairs(p)
 
 
 @_register(aten._fft_c2r.default)
@@ -314,342 +287,7 @@ def fft_c2r(z: torch.Tensor, dim: Sequence[int], normalization: int, last_dim_si
     dims = _dims(z, dim)
     if not dims or not z.is_complex():
         return NotImplemented
-    p = _pairs(z)
+    p = pairs(z)
     for d in dims[:-1]:
         p = _c2c_1d(p, d, False, _norm_per_dim(normalization))
     return _c2r_1d(p, dims[-1], last_dim_size, _norm_per_dim(normalization))
-
-
-# --------------------------------------------------------------------------- complex values
-
-
-@_register(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)
-def conj(z: torch.Tensor) -> Any:
-    if not z.is_complex():
-        return NotImplemented
-    p = _pairs(z)
-    return _complex(torch.stack([p[..., 0], -p[..., 1]], dim=-1))
-
-
-@_register(aten.real.default)
-def real(z: torch.Tensor) -> Any:
-    return _pairs(z)[..., 0] if z.is_complex() else NotImplemented
-
-
-@_register(aten.imag.default)
-def imag(z: torch.Tensor) -> Any:
-    return _pairs(z)[..., 1] if z.is_complex() else NotImplemented
-
-
-@_register(aten.complex.default)
-def complex_(re: torch.Tensor, im: torch.Tensor) -> Any:
-    re, im = torch.broadcast_tensors(re, im)
-    return _complex(torch.stack([re, im], dim=-1))
-
-
-@_register(aten.abs.default)
-def abs_(z: torch.Tensor) -> Any:
-    if not z.is_complex():
-        return NotImplemented
-    p = _pairs(z)
-    return torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1])
-
-
-@_register(aten.clone.default)
-def clone(z: torch.Tensor, *, memory_format: Any = None) -> Any:
-    if not z.is_complex():
-        return NotImplemented
-    return _complex(_pairs(z).clone())
-
-
-@_register(prims.convert_element_type.default)
-def convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> Any:
-    """Real to complex (as ``irfft`` of a real input does): zero imaginary parts;
-    complex to complex: both parts cast; complex to real: the real part (eager's)."""
-    if x.is_complex() and dtype.is_complex:
-        return _complex(_pairs(x).to(_REAL_OF[dtype]))
-    if x.is_complex():
-        return _pairs(x)[..., 0].to(dtype)
-    if not dtype.is_complex:
-        return NotImplemented
-    return _complex(_pairs(x.to(_REAL_OF[dtype])))
-
-
-def _operand(v: Any, real_dtype: torch.dtype) -> tuple[Any, Any]:
-    """(re, im) of a tensor or python number operand, tensors in ``real_dtype`` (the
-    result's, after type promotion); im None when the operand is real."""
-    if isinstance(v, torch.Tensor):
-        if v.is_complex():
-            p = _pairs(v).to(real_dtype)
-            return p[..., 0], p[..., 1]
-        return v.to(real_dtype), None
-    if isinstance(v, complex):
-        return v.real, v.imag
-    return v, None
-
-
-def _complex_binary(kind: str) -> Callable[..., Any]:
-    def fn(a: Any, b: Any, *, alpha: Any = None) -> Any:
-        if not any(isinstance(v, torch.Tensor) and v.is_complex() for v in (a, b)):
-            return NotImplemented
-        out_dtype = torch.result_type(a, b)
-        if not out_dtype.is_complex:
-            return NotImplemented
-        if alpha is not None and alpha != 1:
-            if kind not in ("add", "sub"):
-                return NotImplemented
-            b = b * alpha
-        real_dtype = _REAL_OF[out_dtype]
-        ar, ai = _operand(a, real_dtype)
-        br, bi = _operand(b, real_dtype)
-        if kind in ("add", "sub"):
-            sign = 1 if kind == "add" else -1
-            re = ar + sign * br
-            im = (ai if ai is not None else 0) + sign * (bi if bi is not None else 0)
-            if not isinstance(im, torch.Tensor):
-                im = torch.zeros_like(re)
-        elif kind == "mul":
-            if ai is None:
-                re, im = ar * br, ar * bi
-            elif bi is None:
-                re, im = ar * br, ai * br
-            else:
-                re, im = ar * br - ai * bi, ar * bi + ai * br
-        else:  # div by a real value only (a complex divisor needs eager's scaling)
-            if bi is not None:
-                return NotImplemented
-            re, im = ar / br, ai / br
-        re, im = torch.broadcast_tensors(re, im)
-        return _complex(torch.stack([re, im], dim=-1))
-
-    return fn
-
-
-for _kind, _ops in (("add", (aten.add.Tensor, aten.add.Scalar)),
-                    ("sub", (aten.sub.Tensor, aten.sub.Scalar)),
-                    ("mul", (aten.mul.Tensor, aten.mul.Scalar)),
-                    ("div", (aten.div.Tensor, aten.div.Scalar))):
-    _register(*_ops)(_complex_binary(_kind))
-
-
-# --------------------------------------------------------------------------- after tracing
-
-
-def fold_complex_pairs(gm: fx.GraphModule) -> None:
-    """Remove every ``view_as_real(view_as_complex(p))`` round trip the decompositions
-    left (it is ``p``)."""
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is aten.view_as_real.default:
-            src = node.args[0]
-            if isinstance(src, fx.Node) and src.target is aten.view_as_complex.default:
-                node.replace_all_uses_with(src.args[0])
-                gm.graph.erase_node(node)
-                if not src.users:
-                    gm.graph.erase_node(src)
-
-
-def refuse_complex(gm: fx.GraphModule) -> None:
-    """Refuse the graph if it still computes a complex value (after dead code and empty
-    tensors are gone): an op on complex values that no decomposition here handles. The
-    device has no complex dtype, and what Torch-MLIR would make of it is unchecked."""
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        if node.op == "call_function" and isinstance(val, torch.Tensor) and val.is_complex():
-            # name the op that needed the complex value, not the pairs' view
-            culprit = node if node.target is not aten.view_as_complex.default or not node.users \
-                else next(iter(node.users))
-            raise PrepareError(
-                f"{culprit.target} computes with complex values, which the compiler carries "
-                "as real pairs only through FFTs and simple complex arithmetic (see "
-                "compiler/decomp_fft.py); this region runs eagerly.",
-                op=str(culprit.target), reason="complex-op")
-
-
-@_register(aten.polar.default)
-def polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
-    """r (cos theta + i sin theta), as eager computes it."""
-    r, theta = torch.broadcast_tensors(r, theta)
-    return _complex(torch.stack([r * torch.cos(theta), r * torch.sin(theta)], dim=-1))
-
-
-# --------------------------------------------------------------------------- layout ops
-# Ops that move or pick whole elements act on the pairs the same way, with the pair dim
-# kept last: dims are counted in the complex tensor, the pair dim is appended.
-
-
-def _d(dim: int, nd: int) -> int:
-    return dim % nd if nd else 0
-
-
-def _on_pairs(op: Any, z: Any, *args: Any) -> Any:
-    return _complex(op(_pairs(z), *args))
-
-
-def _is_c(z: Any) -> bool:
-    return isinstance(z, torch.Tensor) and z.is_complex()
-
-
-@_register(aten.slice.Tensor)
-def slice_(z: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.slice.Tensor, z, _d(dim, z.dim()), start, end, step)
-
-
-@_register(aten.select.int)
-def select(z: torch.Tensor, dim: int, index: int) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.select.int, z, _d(dim, z.dim()), index)
-
-
-@_register(aten.constant_pad_nd.default)
-def constant_pad_nd(z: torch.Tensor, pad: Sequence[int], value: Any = 0) -> Any:
-    if not _is_c(z) or value != 0:
-        return NotImplemented
-    return _on_pairs(aten.constant_pad_nd.default, z, [0, 0, *pad], 0)
-
-
-@_register(aten.permute.default)
-def permute(z: torch.Tensor, dims: Sequence[int]) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.permute.default, z, [*(_d(d, z.dim()) for d in dims), z.dim()])
-
-
-@_register(aten.view.default)
-def view(z: torch.Tensor, size: Sequence[int]) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.view.default, z, [*size, 2])
-
-
-@_register(aten.unsqueeze.default)
-def unsqueeze(z: torch.Tensor, dim: int) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.unsqueeze.default, z, _d(dim, z.dim() + 1))
-
-
-@_register(aten.expand.default)
-def expand(z: torch.Tensor, size: Sequence[int], *, implicit: bool = False) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.expand.default, z, [*size, 2])
-
-
-@_register(aten.flip.default)
-def flip(z: torch.Tensor, dims: Sequence[int]) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.flip.default, z, [_d(d, z.dim()) for d in dims])
-
-
-@_register(aten.alias.default)
-def alias(z: torch.Tensor) -> Any:
-    return _on_pairs(aten.alias.default, z) if _is_c(z) else NotImplemented
-
-
-@_register(aten.cat.default)
-def cat(tensors: Sequence[torch.Tensor], dim: int = 0) -> Any:
-    if not any(_is_c(t) for t in tensors):
-        return NotImplemented
-    real_dtype = _REAL_OF.get(functools.reduce(torch.promote_types, [t.dtype for t in tensors]))
-    full = [t for t in tensors if t.dim() != 1 or t.shape[0] != 0]  # legacy empty skipped
-    if real_dtype is None or not full:
-        return NotImplemented
-    nd = full[0].dim()
-    return _complex(aten.cat.default([_pairs(t).to(real_dtype) for t in full], _d(dim, nd)))
-
-
-@_register(aten.slice_scatter.default)
-def slice_scatter(z: torch.Tensor, src: torch.Tensor, dim: int = 0, start: Any = None,
-                  end: Any = None, step: int = 1) -> Any:
-    if not _is_c(z):
-        return NotImplemented
-    p = _pairs(z)
-    return _complex(aten.slice_scatter.default(p, _pairs(src).to(p.dtype), _d(dim, z.dim()),
-                                               start, end, step))
-
-
-@_register(aten.copy.default)
-def copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> Any:
-    if not _is_c(dst):
-        return NotImplemented
-    p = _pairs(dst)
-    return _complex(aten.copy.default(p, _pairs(src).to(p.dtype)))
-
-
-# --------------------------------------------------------------------------- autograd
-# What the backward of ``rfft(x).abs()`` needs: sgn, and zeros of a complex dtype.
-
-
-@_register(aten.sgn.default)
-def sgn(z: torch.Tensor) -> Any:
-    """z / |z|, and 0 where z is 0 (eager's complex sgn)."""
-    if not _is_c(z):
-        return NotImplemented
-    p = _pairs(z)
-    r = torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1]).unsqueeze(-1)
-    return _complex(torch.where(r == 0, torch.zeros_like(p), p / r))
-
-
-@_register(aten.new_zeros.default)
-def new_zeros(z: torch.Tensor, size: Sequence[int], *, dtype: Any = None, layout: Any = None,
-              device: Any = None, pin_memory: Any = None) -> Any:
-    dtype = dtype if dtype is not None else z.dtype
-    if not dtype.is_complex:
-        return NotImplemented
-    return _complex(torch.zeros([*size, 2], dtype=_REAL_OF[dtype], device=z.device))
-
-
-@_register(aten.index_select.default)
-def index_select(z: torch.Tensor, dim: int, index: torch.Tensor) -> Any:
-    """(fftshift and roll gather whole elements)"""
-    if not _is_c(z):
-        return NotImplemented
-    return _on_pairs(aten.index_select.default, z, _d(dim, z.dim()), index)
-
-
-@_register(aten.neg.default)
-def neg(z: torch.Tensor) -> Any:
-    return _on_pairs(aten.neg.default, z) if _is_c(z) else NotImplemented
-
-
-def _reduce(op: Any, z: torch.Tensor, dim: Any, keepdim: bool, dtype: Any) -> Any:
-    if not _is_c(z) or (dtype is not None and dtype != z.dtype):
-        return NotImplemented
-    dims = list(range(z.dim())) if not dim else [_d(d, z.dim()) for d in dim]
-    return _on_pairs(op, z, dims, keepdim)
-
-
-@_register(aten.sum.dim_IntList)
-def sum_(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
-    return _reduce(aten.sum.dim_IntList, z, dim, keepdim, dtype)
-
-
-@_register(aten.mean.dim)
-def mean(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
-    return _reduce(aten.mean.dim, z, dim, keepdim, dtype)
-
-
-@_register(aten.where.self)
-def where(cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Any:
-    if not (_is_c(a) or _is_c(b)):
-        return NotImplemented
-    real_dtype = _REAL_OF.get(torch.result_type(a, b))
-    if real_dtype is None:
-        return NotImplemented
-    pa, pb = _pairs(a).to(real_dtype), _pairs(b).to(real_dtype)
-    return _complex(aten.where.self(cond.unsqueeze(-1), pa, pb))
-
-
-@_register(aten.scalar_tensor.default)
-def scalar_tensor(value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
-                  pin_memory: Any = None) -> Any:
-    if dtype is None or not dtype.is_complex:
-        return NotImplemented
-    v = complex(value)
-    parts = [aten.scalar_tensor.default(part, dtype=_REAL_OF[dtype], device=device)
-             for part in (v.real, v.imag)]
-    return _complex(torch.stack(parts))

@@ -15,7 +15,7 @@ Steps, in order (each a small function below):
   6. complex values (the device has none): a complex input is traced as its
      `view_as_real` pairs (trailing dim 2) and a complex output is returned as pairs;
      `complex_inputs` / `complex_outputs` say which, so the caller converts at the
-     boundary (free views both ways). Inside, `decomp_fft` carries them as pairs.
+     boundary (free views both ways). Inside, `decomp_complex` carries them as pairs.
 Placeholders of the result are the user's tensor inputs followed by the random inputs;
 outputs are the user outputs, the write-back values, then the lifted checks' info.
 """
@@ -33,7 +33,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.corrections import fix_degenerate_variances
-from torchneuron.compiler.decomp_fft import fold_complex_pairs, refuse_complex
+from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_complex
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
