@@ -220,3 +220,19 @@ def test_adaptive_eager_loop_of_ffts_gives_eagers_numbers() -> None:
     assert stats["fallback_reasons"].get("verify-mismatch", 0) == 0, stats
     for g_, w_ in zip(got, want, strict=True):
         torch.testing.assert_close(g_, w_, rtol=RTOL, atol=ATOL)
+
+
+def test_prepared_graph_reference_run_takes_and_gives_complex_values() -> None:
+    """``PreparedGraph.run_reference`` (what lowerings are checked against) converts at
+    the same boundary as the executable; a real view of a complex input is a copy."""
+    from torchneuron.compiler.prepare import prepare
+
+    z = torch.randn(3, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(6))
+
+    def fn(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.fft.fft(c), c.imag
+
+    prepared = prepare(fn, [z])
+    assert prepared.complex_inputs == [0] and prepared.complex_outputs == [0]
+    assert prepared.user_outputs[1].alias_input is None
+    _assert_close(prepared.run_reference([z]), fn(z))

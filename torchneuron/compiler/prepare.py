@@ -41,7 +41,7 @@ from torchneuron.compiler.index_bounds import IndexCheck, lift_index_checks, rai
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
 
 __all__ = ["TensorSpec", "UserOutput", "ErrorCheck", "PreparedGraph", "prepare", "format_graph",
-           "raise_errors", "as_pairs", "from_pairs"]
+           "raise_errors", "inputs_as_pairs", "outputs_from_pairs"]
 
 aten = torch.ops.aten
 
@@ -134,8 +134,8 @@ class PreparedGraph:
         """Run the prepared graph on CPU like an executable would: draw random inputs,
         run, write back, assemble. The numbers every lowering is checked against."""
         rand = draw_random_inputs(self.random_inputs, generator_context, inputs)
-        results = list(self.gm(*as_pairs(inputs, self.complex_inputs), *rand))
-        results = from_pairs(results, self.complex_outputs)
+        results = list(self.gm(*inputs_as_pairs(inputs, self.complex_inputs), *rand))
+        results = outputs_from_pairs(results, self.complex_outputs)
         raise_out_of_range(self.index_checks, inputs, results)
         self.apply_write_backs(inputs, results)
         raise_errors(self.error_checks, results)
@@ -161,7 +161,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
                            "dense tensors. This region runs eagerly.", reason="sparse-input")
     trace_inputs = [_traceable(example[i]) for i in tensor_pos]
     complex_inputs = [k for k, t in enumerate(trace_inputs) if t.is_complex()]
-    trace_inputs = as_pairs(trace_inputs, complex_inputs)
+    trace_inputs = inputs_as_pairs(trace_inputs, complex_inputs)
     box: dict[str, Any] = {}
 
     def flat_fn(*tensors: torch.Tensor) -> list[Any]:
@@ -213,7 +213,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         complex_inputs=complex_inputs, complex_outputs=complex_outputs)
 
 
-def as_pairs(inputs: Sequence[torch.Tensor], complex_inputs: Sequence[int]) -> list[torch.Tensor]:
+def inputs_as_pairs(inputs: Sequence[torch.Tensor], complex_inputs: Sequence[int]) -> list[torch.Tensor]:
     """The inputs a prepared graph takes: complex ones as ``view_as_real`` pairs."""
     if not complex_inputs:
         return list(inputs)
@@ -221,7 +221,7 @@ def as_pairs(inputs: Sequence[torch.Tensor], complex_inputs: Sequence[int]) -> l
             for k, t in enumerate(inputs)]
 
 
-def from_pairs(results: list[torch.Tensor], complex_outputs: Sequence[int]) -> list[torch.Tensor]:
+def outputs_from_pairs(results: list[torch.Tensor], complex_outputs: Sequence[int]) -> list[torch.Tensor]:
     """The graph's results with its complex outputs turned back from pairs."""
     for i in complex_outputs:
         results[i] = torch.view_as_complex(results[i].contiguous())
@@ -235,9 +235,8 @@ def _complex_outputs(user_outputs: list[UserOutput], complex_leaves: list[int],
     alias the pairs, not the user's complex tensor. A real output that is a view of a
     complex input (``z.real``) is returned as the computed copy: no strides of the
     complex input express it."""
-    for uo in user_outputs:
-        if uo.alias_input in complex_inputs and uo.index is not None and \
-                uo not in (user_outputs[j] for j in complex_leaves):
+    for j, uo in enumerate(user_outputs):
+        if uo.alias_input in complex_inputs and uo.index is not None and j not in complex_leaves:
             uo.alias_input, uo.view = None, None
     if any(i in complex_inputs for i in wb_sources):
         raise PrepareError("an in-place op on a complex input cannot be compiled (the "
