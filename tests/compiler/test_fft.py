@@ -236,3 +236,16 @@ def test_prepared_graph_reference_run_takes_and_gives_complex_values() -> None:
     assert prepared.complex_inputs == [0] and prepared.complex_outputs == [0]
     assert prepared.user_outputs[1].alias_input is None
     _assert_close(prepared.run_reference([z]), fn(z))
+
+
+def test_conjugate_and_strided_complex_inputs_are_read_as_their_values() -> None:
+    """A conj-bit view (``z.conj()``) and a strided slice go in as the pairs of the values
+    they show, as eager reads them."""
+    g = torch.Generator().manual_seed(7)
+    z = torch.randn(3, 8, dtype=torch.complex64, generator=g)
+
+    def fn(c: torch.Tensor) -> torch.Tensor:
+        return torch.fft.fft(c) * 2
+
+    for c in (z.conj(), z[:, 1::2], z.conj()[1:]):
+        _assert_close(compile_graph(fn, [c]).run([c]), fn(c))

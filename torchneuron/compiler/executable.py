@@ -188,7 +188,7 @@ class Executable:
             )
         args = list(inputs)
         if "complex_inputs" in sig:
-            args = [torch.view_as_real(a.resolve_conj()) if k in sig["complex_inputs"] else a
+            args = [torch.view_as_real(a.resolve_conj().resolve_neg()) if k in sig["complex_inputs"] else a
                     for k, a in enumerate(args)]
         if specs:  # (no random inputs: no generator swap either)
             args += draw_random_inputs(specs, generator_context, inputs)

@@ -217,7 +217,7 @@ def inputs_as_pairs(inputs: Sequence[torch.Tensor], complex_inputs: Sequence[int
     """The inputs a prepared graph takes: complex ones as ``view_as_real`` pairs."""
     if not complex_inputs:
         return list(inputs)
-    return [torch.view_as_real(t.resolve_conj()) if k in complex_inputs else t
+    return [torch.view_as_real(t.resolve_conj().resolve_neg()) if k in complex_inputs else t
             for k, t in enumerate(inputs)]
 
 
