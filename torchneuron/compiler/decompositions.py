@@ -75,8 +75,10 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(OWN_DECOMPOSITIONS)
     for extra in _extra_tables():
         table.update(extra)
+    from torchneuron.compiler.decomp_fft import fft_decompositions
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
+    table.update(fft_decompositions(table))  # complex values only; real: the entry before
     table.update(shape_decompositions(table))  # wraps the entries above, so last
     from torchneuron.compiler.index_bounds import with_index_checks
 

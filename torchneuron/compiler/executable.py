@@ -8,6 +8,13 @@ executes, with kernels, schedule and cost), the input and
 output signature, write-backs into inputs, the random inputs to draw, and the
 versions and hardware target it was built for. ``to_bytes`` is canonical, so a
 save/load round trip is byte for byte.
+
+The program computes on real buffers only (the device has no complex dtype): the
+signature's ``complex_inputs`` (user input positions) go in as ``view_as_real`` pairs
+(a trailing dim of 2), and ``complex_outputs`` (program output positions) come back
+through ``view_as_complex``; both are views, so a complex64 element is the 8 bytes of
+its two float32 parts everywhere. Format 2 added those two fields: a format-1 loader
+would hand complex inputs to the program as they are.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs
 
 __all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # The compiler is versioned with the package: one constant, typed once in _version.py.
 COMPILER_VERSION = __version__
 _MAGIC = "torchneuron-executable"
@@ -180,6 +187,9 @@ class Executable:
                 reason="bad-arity",
             )
         args = list(inputs)
+        if "complex_inputs" in sig:
+            args = [torch.view_as_real(a.resolve_conj().resolve_neg()) if k in sig["complex_inputs"] else a
+                    for k, a in enumerate(args)]
         if specs:  # (no random inputs: no generator swap either)
             args += draw_random_inputs(specs, generator_context, inputs)
         args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
@@ -191,6 +201,8 @@ class Executable:
                 op=getattr(e, "op", None),
                 reason=type(e).__name__,
             ) from e
+        if "complex_outputs" in sig:
+            outs = self._complex_results(outs, sig["complex_outputs"])
         if "index_checks" in sig:  # eager's error for an out-of-range index, before writing
             from torchneuron.compiler.index_bounds import raise_out_of_range
 
@@ -203,6 +215,15 @@ class Executable:
             # eager's error for a failed factorization (prepare lifted the check out)
             torch.ops.aten._linalg_check_errors(outs[out_i], api, is_matrix=is_matrix)
         return self._user_outputs(inputs, outs)
+
+    def _complex_results(self, outs: list[torch.Tensor], indices: list[int]) -> list[torch.Tensor]:
+        """Complex outputs from their pairs, with the strides eager gives them (the
+        signature holds the pairs' strides: the complex ones doubled, then 1)."""
+        outs = list(outs)
+        specs = self.signature["outputs"]
+        for i in indices:
+            outs[i] = torch.view_as_complex(_restride(outs[i], tuple(specs[i]["stride"])))
+        return outs
 
     def _unused_outputs(self) -> list[int]:
         """The program outputs ``run`` never reads: a user output that is an input (or a
@@ -240,6 +261,8 @@ class Executable:
             elif alias_input is not None:
                 base = inputs[alias_input]
                 leaves.append(base if view is None else base.as_strided(*view))
+            elif outs[i].is_complex():  # (already given eager's strides)
+                leaves.append(outs[i])
             else:
                 leaves.append(_restride(outs[i], stride))
         return leaves

@@ -115,6 +115,9 @@ def _signature(prepared: PreparedGraph, num_ops: int | None) -> dict[str, Any]:
         if prepared.error_checks else {}  # absent otherwise: other graphs' keys stay as they were
     if prepared.index_checks:
         checks["index_checks"] = [c.to_list() for c in prepared.index_checks]
+    if prepared.complex_inputs or prepared.complex_outputs:  # (absent otherwise, as above)
+        checks["complex_inputs"] = list(prepared.complex_inputs)
+        checks["complex_outputs"] = list(prepared.complex_outputs)
     return {
         **checks,
         "num_user_inputs": prepared.num_user_inputs,

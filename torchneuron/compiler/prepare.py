@@ -12,6 +12,10 @@ Steps, in order (each a small function below):
   5. error checks: `_linalg_check_errors` (raise on a singular / non-PD input) leaves the
      graph; its info becomes an output checked after the run (`raise_errors`); so do the
      index-range checks (`index_bounds.lift_index_checks`).
+  6. complex values (the device has none): a complex input is traced as its
+     `view_as_real` pairs (trailing dim 2) and a complex output is returned as pairs;
+     `complex_inputs` / `complex_outputs` say which, so the caller converts at the
+     boundary (free views both ways). Inside, `decomp_complex` carries them as pairs.
 Placeholders of the result are the user's tensor inputs followed by the random inputs;
 outputs are the user outputs, the write-back values, then the lifted checks' info.
 """
@@ -29,6 +33,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.corrections import fix_degenerate_variances
+from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_complex
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
@@ -36,7 +41,7 @@ from torchneuron.compiler.index_bounds import IndexCheck, lift_index_checks, rai
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
 
 __all__ = ["TensorSpec", "UserOutput", "ErrorCheck", "PreparedGraph", "prepare", "format_graph",
-           "raise_errors"]
+           "raise_errors", "inputs_as_pairs", "outputs_from_pairs"]
 
 aten = torch.ops.aten
 
@@ -97,6 +102,9 @@ class PreparedGraph:
     graph_text: str = ""
     error_checks: list[ErrorCheck] = field(default_factory=list)
     index_checks: list[IndexCheck] = field(default_factory=list)
+    # user inputs / graph outputs that are complex: the graph takes / gives real pairs
+    complex_inputs: list[int] = field(default_factory=list)
+    complex_outputs: list[int] = field(default_factory=list)
 
     def apply_write_backs(self, inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor]) -> None:
         """Copy write-back outputs into the mutated user inputs, as eager would have."""
@@ -126,7 +134,8 @@ class PreparedGraph:
         """Run the prepared graph on CPU like an executable would: draw random inputs,
         run, write back, assemble. The numbers every lowering is checked against."""
         rand = draw_random_inputs(self.random_inputs, generator_context, inputs)
-        results = list(self.gm(*inputs, *rand))
+        results = list(self.gm(*inputs_as_pairs(inputs, self.complex_inputs), *rand))
+        results = outputs_from_pairs(results, self.complex_outputs)
         raise_out_of_range(self.index_checks, inputs, results)
         self.apply_write_backs(inputs, results)
         raise_errors(self.error_checks, results)
@@ -151,18 +160,24 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         raise PrepareError("a sparse (non-strided) tensor input cannot be compiled; expected "
                            "dense tensors. This region runs eagerly.", reason="sparse-input")
     trace_inputs = [_traceable(example[i]) for i in tensor_pos]
+    complex_inputs = [k for k, t in enumerate(trace_inputs) if t.is_complex()]
+    trace_inputs = inputs_as_pairs(trace_inputs, complex_inputs)
     box: dict[str, Any] = {}
 
     def flat_fn(*tensors: torch.Tensor) -> list[Any]:
         args = list(example)
-        for pos, t in zip(tensor_pos, tensors, strict=True):
-            args[pos] = t
+        for k, (pos, t) in enumerate(zip(tensor_pos, tensors, strict=True)):
+            args[pos] = torch.view_as_complex(t) if k in complex_inputs else t
         out = _plain_structseqs(fn_or_gm(*args))
         leaves, box["tree"] = pytree.tree_flatten(out)
-        return leaves
+        box["complex"] = [j for j, v in enumerate(leaves)
+                          if isinstance(v, torch.Tensor) and v.is_complex()]
+        return [torch.view_as_real(v.resolve_conj()) if j in box["complex"] else v
+                for j, v in enumerate(leaves)]
 
     gm = _trace(flat_fn, trace_inputs)
     _reject_symbolic(gm)
+    fold_complex_pairs(gm)
     fix_degenerate_variances(gm)
     n_in = len(trace_inputs)
     wb_sources = _extract_write_backs(gm)
@@ -170,6 +185,8 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     # an in-place draw into an input (`x.uniform_()`) writes back the drawn value
     wb_sources = {i: n.meta.get("replaced_by", n) for i, n in wb_sources.items()}
     user_outputs, outputs = _clean_outputs(gm, wb_sources)
+    complex_outputs = _complex_outputs(user_outputs, box.get("complex", []), complex_inputs,
+                                       wb_sources)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     num_user_outputs = len(outputs)
@@ -184,6 +201,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     _fold_0d_reductions(gm)
     _fold_empty(gm)
     gm.graph.eliminate_dead_code()
+    refuse_complex(gm)
     gm = _plain(gm)
     return PreparedGraph(
         gm=gm, num_user_inputs=n_in, num_user_outputs=num_user_outputs,
@@ -191,7 +209,48 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         input_specs=[TensorSpec.of(p.meta["val"]) for p in placeholders],
         output_specs=[TensorSpec.of(o.meta["val"]) for o in outputs],
         user_outputs=user_outputs, out_tree=box.get("tree"), graph_text=format_graph(gm),
-        error_checks=error_checks, index_checks=index_checks)
+        error_checks=error_checks, index_checks=index_checks,
+        complex_inputs=complex_inputs, complex_outputs=complex_outputs)
+
+
+def inputs_as_pairs(inputs: Sequence[torch.Tensor], complex_inputs: Sequence[int]) -> list[torch.Tensor]:
+    """The inputs a prepared graph takes: complex ones as ``view_as_real`` pairs."""
+    if not complex_inputs:
+        return list(inputs)
+    return [torch.view_as_real(t.resolve_conj().resolve_neg()) if k in complex_inputs else t
+            for k, t in enumerate(inputs)]
+
+
+def outputs_from_pairs(results: list[torch.Tensor], complex_outputs: Sequence[int]) -> list[torch.Tensor]:
+    """The graph's results with its complex outputs turned back from pairs."""
+    for i in complex_outputs:
+        results[i] = torch.view_as_complex(results[i].contiguous())
+    return results
+
+
+def _complex_outputs(user_outputs: list[UserOutput], complex_leaves: list[int],
+                     complex_inputs: list[int], wb_sources: dict[int, fx.Node]) -> list[int]:
+    """Graph output indices of the complex user outputs. A complex output that is (a view
+    of) an input, and a write-back into a complex input, are refused: their pairs would
+    alias the pairs, not the user's complex tensor. A real output that is a view of a
+    complex input (``z.real``) is returned as the computed copy: no strides of the
+    complex input express it."""
+    for j, uo in enumerate(user_outputs):
+        if uo.alias_input in complex_inputs and uo.index is not None and j not in complex_leaves:
+            uo.alias_input, uo.view = None, None
+    if any(i in complex_inputs for i in wb_sources):
+        raise PrepareError("an in-place op on a complex input cannot be compiled (the "
+                           "graph sees its real pairs); this region runs eagerly.",
+                           reason="complex-write-back")
+    out = []
+    for j in complex_leaves:
+        uo = user_outputs[j]
+        if uo.alias_input is not None or uo.alias_output is not None or uo.index is None:
+            raise PrepareError("a complex output that aliases an input or another output "
+                               "cannot be compiled; this region runs eagerly.",
+                               reason="complex-alias")
+        out.append(uo.index)
+    return out
 
 
 def _lift_error_checks(gm: fx.GraphModule, outputs: list[Any]) -> list[ErrorCheck]:

@@ -1,0 +1,391 @@
+"""Complex values as real pairs, for a device (and a Torch-MLIR) without complex dtypes.
+
+A complex tensor is carried in the ``view_as_real`` layout: one real tensor with a
+trailing dim of 2 (re, im). Why this layout and not separate re/im tensors: it is the
+layout of a complex tensor's own memory, so the executable's boundary is a free view
+(``view_as_real`` in, ``view_as_complex`` out, see prepare.py and executable.py); each
+complex value stays one FX node, so a decomposition can return a complex tensor
+(``view_as_complex(pairs)``) and the next op reads it back (``view_as_real``), and
+``fold_complex_pairs`` removes every such round trip after tracing; and interleaved
+(re, im) rows make a complex-by-complex DFT one real matmul (decomp_fft.py).
+
+Each entry rewrites an op only when it sees complex values (NotImplemented otherwise,
+and ``decomp_fft.fft_decompositions`` hands real values to the table's earlier entry).
+Only what the FFT ops, their OpInfo samples, their backward and simple user code need
+is handled: conj, real/imag, complex, polar, abs, sgn, add/sub/mul, division by a real
+value, casts, ops that move whole elements (slice, select, pad, permute, view, cat,
+flip, index_select for fftshift/roll, ...), sum/mean over dims, where. Any other op on
+complex values stays in the graph, and ``refuse_complex`` refuses the graph with a
+typed ``PrepareError`` naming it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torchneuron.compiler.decomp_registry import registrar
+from torchneuron.compiler.errors import PrepareError
+
+__all__ = ["COMPLEX_DECOMPOSITIONS", "fold_complex_pairs", "refuse_complex", "pairs",
+           "from_pairs", "REAL_OF"]
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+COMPLEX_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
+_register = registrar(COMPLEX_DECOMPOSITIONS)
+
+
+REAL_OF = {torch.complex32: torch.float16, torch.complex64: torch.float32,
+            torch.complex128: torch.float64}
+
+
+def pairs(z: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as (..., 2) real pairs; a real one gets zero imaginary parts."""
+    if z.is_complex():
+        return torch.view_as_real(z)
+    return torch.stack([z, torch.zeros_like(z)], dim=-1)
+
+
+def from_pairs(p: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_complex(p)
+
+
+
+# --------------------------------------------------------------------------- complex values
+
+
+@_register(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)
+def conj(z: torch.Tensor) -> Any:
+    if not z.is_complex():
+        return NotImplemented
+    p = pairs(z)
+    return from_pairs(torch.stack([p[..., 0], -p[..., 1]], dim=-1))
+
+
+@_register(aten.real.default)
+def real(z: torch.Tensor) -> Any:
+    return pairs(z)[..., 0] if z.is_complex() else NotImplemented
+
+
+@_register(aten.imag.default)
+def imag(z: torch.Tensor) -> Any:
+    return pairs(z)[..., 1] if z.is_complex() else NotImplemented
+
+
+@_register(aten.complex.default)
+def complex_(re: torch.Tensor, im: torch.Tensor) -> Any:
+    re, im = torch.broadcast_tensors(re, im)
+    return from_pairs(torch.stack([re, im], dim=-1))
+
+
+@_register(aten.abs.default)
+def abs_(z: torch.Tensor) -> Any:
+    if not z.is_complex():
+        return NotImplemented
+    p = pairs(z)
+    return torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1])
+
+
+@_register(aten.clone.default)
+def clone(z: torch.Tensor, *, memory_format: Any = None) -> Any:
+    if not z.is_complex():
+        return NotImplemented
+    return from_pairs(pairs(z).clone())
+
+
+@_register(prims.convert_element_type.default)
+def convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> Any:
+    """Real to complex (as ``irfft`` of a real input does): zero imaginary parts;
+    complex to complex: both parts cast; complex to real: the real part (eager's)."""
+    if x.is_complex() and dtype.is_complex:
+        return from_pairs(pairs(x).to(REAL_OF[dtype]))
+    if x.is_complex():
+        return pairs(x)[..., 0].to(dtype)
+    if not dtype.is_complex:
+        return NotImplemented
+    return from_pairs(pairs(x.to(REAL_OF[dtype])))
+
+
+def _operand(v: Any, real_dtype: torch.dtype) -> tuple[Any, Any]:
+    """(re, im) of a tensor or python number operand, tensors in ``real_dtype`` (the
+    result's, after type promotion); im None when the operand is real."""
+    if isinstance(v, torch.Tensor):
+        if v.is_complex():
+            p = pairs(v).to(real_dtype)
+            return p[..., 0], p[..., 1]
+        return v.to(real_dtype), None
+    if isinstance(v, complex):
+        return v.real, v.imag
+    return v, None
+
+
+def _complex_binary(kind: str) -> Callable[..., Any]:
+    def fn(a: Any, b: Any, *, alpha: Any = None) -> Any:
+        if not any(isinstance(v, torch.Tensor) and v.is_complex() for v in (a, b)):
+            return NotImplemented
+        out_dtype = torch.result_type(a, b)
+        if not out_dtype.is_complex:
+            return NotImplemented
+        if alpha is not None and alpha != 1:
+            if kind not in ("add", "sub"):
+                return NotImplemented
+            b = b * alpha
+        real_dtype = REAL_OF[out_dtype]
+        ar, ai = _operand(a, real_dtype)
+        br, bi = _operand(b, real_dtype)
+        if kind in ("add", "sub"):
+            sign = 1 if kind == "add" else -1
+            re = ar + sign * br
+            im = (ai if ai is not None else 0) + sign * (bi if bi is not None else 0)
+            if not isinstance(im, torch.Tensor):
+                im = torch.zeros_like(re)
+        elif kind == "mul":
+            if ai is None:
+                re, im = ar * br, ar * bi
+            elif bi is None:
+                re, im = ar * br, ai * br
+            else:
+                re, im = ar * br - ai * bi, ar * bi + ai * br
+        else:  # div by a real value only (a complex divisor needs eager's scaling)
+            if bi is not None:
+                return NotImplemented
+            re, im = ar / br, ai / br
+        re, im = torch.broadcast_tensors(re, im)
+        return from_pairs(torch.stack([re, im], dim=-1))
+
+    return fn
+
+
+for _kind, _ops in (("add", (aten.add.Tensor, aten.add.Scalar)),
+                    ("sub", (aten.sub.Tensor, aten.sub.Scalar)),
+                    ("mul", (aten.mul.Tensor, aten.mul.Scalar)),
+                    ("div", (aten.div.Tensor, aten.div.Scalar))):
+    _register(*_ops)(_complex_binary(_kind))
+
+
+# --------------------------------------------------------------------------- after tracing
+
+
+def fold_complex_pairs(gm: fx.GraphModule) -> None:
+    """Remove every ``view_as_real(view_as_complex(p))`` round trip the decompositions
+    left (it is ``p``)."""
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is aten.view_as_real.default:
+            src = node.args[0]
+            if isinstance(src, fx.Node) and src.target is aten.view_as_complex.default:
+                node.replace_all_uses_with(src.args[0])
+                gm.graph.erase_node(node)
+                if not src.users:
+                    gm.graph.erase_node(src)
+
+
+def refuse_complex(gm: fx.GraphModule) -> None:
+    """Refuse the graph if it still computes a complex value (after dead code and empty
+    tensors are gone): an op on complex values that no decomposition here handles. The
+    device has no complex dtype, and what Torch-MLIR would make of it is unchecked."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "call_function" and isinstance(val, torch.Tensor) and val.is_complex():
+            # name the op that needed the complex value, not the pairs' view
+            culprit = node if node.target is not aten.view_as_complex.default or not node.users \
+                else next(iter(node.users))
+            raise PrepareError(
+                f"{culprit.target} computes with complex values, which the compiler carries "
+                "as real pairs only through FFTs and simple complex arithmetic (see "
+                "compiler/decomp_complex.py); this region runs eagerly.",
+                op=str(culprit.target), reason="complex-op")
+
+
+@_register(aten.polar.default)
+def polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
+    """r (cos theta + i sin theta), as eager computes it."""
+    r, theta = torch.broadcast_tensors(r, theta)
+    return from_pairs(torch.stack([r * torch.cos(theta), r * torch.sin(theta)], dim=-1))
+
+
+# --------------------------------------------------------------------------- layout ops
+# Ops that move or pick whole elements act on the pairs the same way, with the pair dim
+# kept last: dims are counted in the complex tensor, the pair dim is appended.
+
+
+def _d(dim: int, nd: int) -> int:
+    return dim % nd if nd else 0
+
+
+def _on_pairs(op: Any, z: Any, *args: Any) -> Any:
+    return from_pairs(op(pairs(z), *args))
+
+
+def _is_c(z: Any) -> bool:
+    return isinstance(z, torch.Tensor) and z.is_complex()
+
+
+@_register(aten.slice.Tensor)
+def slice_(z: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.slice.Tensor, z, _d(dim, z.dim()), start, end, step)
+
+
+@_register(aten.select.int)
+def select(z: torch.Tensor, dim: int, index: int) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.select.int, z, _d(dim, z.dim()), index)
+
+
+@_register(aten.constant_pad_nd.default)
+def constant_pad_nd(z: torch.Tensor, pad: Sequence[int], value: Any = 0) -> Any:
+    if not _is_c(z) or value != 0:
+        return NotImplemented
+    return _on_pairs(aten.constant_pad_nd.default, z, [0, 0, *pad], 0)
+
+
+@_register(aten.permute.default)
+def permute(z: torch.Tensor, dims: Sequence[int]) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.permute.default, z, [*(_d(d, z.dim()) for d in dims), z.dim()])
+
+
+@_register(aten.view.default)
+def view(z: torch.Tensor, size: Sequence[int]) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.view.default, z, [*size, 2])
+
+
+@_register(aten.unsqueeze.default)
+def unsqueeze(z: torch.Tensor, dim: int) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.unsqueeze.default, z, _d(dim, z.dim() + 1))
+
+
+@_register(aten.expand.default)
+def expand(z: torch.Tensor, size: Sequence[int], *, implicit: bool = False) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.expand.default, z, [*size, 2])
+
+
+@_register(aten.flip.default)
+def flip(z: torch.Tensor, dims: Sequence[int]) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.flip.default, z, [_d(d, z.dim()) for d in dims])
+
+
+@_register(aten.alias.default)
+def alias(z: torch.Tensor) -> Any:
+    return _on_pairs(aten.alias.default, z) if _is_c(z) else NotImplemented
+
+
+@_register(aten.cat.default)
+def cat(tensors: Sequence[torch.Tensor], dim: int = 0) -> Any:
+    if not any(_is_c(t) for t in tensors):
+        return NotImplemented
+    real_dtype = REAL_OF.get(functools.reduce(torch.promote_types, [t.dtype for t in tensors]))
+    full = [t for t in tensors if t.dim() != 1 or t.shape[0] != 0]  # legacy empty skipped
+    if real_dtype is None or not full:
+        return NotImplemented
+    nd = full[0].dim()
+    return from_pairs(aten.cat.default([pairs(t).to(real_dtype) for t in full], _d(dim, nd)))
+
+
+@_register(aten.slice_scatter.default)
+def slice_scatter(z: torch.Tensor, src: torch.Tensor, dim: int = 0, start: Any = None,
+                  end: Any = None, step: int = 1) -> Any:
+    if not _is_c(z):
+        return NotImplemented
+    p = pairs(z)
+    return from_pairs(aten.slice_scatter.default(p, pairs(src).to(p.dtype), _d(dim, z.dim()),
+                                               start, end, step))
+
+
+@_register(aten.copy.default)
+def copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> Any:
+    if not _is_c(dst):
+        return NotImplemented
+    p = pairs(dst)
+    return from_pairs(aten.copy.default(p, pairs(src).to(p.dtype)))
+
+
+# --------------------------------------------------------------------------- autograd
+# What the backward of ``rfft(x).abs()`` needs: sgn, and zeros of a complex dtype.
+
+
+@_register(aten.sgn.default)
+def sgn(z: torch.Tensor) -> Any:
+    """z / |z|, and 0 where z is 0 (eager's complex sgn)."""
+    if not _is_c(z):
+        return NotImplemented
+    p = pairs(z)
+    r = torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1]).unsqueeze(-1)
+    return from_pairs(torch.where(r == 0, torch.zeros_like(p), p / r))
+
+
+@_register(aten.new_zeros.default)
+def new_zeros(z: torch.Tensor, size: Sequence[int], *, dtype: Any = None, layout: Any = None,
+              device: Any = None, pin_memory: Any = None) -> Any:
+    dtype = dtype if dtype is not None else z.dtype
+    if not dtype.is_complex:
+        return NotImplemented
+    return from_pairs(torch.zeros([*size, 2], dtype=REAL_OF[dtype], device=z.device))
+
+
+@_register(aten.index_select.default)
+def index_select(z: torch.Tensor, dim: int, index: torch.Tensor) -> Any:
+    """(fftshift and roll gather whole elements)"""
+    if not _is_c(z):
+        return NotImplemented
+    return _on_pairs(aten.index_select.default, z, _d(dim, z.dim()), index)
+
+
+@_register(aten.neg.default)
+def neg(z: torch.Tensor) -> Any:
+    return _on_pairs(aten.neg.default, z) if _is_c(z) else NotImplemented
+
+
+def _reduce(op: Any, z: torch.Tensor, dim: Any, keepdim: bool, dtype: Any) -> Any:
+    if not _is_c(z) or (dtype is not None and dtype != z.dtype):
+        return NotImplemented
+    dims = list(range(z.dim())) if not dim else [_d(d, z.dim()) for d in dim]
+    return _on_pairs(op, z, dims, keepdim)
+
+
+@_register(aten.sum.dim_IntList)
+def sum_(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    return _reduce(aten.sum.dim_IntList, z, dim, keepdim, dtype)
+
+
+@_register(aten.mean.dim)
+def mean(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    return _reduce(aten.mean.dim, z, dim, keepdim, dtype)
+
+
+@_register(aten.where.self)
+def where(cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Any:
+    if not (_is_c(a) or _is_c(b)):
+        return NotImplemented
+    real_dtype = REAL_OF.get(torch.result_type(a, b))
+    if real_dtype is None:
+        return NotImplemented
+    pa, pb = pairs(a).to(real_dtype), pairs(b).to(real_dtype)
+    return from_pairs(aten.where.self(cond.unsqueeze(-1), pa, pb))
+
+
+@_register(aten.scalar_tensor.default)
+def scalar_tensor(value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                  pin_memory: Any = None) -> Any:
+    if dtype is None or not dtype.is_complex:
+        return NotImplemented
+    v = complex(value)
+    parts = [aten.scalar_tensor.default(part, dtype=REAL_OF[dtype], device=device)
+             for part in (v.real, v.imag)]
+    return from_pairs(torch.stack(parts))
