@@ -65,6 +65,28 @@ def test_views_do_not_count_twice() -> None:
     assert _alloc() == base
 
 
+def test_compiled_outputs_are_accounted_as_eager_outputs() -> None:
+    """A torch.compile'd function's new outputs count against the device as the same
+    function's eager outputs do, and are freed with them; an output that is its input
+    (returned as is) does not count twice."""
+
+    def f(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (a * 2 + 1).sum(1), a * 3, a
+
+    x = torch.randn(64, 128).to("neuron")
+    base = _alloc()
+    eager = f(x)
+    eager_bytes = _alloc() - base
+    del eager
+    assert _alloc() == base
+    compiled = torch.compile(f, backend="neuron")
+    for _ in range(2):
+        out = compiled(x)
+        assert _alloc() - base == eager_bytes == (64 + 64 * 128) * 4
+        del out
+        assert _alloc() == base
+
+
 def test_in_place_ops_do_not_allocate() -> None:
     x = torch.zeros(128, device="neuron")
     base = _alloc()

@@ -243,7 +243,11 @@ class NeuronTensor(torch.Tensor):
     def __tensor_unflatten__(
         inner: dict, meta: dict, outer_size: Any, outer_stride: Any
     ) -> NeuronTensor:
-        return NeuronTensor(inner["buffer"], meta["device_index"])
+        buffer, index = inner["buffer"], meta["device_index"]
+        t = NeuronTensor(buffer, index)
+        if type(buffer) is torch.Tensor:  # real values (a compiled graph's output), not a
+            buffers.track(t, buffer, index)  # trace's fake ones: counted as eager counts
+        return t
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001
