@@ -96,6 +96,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_qr import QR_DECOMPOSITIONS
     from torchneuron.compiler.decomp_resample import RESAMPLE_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_resize import RESIZE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
@@ -105,7 +106,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
-            RESAMPLE_DECOMPOSITIONS, custom_op_decompositions()]
+            RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random
