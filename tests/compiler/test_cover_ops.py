@@ -7,6 +7,7 @@ check: eager CPU is the reference, the compiled executable must match it on ever
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -18,7 +19,8 @@ import torchneuron.compiler as tc
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import lowering_coverage  # noqa: E402
 
-NOW_COMPILED = ["resize_", "resize_as_"]
+NOW_COMPILED = ["resize_", "resize_as_", "special.bessel_j0", "special.bessel_j1",
+                "special.bessel_y0", "special.bessel_y1", "special.airy_ai"]
 
 
 def _op(name: str) -> object:
@@ -49,3 +51,38 @@ def test_growing_resize_stays_refused() -> None:
 
     with pytest.raises(CompileError):
         compile_graph(lambda x: torch.ops.aten.resize(x, [4, 4]), [torch.randn(3, 3)])
+
+
+def _wide_range(dtype: torch.dtype) -> torch.Tensor:
+    """Every branch of the Cephes kernels: |x| from 1e-8 to 1e4 both signs, the branch
+    points, 0, -0, +-inf, NaN, and dense samples where the phases are large."""
+    g = torch.Generator().manual_seed(0)
+    edges = [0.0, -0.0, math.inf, -math.inf, math.nan, 5.0, -5.0, 1e-5, 2.09, -2.09,
+             8.3203353, 103.892, 104.0, 1e30, -1e30, 3.0e38]
+    return torch.cat([torch.linspace(-30, 30, 6001, dtype=dtype),
+                      torch.logspace(-8, 4, 2001, dtype=dtype),
+                      -torch.logspace(-8, 4, 2001, dtype=dtype),
+                      torch.randn(3000, generator=g, dtype=dtype) * 3e3,
+                      torch.tensor(edges, dtype=dtype)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
+                                  "airy_ai"])
+def test_bessel_and_airy_are_eagers_over_a_wide_range(name: str, dtype: torch.dtype) -> None:
+    """Large |x| is where a different float32 phase (or a libm that is off by an ulp)
+    shows: eager's own float32 steps are the only way to give its numbers there."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    fn = getattr(torch.special, name)
+    assert_compiles_to_eager(fn, [_wide_range(dtype)], rtol=1e-3, atol=1e-4, equal_nan=True,
+                             name=name)
+
+
+def test_bessel_of_integers_promotes_like_eager() -> None:
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    x = torch.arange(-20, 40, dtype=torch.int64)
+    assert_compiles_to_eager(lambda t: (torch.special.bessel_j0(t), torch.special.bessel_y1(t),
+                                        torch.special.airy_ai(t)), [x],
+                             rtol=1e-3, atol=1e-4, equal_nan=True)
