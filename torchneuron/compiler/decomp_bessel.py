@@ -10,6 +10,12 @@ So each function here repeats ATen's steps in the same precision: the same coeff
 recurrences, the same operation order, the same branch points and special values. Each
 branch is computed for every element and the kernel's choice is made with ``where``.
 
+Three things about *how* the kernel's float32 arithmetic is rounded matter as much as the
+steps: its sqrt / sin / cos / log / exp are C's correctly rounded float functions (torch's
+vectorised float32 ones are not: ``_libm``), ``c / x`` is a true division (``_rdiv``), and
+its multiply-adds are fused (``_fma``). With all three, 99% of float32 results over
+|x| <= 1e4 are bit-equal to eager's and the rest differ by an ulp.
+
 The one loop with a data-dependent trip count, the Airy power series (it runs until the
 newest term is below float epsilon relative to the sum), is unrolled to a bound that
 covers its whole domain (|x| < 2.09); each element stops updating once its own loop
@@ -19,6 +25,7 @@ would have stopped, so the sums are the kernel's.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,16 +109,29 @@ def _libm(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.
     return fn(x)
 
 
-def _over_const(num: torch.Tensor, d: float) -> torch.Tensor:
-    """``num / d`` correctly rounded, as C++ float division gives it. PyTorch divides a
-    float tensor by a scalar as a multiplication by the scalar's reciprocal (two roundings;
-    the compiled divide by a 0-d constant does the same), which moved Airy's large phase
-    by an ulp. For float32 the quotient is taken in float64 and rounded once: a float64
-    quotient rounded to float32 is the correctly rounded float32 quotient (53 >= 2*24 + 2),
-    and num / 3 is never close enough to a float32 tie for the reciprocal's error to matter."""
-    if num.dtype == torch.float32:
-        return (num.to(torch.float64) / d).to(torch.float32)
-    return num / d
+def _rdiv(c: float, v: torch.Tensor) -> torch.Tensor:
+    """``c / v`` as C divides: Python's ``c / tensor`` is ``reciprocal(v) * c`` in PyTorch
+    (two roundings; a quarter of float32 results differ by an ulp), a 0-d tensor over ``v``
+    is a true division, in eager and compiled alike."""
+    return torch.div(v.new_full((), c), v)
+
+
+def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | float) -> torch.Tensor:
+    """``a * b + c`` as the eager kernel computes it: PyTorch's CPU kernels are built for
+    AVX2 / AVX512 with FMA and the default floating-point contraction, so the compiler fuses
+    these multiply-adds (one rounding). For float32 the product is exact in float64 and the
+    sum rounded twice (float64, float32), which is the single rounding but for rare ties;
+    measured on J0's rational branch: 91% of results bit-equal to eager without, 100% with."""
+    if a.dtype == torch.float32:
+        wide = a.to(torch.float64) * b.to(torch.float64)
+        c64 = c.to(torch.float64) if isinstance(c, torch.Tensor) else _f32(c)
+        return (wide + c64).to(torch.float32)
+    return a * b + c
+
+
+def _f32(c: float) -> float:
+    """A Python float rounded to float32 (the kernel's ``static const float`` tables)."""
+    return struct.unpack("f", struct.pack("f", c))[0]
 
 
 def _horner(w: torch.Tensor, coeffs: Sequence[float]) -> torch.Tensor:
@@ -119,7 +139,7 @@ def _horner(w: torch.Tensor, coeffs: Sequence[float]) -> torch.Tensor:
     finite w, and every branch that uses the result has a finite w)."""
     acc = torch.full_like(w, coeffs[0])
     for c in coeffs[1:]:
-        acc = acc * w + c
+        acc = _fma(acc, w, c)
     return acc
 
 
@@ -130,11 +150,12 @@ def _far(x: torch.Tensor, w: torch.Tensor, tables: tuple[Sequence[float], ...], 
     pp, pq, qp, qq = (_horner(w, t) for t in tables)
     shifted = x - phase
     p = pp / pq
-    q = 5.0 / x * (qp / qq)
+    q = _rdiv(5.0, x) * (qp / qq)
+    sin, cos = _libm(torch.sin, shifted), _libm(torch.cos, shifted)
     if sine_first:
-        mix = p * _libm(torch.sin, shifted) + q * _libm(torch.cos, shifted)
+        mix = _fma(p, sin, q * cos)
     else:
-        mix = p * _libm(torch.cos, shifted) - q * _libm(torch.sin, shifted)
+        mix = _fma(p, cos, -(q * sin))
     return mix * _SQRT_2_PI / _libm(torch.sqrt, x)
 
 
@@ -153,7 +174,7 @@ def _j0_of_abs(a: torch.Tensor) -> torch.Tensor:
         * _horner(ss, _RP0) / _horner(ss, _RQ0)
     tiny = 1.0 - a * a / 4.0
     f = _safe(~near, a, 10.0)
-    far = _far(f, 25.0 / (f * f), (_PP0, _PQ0, _QP0, _QQ0), _PI_4, sine_first=False)
+    far = _far(f, _rdiv(25.0, f * f), (_PP0, _PQ0, _QP0, _QQ0), _PI_4, sine_first=False)
     return torch.where(near, torch.where(a < 0.00001, tiny, small), far)
 
 
@@ -165,7 +186,7 @@ def _j1_of_nonneg(a: torch.Tensor) -> torch.Tensor:
     small = _horner(ss, _RP1) / _horner(ss, _RQ1) * s \
         * (ss - 1.46819706421238932572e+01) * (ss - 4.92184563216946036703e+01)
     f = _safe(~near, a, 10.0)
-    r = 5.0 / f
+    r = _rdiv(5.0, f)
     far = _far(f, r * r, (_PP1, _PQ1, _QP1, _QQ1), _3PI_4, sine_first=False)
     return torch.where(near, small, far)
 
@@ -190,9 +211,9 @@ def bessel_y0(x: torch.Tensor) -> torch.Tensor:
     near = y <= 5.0
     s = _safe(near & (y > 0.0), y, 1.0)
     ss = s * s
-    small = _horner(ss, _YP0) / _horner(ss, _YQ0) + _2_PI * _libm(torch.log, s) * _j0_of_abs(s)
+    small = _fma(_2_PI * _libm(torch.log, s), _j0_of_abs(s), _horner(ss, _YP0) / _horner(ss, _YQ0))
     f = _safe(~near, y, 10.0)
-    far = _far(f, 25.0 / (f * f), (_PP0, _PQ0, _QP0, _QQ0), _PI_4, sine_first=True)
+    far = _far(f, _rdiv(25.0, f * f), (_PP0, _PQ0, _QP0, _QQ0), _PI_4, sine_first=True)
     small = torch.where(y == 0.0, -math.inf, torch.where(y < 0.0, math.nan, small))
     return torch.where(near, small, far)
 
@@ -203,10 +224,10 @@ def bessel_y1(x: torch.Tensor) -> torch.Tensor:
     near = y <= 5.0
     s = _safe(near & (y > 0.0), y, 1.0)
     ss = s * s
-    small = s * (_horner(ss, _YP1) / _horner(ss, _YQ1)) \
-        + _2_PI * (_j1_of_nonneg(s) * _libm(torch.log, s) - 1.0 / s)
+    bracket = _fma(_j1_of_nonneg(s), _libm(torch.log, s), -_rdiv(1.0, s))
+    small = _fma(s, _horner(ss, _YP1) / _horner(ss, _YQ1), _2_PI * bracket)
     f = _safe(~near, y, 10.0)
-    r = 5.0 / f
+    r = _rdiv(5.0, f)
     far = _far(f, r * r, (_PP1, _PQ1, _QP1, _QQ1), _3PI_4, sine_first=True)
     small = torch.where(y == 0.0, -math.inf, torch.where(y < 0.0, math.nan, small))
     return torch.where(near, small, far)
@@ -265,7 +286,7 @@ def _airy_series(x: torch.Tensor) -> torch.Tensor:
         t2 = torch.abs(m2 / f2)
         m, k, n = torch.where(going, m2, m), torch.where(going, k2, k), torch.where(going, n2, n)
         f, g, t = torch.where(going, f2, f), torch.where(going, g2, g), torch.where(going, t2, t)
-    return 0.355028053887817239260 * f - 0.258819403792806798405 * g
+    return _fma(f.new_full((), 0.355028053887817239260).expand_as(f), f, -(0.258819403792806798405 * g))
 
 
 @_register(aten.special_airy_ai.default)
@@ -280,18 +301,18 @@ def airy_ai(x: torch.Tensor) -> Any:
     # below -2.09
     a = _safe(neg & torch.isfinite(y), y, -4.0)
     root = _libm(torch.sqrt, -a)
-    big = _over_const(-2.0 * a * root, 3.0)
-    z = 1.0 / big
+    big = -2.0 * a * root / 3.0
+    z = _rdiv(1.0, big)
     zz = z * z
     afn, afd = _horner(zz, _AFN), _horner(zz, _AFD)
     agn, agd = _horner(zz, _AGN), _horner(zz, _AGD)
     phase = big + 0.25 * float(torch.tensor(math.pi, dtype=y.dtype))
-    oscill = _1_SQRT_PI / _libm(torch.sqrt, root) \
-        * (_libm(torch.sin, phase) * (1.0 + zz * afn / afd) - _libm(torch.cos, phase) * (z * agn / agd))
+    oscill = _rdiv(_1_SQRT_PI, _libm(torch.sqrt, root)) \
+        * _fma(_libm(torch.sin, phase), 1.0 + zz * afn / afd, -(_libm(torch.cos, phase) * (z * agn / agd)))
     # from 2.09 up
     b = _safe(pos & torch.isfinite(y), y, 4.0)
-    zeta = _over_const(2.0 * b * _libm(torch.sqrt, b), 3.0)
-    w = 1.0 / zeta
+    zeta = 2.0 * b * _libm(torch.sqrt, b) / 3.0
+    w = _rdiv(1.0, zeta)
     decay = _1_SQRT_PI * (_horner(w, _AN) / _horner(w, _AD)) \
         / (2.0 * _libm(torch.sqrt, _libm(torch.sqrt, b)) * _libm(torch.exp, zeta))
     # between
