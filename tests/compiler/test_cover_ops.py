@@ -20,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import lowering_coverage  # noqa: E402
 
 NOW_COMPILED = ["resize_", "resize_as_", "special.bessel_j0", "special.bessel_j1",
-                "special.bessel_y0", "special.bessel_y1", "special.airy_ai"]
+                "special.bessel_y0", "special.bessel_y1", "special.airy_ai",
+                pytest.param("grid_sampler_3d", marks=pytest.mark.slow),
+                pytest.param("nn.functional.grid_sample", marks=pytest.mark.slow)]
 
 
 def _op(name: str) -> object:
@@ -86,3 +88,22 @@ def test_bessel_of_integers_promotes_like_eager() -> None:
     assert_compiles_to_eager(lambda t: (torch.special.bessel_j0(t), torch.special.bessel_y1(t),
                                         torch.special.airy_ai(t)), [x],
                              rtol=1e-3, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sampler_3d_far_outside_and_nan_is_eagers(mode: int, padding: int, align: bool
+                                                       ) -> None:
+    """Coordinates far outside [-1, 1] (several reflections), on the corners, NaN and inf."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6, generator=g)
+    grid = torch.randn(2, 3, 4, 5, 3, generator=g) * 3
+    grid[0, 0, 0, 0, 0] = math.nan
+    grid[1, 1, 1, 1, 2] = math.inf
+    grid[0, 1, 1, 1] = torch.tensor([1.0, -1.0, 1.0])
+    assert_compiles_to_eager(
+        lambda a, b: torch.ops.aten.grid_sampler_3d(a, b, mode, padding, align), [x, grid],
+        rtol=1e-5, atol=1e-6, equal_nan=True)
