@@ -21,6 +21,7 @@ import lowering_coverage  # noqa: E402
 
 NOW_COMPILED = ["resize_", "resize_as_", "special.bessel_j0", "special.bessel_j1",
                 "special.bessel_y0", "special.bessel_y1", "special.airy_ai",
+                "nn.functional.embedding_bag",
                 pytest.param("grid_sampler_3d", marks=pytest.mark.slow),
                 pytest.param("nn.functional.grid_sample", marks=pytest.mark.slow)]
 
@@ -107,3 +108,70 @@ def test_grid_sampler_3d_far_outside_and_nan_is_eagers(mode: int, padding: int, 
     assert_compiles_to_eager(
         lambda a, b: torch.ops.aten.grid_sampler_3d(a, b, mode, padding, align), [x, grid],
         rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def _bag_weight() -> torch.Tensor:
+    w = torch.randn(10, 4, generator=torch.Generator().manual_seed(0))
+    w[3, 1], w[7, 2] = math.nan, math.inf  # max: a NaN first row stays, a later one never wins
+    w[5] = w[6]  # ties keep the earlier row's index
+    w[8], w[9] = -0.0, 0.0
+    return w
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("padding_idx", [-1, 3])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_embedding_bag_all_outputs_are_eagers(mode: int, padding_idx: int,
+                                              include_last_offset: bool) -> None:
+    """Every output of ``_embedding_bag`` (offset2bag, bag_size, max_indices too), with
+    an empty bag and, with include_last_offset, indices past the last offset."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    idx = torch.tensor([1, 3, 5, 6, 2, 9, 8, 7, 7, 4, 3, 5])
+    offsets = torch.tensor([0, 3, 3, 7])
+
+    def fn(w: torch.Tensor, i: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.ops.aten._embedding_bag(w, i, o, False, mode, False, None,
+                                             include_last_offset, padding_idx)
+
+    assert_compiles_to_eager(fn, [_bag_weight(), idx, offsets], rtol=1e-6, atol=1e-6,
+                             equal_nan=True)
+
+
+def test_embedding_bag_per_sample_weights_match_eager() -> None:
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    idx = torch.tensor([1, 3, 5, 6, 2, 9, 8, 4])
+    psw = torch.rand(8, generator=torch.Generator().manual_seed(1))
+    w = torch.randn(10, 4, generator=torch.Generator().manual_seed(2))
+    assert_compiles_to_eager(
+        lambda a, i, o, p: torch.nn.functional.embedding_bag(i, a, o, mode="sum",
+                                                             per_sample_weights=p),
+        [w, idx, torch.tensor([0, 2, 2, 5]), psw], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["index-high", "index-negative", "first-offset",
+                                  "last-offset"])
+def test_embedding_bag_out_of_range_raises_like_eager(case: str) -> None:
+    """Eager raises a RuntimeError; the compiled graph must not hand back clamped rows."""
+    from torchneuron.compiler import compile_graph
+
+    idx, offsets = torch.tensor([0, 2, 4, 1]), torch.tensor([0, 2])
+    if case == "index-high":
+        idx = torch.tensor([0, 12, 4, 1])
+    elif case == "index-negative":
+        idx = torch.tensor([0, 2, -1, 1])
+    elif case == "first-offset":
+        offsets = torch.tensor([1, 2])
+    else:
+        offsets = torch.tensor([0, 5])
+    w = torch.randn(10, 3)
+
+    def fn(a: torch.Tensor, i: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding_bag(i, a, o, mode="max")
+
+    with pytest.raises(RuntimeError):
+        fn(w, idx, offsets)
+    exe = compile_graph(fn, [w, torch.tensor([0, 2, 4, 1]), torch.tensor([0, 2])])
+    with pytest.raises(RuntimeError):
+        exe.run([w, idx, offsets])
