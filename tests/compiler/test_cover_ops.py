@@ -21,7 +21,7 @@ import lowering_coverage  # noqa: E402
 
 NOW_COMPILED = ["resize_", "resize_as_", "special.bessel_j0", "special.bessel_j1",
                 "special.bessel_y0", "special.bessel_y1", "special.airy_ai",
-                "nn.functional.embedding_bag",
+                "nn.functional.embedding_bag", "special.zeta",
                 pytest.param("grid_sampler_3d", marks=pytest.mark.slow),
                 pytest.param("nn.functional.grid_sample", marks=pytest.mark.slow)]
 
@@ -175,3 +175,21 @@ def test_embedding_bag_out_of_range_raises_like_eager(case: str) -> None:
     exe = compile_graph(fn, [w, torch.tensor([0, 2, 4, 1]), torch.tensor([0, 2])])
     with pytest.raises(RuntimeError):
         exe.run([w, idx, offsets])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_zeta_over_negative_q_and_special_values_is_eagers(dtype: torch.dtype) -> None:
+    """Integer x with negative q (the kernel's long direct loop, and the regrouped sum
+    below q = -24), non-integer x, x = 1, q a non-positive integer, inf and NaN."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.arange(-2, 9, dtype=dtype), torch.rand(20, generator=g, dtype=dtype) * 12 - 2,
+                   torch.tensor([1.0, math.inf, math.nan], dtype=dtype)])
+    q = torch.cat([torch.rand(60, generator=g, dtype=dtype) * 80 - 60,
+                   torch.rand(20, generator=g, dtype=dtype) * 2e4 - 1e4,
+                   torch.tensor([0.0, -3.0, 2.0, 1e-30, math.inf, math.nan, -24.5, -25.5],
+                                dtype=dtype)])
+    tol = (1e-3, 1e-4) if dtype == torch.float32 else (1e-9, 1e-12)
+    assert_compiles_to_eager(torch.special.zeta, [x[:, None], q[None, :]], rtol=tol[0],
+                             atol=tol[1], equal_nan=True)

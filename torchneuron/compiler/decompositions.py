@@ -100,6 +100,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_resample import RESAMPLE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_resize import RESIZE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_zeta import ZETA_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
     # the device's own implementation (plain torch ops) is their decomposition.
@@ -109,7 +110,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
             RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
-            EMBEDDING_BAG_DECOMPOSITIONS,
+            EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS,
             custom_op_decompositions()]
 
 
