@@ -39,10 +39,10 @@ def test_lower_in_worker_returns_stablehlo() -> None:
 
 
 def test_errors_from_the_worker_keep_their_fields() -> None:
-    pg = prepare(lambda x: torch.special.airy_ai(x), [torch.rand(3)])
+    pg = prepare(lambda x: torch.igamma(x, x), [torch.rand(3)])
     with pytest.raises(LoweringError) as info:
         worker.lower_in_worker(pg.gm)
-    assert info.value.op == "aten.special_airy_ai" and info.value.stage == "lower"
+    assert info.value.op == "aten.igamma" and info.value.stage == "lower"
 
 
 def test_segfault_raises_worker_crash_and_next_call_works() -> None:

@@ -88,9 +88,11 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 
 def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
+    from torchneuron.compiler.decomp_bessel import BESSEL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_custom import custom_op_decompositions
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
@@ -98,7 +100,9 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_qr import QR_DECOMPOSITIONS
     from torchneuron.compiler.decomp_resample import RESAMPLE_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_resize import RESIZE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_zeta import ZETA_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
     # the device's own implementation (plain torch ops) is their decomposition.
@@ -107,7 +111,9 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     return [CONV_DECOMPOSITIONS, POOL_DECOMPOSITIONS, PAD_DECOMPOSITIONS, FUSED_CELL_KERNELS,
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
-            RESAMPLE_DECOMPOSITIONS, custom_op_decompositions()]
+            RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
+            EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS,
+            custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random

@@ -1,0 +1,195 @@
+"""OpInfo ops that were refused by the compiler and now compile (issue 7 coverage).
+
+Each op runs every one of its own OpInfo samples through ``tools/lowering_coverage.py``'s
+check: eager CPU is the reference, the compiled executable must match it on every sample
+(no refusal, no mismatch, no run error), and the compiler's stats count no failure.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchneuron.compiler as tc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import lowering_coverage  # noqa: E402
+
+NOW_COMPILED = ["resize_", "resize_as_", "special.bessel_j0", "special.bessel_j1",
+                "special.bessel_y0", "special.bessel_y1", "special.airy_ai",
+                "nn.functional.embedding_bag", "special.zeta",
+                pytest.param("grid_sampler_3d", marks=pytest.mark.slow),
+                pytest.param("nn.functional.grid_sample", marks=pytest.mark.slow)]
+
+
+def _op(name: str) -> object:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    (op,) = [o for o in op_db if o.name == name and not o.variant_test_name]
+    return op
+
+
+@pytest.mark.parametrize("name", NOW_COMPILED)
+def test_every_sample_compiles_to_eagers_numbers(name: str, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    import torch.testing._internal.common_methods_invocations as cmi
+
+    # as the sweep does: OpInfo's reseeding wrapper off, the sweep seeds both runs
+    monkeypatch.setattr(cmi, "wrapper_set_seed", lambda f, *a, **k: f(*a, **k))
+    tc.reset_stats()
+    result = lowering_coverage.run_op(_op(name), 0)
+    assert result["status"] == "pass", result
+    assert result["samples"].get("pass", 0) > 0, result
+    assert tc.stats()["failures"] == 0, tc.stats()
+
+
+def test_growing_resize_stays_refused() -> None:
+    """Grown elements are uninitialised memory eagerly: no compiled number to give."""
+    from torchneuron.compiler import compile_graph
+    from torchneuron.compiler.errors import CompileError
+
+    with pytest.raises(CompileError):
+        compile_graph(lambda x: torch.ops.aten.resize(x, [4, 4]), [torch.randn(3, 3)])
+
+
+def _wide_range(dtype: torch.dtype) -> torch.Tensor:
+    """Every branch of the Cephes kernels: |x| from 1e-8 to 1e4 both signs, the branch
+    points, 0, -0, +-inf, NaN, and dense samples where the phases are large."""
+    g = torch.Generator().manual_seed(0)
+    edges = [0.0, -0.0, math.inf, -math.inf, math.nan, 5.0, -5.0, 1e-5, 2.09, -2.09,
+             8.3203353, 103.892, 104.0, 1e30, -1e30, 3.0e38]
+    return torch.cat([torch.linspace(-30, 30, 6001, dtype=dtype),
+                      torch.logspace(-8, 4, 2001, dtype=dtype),
+                      -torch.logspace(-8, 4, 2001, dtype=dtype),
+                      torch.randn(3000, generator=g, dtype=dtype) * 3e3,
+                      torch.tensor(edges, dtype=dtype)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
+                                  "airy_ai"])
+def test_bessel_and_airy_are_eagers_over_a_wide_range(name: str, dtype: torch.dtype) -> None:
+    """Large |x| is where a different float32 phase (or a libm that is off by an ulp)
+    shows: eager's own float32 steps are the only way to give its numbers there."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    fn = getattr(torch.special, name)
+    assert_compiles_to_eager(fn, [_wide_range(dtype)], rtol=1e-3, atol=1e-4, equal_nan=True,
+                             name=name)
+
+
+def test_bessel_of_integers_promotes_like_eager() -> None:
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    x = torch.arange(-20, 40, dtype=torch.int64)
+    assert_compiles_to_eager(lambda t: (torch.special.bessel_j0(t), torch.special.bessel_y1(t),
+                                        torch.special.airy_ai(t)), [x],
+                             rtol=1e-3, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sampler_3d_far_outside_and_nan_is_eagers(mode: int, padding: int, align: bool
+                                                       ) -> None:
+    """Coordinates far outside [-1, 1] (several reflections), on the corners, NaN and inf."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6, generator=g)
+    grid = torch.randn(2, 3, 4, 5, 3, generator=g) * 3
+    grid[0, 0, 0, 0, 0] = math.nan
+    grid[1, 1, 1, 1, 2] = math.inf
+    grid[0, 1, 1, 1] = torch.tensor([1.0, -1.0, 1.0])
+    assert_compiles_to_eager(
+        lambda a, b: torch.ops.aten.grid_sampler_3d(a, b, mode, padding, align), [x, grid],
+        rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def _bag_weight() -> torch.Tensor:
+    w = torch.randn(10, 4, generator=torch.Generator().manual_seed(0))
+    w[3, 1], w[7, 2] = math.nan, math.inf  # max: a NaN first row stays, a later one never wins
+    w[5] = w[6]  # ties keep the earlier row's index
+    w[8], w[9] = -0.0, 0.0
+    return w
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("padding_idx", [-1, 3])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_embedding_bag_all_outputs_are_eagers(mode: int, padding_idx: int,
+                                              include_last_offset: bool) -> None:
+    """Every output of ``_embedding_bag`` (offset2bag, bag_size, max_indices too), with
+    an empty bag and, with include_last_offset, indices past the last offset."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    idx = torch.tensor([1, 3, 5, 6, 2, 9, 8, 7, 7, 4, 3, 5])
+    offsets = torch.tensor([0, 3, 3, 7])
+
+    def fn(w: torch.Tensor, i: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.ops.aten._embedding_bag(w, i, o, False, mode, False, None,
+                                             include_last_offset, padding_idx)
+
+    assert_compiles_to_eager(fn, [_bag_weight(), idx, offsets], rtol=1e-6, atol=1e-6,
+                             equal_nan=True)
+
+
+def test_embedding_bag_per_sample_weights_match_eager() -> None:
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    idx = torch.tensor([1, 3, 5, 6, 2, 9, 8, 4])
+    psw = torch.rand(8, generator=torch.Generator().manual_seed(1))
+    w = torch.randn(10, 4, generator=torch.Generator().manual_seed(2))
+    assert_compiles_to_eager(
+        lambda a, i, o, p: torch.nn.functional.embedding_bag(i, a, o, mode="sum",
+                                                             per_sample_weights=p),
+        [w, idx, torch.tensor([0, 2, 2, 5]), psw], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["index-high", "index-negative", "first-offset",
+                                  "last-offset"])
+def test_embedding_bag_out_of_range_raises_like_eager(case: str) -> None:
+    """Eager raises a RuntimeError; the compiled graph must not hand back clamped rows."""
+    from torchneuron.compiler import compile_graph
+
+    idx, offsets = torch.tensor([0, 2, 4, 1]), torch.tensor([0, 2])
+    if case == "index-high":
+        idx = torch.tensor([0, 12, 4, 1])
+    elif case == "index-negative":
+        idx = torch.tensor([0, 2, -1, 1])
+    elif case == "first-offset":
+        offsets = torch.tensor([1, 2])
+    else:
+        offsets = torch.tensor([0, 5])
+    w = torch.randn(10, 3)
+
+    def fn(a: torch.Tensor, i: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding_bag(i, a, o, mode="max")
+
+    with pytest.raises(RuntimeError):
+        fn(w, idx, offsets)
+    exe = compile_graph(fn, [w, torch.tensor([0, 2, 4, 1]), torch.tensor([0, 2])])
+    with pytest.raises(RuntimeError):
+        exe.run([w, idx, offsets])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_zeta_over_negative_q_and_special_values_is_eagers(dtype: torch.dtype) -> None:
+    """Integer x with negative q (the kernel's long direct loop, and the regrouped sum
+    below q = -24), non-integer x, x = 1, q a non-positive integer, inf and NaN."""
+    from tests.compiler.compiled import assert_compiles_to_eager
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.arange(-2, 9, dtype=dtype), torch.rand(20, generator=g, dtype=dtype) * 12 - 2,
+                   torch.tensor([1.0, math.inf, math.nan], dtype=dtype)])
+    q = torch.cat([torch.rand(60, generator=g, dtype=dtype) * 80 - 60,
+                   torch.rand(20, generator=g, dtype=dtype) * 2e4 - 1e4,
+                   torch.tensor([0.0, -3.0, 2.0, 1e-30, math.inf, math.nan, -24.5, -25.5],
+                                dtype=dtype)])
+    tol = (1e-3, 1e-4) if dtype == torch.float32 else (1e-9, 1e-12)
+    assert_compiles_to_eager(torch.special.zeta, [x[:, None], q[None, :]], rtol=tol[0],
+                             atol=tol[1], equal_nan=True)
