@@ -224,18 +224,61 @@ def test_adaptive_eager_loop_of_ffts_gives_eagers_numbers() -> None:
 
 def test_prepared_graph_reference_run_takes_and_gives_complex_values() -> None:
     """``PreparedGraph.run_reference`` (what lowerings are checked against) converts at
-    the same boundary as the executable; a real view of a complex input is a copy."""
+    the same boundary as the executable."""
     from torchneuron.compiler.prepare import prepare
 
     z = torch.randn(3, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(6))
 
     def fn(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.fft.fft(c), c.imag
+        return torch.fft.fft(c), c.imag * 2
 
     prepared = prepare(fn, [z])
     assert prepared.complex_inputs == [0] and prepared.complex_outputs == [0]
-    assert prepared.user_outputs[1].alias_input is None
     _assert_close(prepared.run_reference([z]), fn(z))
+
+
+# Outputs that eager returns as views of a complex input or output: the graph
+# computes on pairs and could only return copies (which would not follow a later
+# in-place write), so these are refused.
+REAL_VIEWS_OF_COMPLEX = {
+    "view_as_real_of_input": (lambda c: (torch.view_as_real(c), c.abs()), True),
+    "real_of_input": (lambda c: c.real, True),
+    "imag_of_input": (lambda c: (torch.fft.fft(c), c.imag), True),
+    "real_of_output": (lambda t: (lambda f: (f, f.real))(torch.fft.fft(t)), False),
+    "imag_of_output": (lambda t: (lambda f: (f, f.real, f.imag))(torch.fft.fft(t)), False),
+    "view_as_real_of_output": (lambda t: (lambda f: (f, torch.view_as_real(f)))(
+        torch.fft.fft(t)), False),
+    # complex views that decomp_complex computes (conj is a copy of the pairs)
+    "conj_of_input": (lambda c: c.conj(), True),
+    "conj_of_output": (lambda t: (lambda f: (f, f.conj()))(torch.fft.fft(t)), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_VIEWS_OF_COMPLEX))
+def test_views_of_complex_inputs_and_outputs_are_refused(name: str) -> None:
+    fn, complex_input = REAL_VIEWS_OF_COMPLEX[name]
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 10, dtype=torch.complex64 if complex_input else torch.float32, generator=g)
+    with pytest.raises(CompileError) as e:
+        compile_graph(fn, [x], name=name)
+    assert e.value.stage == "prepare" and e.value.reason == "complex-alias", e.value
+
+
+def test_real_view_returned_by_torch_compile_follows_the_complex_tensor() -> None:
+    """Refused, so it runs eagerly: ``f.real`` follows ``f.mul_(0)`` as in eager."""
+    import torchneuron  # noqa: F401
+
+    def fn(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = torch.fft.fft(a)
+        return f, f.real
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 10, generator=torch.Generator().manual_seed(9))
+    f, r = torch.compile(fn, backend="neuron")(x.to("neuron"))
+    f.mul_(0)
+    fe, re_ = fn(x)
+    fe.mul_(0)
+    torch.testing.assert_close(r.cpu(), re_)
 
 
 def test_conjugate_and_strided_complex_inputs_are_read_as_their_values() -> None:
