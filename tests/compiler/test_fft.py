@@ -292,3 +292,52 @@ def test_conjugate_and_strided_complex_inputs_are_read_as_their_values() -> None
 
     for c in (z.conj(), z[:, 1::2], z.conj()[1:]):
         _assert_close(compile_graph(fn, [c]).run([c]), fn(c))
+
+
+# Results whose strides eager's kernels choose (pocketfft, TensorIterator), not the
+# decomposition's pairs: compiled outputs must have them, and ops inside the graph that
+# depend on them (a view) must behave as in eager.
+_Z = (4, 10)
+LAYOUTS = {
+    "fft2_dims_swapped": (lambda z: _F.fft2(z, dim=(-1, -2)), True, _Z),
+    "fft2_dims_swapped_view": (lambda z: _F.fft2(z, dim=(-1, -2)).view(-1), True, _Z),
+    "irfft_513": (lambda z: _F.irfft(z, n=513), True, (3, 200)),
+    "rfftn_dims_10": (lambda t: _F.rfftn(t, dim=(1, 0)), False, _Z),
+    "rfft_300_dim0": (lambda t: _F.rfft(t, dim=0, norm="forward"), False, (300, 3)),
+    "fft_300_dim0": (lambda t: _F.fft(t, dim=0), False, (300, 3)),
+    "rfft2_3d": (lambda t: _F.rfft2(t, dim=(0, 1)), False, (4, 6, 3)),
+    "fftn_3d": (lambda z: _F.fftn(z, dim=(2, 0)), True, (3, 4, 5)),
+    "fft_size1": (lambda t: _F.fft(t, dim=1), False, (4, 1, 3)),
+    "transposed_times_2": (lambda t: _F.fft(t).t() * 2, False, _Z),
+    "t_reshape": (lambda t: _F.fft(t).t().reshape(-1) * 2, False, _Z),
+    "t_contiguous": (lambda t: _F.fft(t).t().contiguous(), False, _Z),
+    "t_clone": (lambda t: _F.fft(t).t().clone(), False, _Z),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_outputs_have_eagers_strides(name: str) -> None:
+    fn, is_complex, shape = LAYOUTS[name]
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(*shape, dtype=torch.complex64 if is_complex else torch.float32, generator=g)
+    want = fn(x)
+    (got,) = compile_graph(fn, [x], name=name).run([x])
+    _assert_close(got, want)
+    assert got.stride() == want.stride()
+    assert got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+
+
+@pytest.mark.parametrize("name", ["fft2_dims_swapped_view", "t_reshape", "too_long"])
+def test_torch_compile_of_fft_layouts_and_long_transforms(name: str) -> None:
+    """Compiled, or refused and run eagerly (too long): never a failed torch.compile."""
+    import torchneuron  # noqa: F401
+
+    if name == "too_long":
+        fn, x = (lambda t: _F.rfft(t).abs()), torch.randn(2, 1 << 15)
+    else:
+        fn, is_complex, shape = LAYOUTS[name]
+        x = torch.randn(*shape, dtype=torch.complex64 if is_complex else torch.float32)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron")(x.to("neuron")).cpu()
+    want = fn(x)
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)

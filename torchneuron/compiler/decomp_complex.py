@@ -32,7 +32,7 @@ from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["COMPLEX_DECOMPOSITIONS", "fold_complex_pairs", "refuse_complex", "pairs",
-           "from_pairs", "REAL_OF"]
+           "from_pairs", "REAL_OF", "in_eager_layout"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -54,6 +54,87 @@ def pairs(z: torch.Tensor) -> torch.Tensor:
 def from_pairs(p: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(p)
 
+
+
+# --------------------------------------------------------------------------- eager's layout
+# A decomposition builds its result from stacks, matmuls and movedims, whose strides are
+# not the ones eager's kernel gives (``fft2(z, dim=(-1, -2))``: (1, 4) where eager has
+# (10, 1)). The traced graph would then differ from eager wherever strides matter: a
+# ``.view(-1)`` that eager allows fails, the executable returns outputs with other
+# strides (and twice the storage for a real part taken from pairs). So each result is
+# laid out as eager's (a permuted contiguous copy, only where it differs).
+
+# decompositions that return a view of their input's pairs: strides follow the input's
+_PAIR_VIEWS = {aten.slice.Tensor, aten.select.int, aten.permute.default, aten.view.default,
+               aten.unsqueeze.default, aten.expand.default, aten.alias.default,
+               aten.real.default, aten.imag.default}
+
+
+def in_eager_layout(op: Any, fn: Callable[..., Any], run_cpu: bool, *args: Any,
+                    **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` (a decomposition of ``op``) with eager's strides.
+
+    Eager's strides come from ``op`` run on meta tensors of the same layout, or (FFT ops,
+    ``run_cpu``: their meta kernels' strides differ from pocketfft's, ``rfft2`` over dims
+    (0, 1) of a 3-d input) on CPU tensors of zeros. A decomposition that fails returns
+    NotImplemented: the op then stays in the graph and ``refuse_complex`` (or
+    ``refuse_unlowered_ffts``) refuses it with a typed error, also under AOTAutograd,
+    where a raised error would fail torch.compile instead of running eagerly."""
+    try:
+        r = fn(*args, **kwargs)
+    except Exception:
+        return NotImplemented
+    if not isinstance(r, torch.Tensor) or op in _PAIR_VIEWS:
+        return r
+    want = _eager_strides(op, args, kwargs, run_cpu)
+    if want is None or tuple(r.stride()) == want or len(want) != r.dim():
+        return r
+    if r.is_complex():
+        p = _restrided(pairs(r), (*(2 * s for s in want), 1))
+        return r if p is None else from_pairs(p)
+    p = _restrided(r, want)
+    return r if p is None else p
+
+
+_CPU_NUMEL_LIMIT = 1 << 22  # eager's FFT strides from a CPU run only up to this size
+
+
+def _eager_strides(op: Any, args: Any, kwargs: Any, run_cpu: bool) -> tuple[int, ...] | None:
+    import torch.utils._pytree as pytree
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    tensors = pytree.tree_leaves((args, kwargs))
+    device = "cpu" if run_cpu and sum(t.numel() for t in tensors
+                                      if isinstance(t, torch.Tensor)) <= _CPU_NUMEL_LIMIT         else "meta"
+
+    def like(t: torch.Tensor) -> torch.Tensor:
+        e = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+        return e.zero_() if device == "cpu" else e
+
+    try:
+        with disable_proxy_modes_tracing(), unset_fake_temporarily():
+            a, k = pytree.tree_map_only(torch.Tensor, like, (args, kwargs))
+            out = op(*a, **k)
+    except Exception:
+        return None
+    return tuple(out.stride()) if isinstance(out, torch.Tensor) else None
+
+
+def _restrided(t: torch.Tensor, want: tuple[int, ...]) -> torch.Tensor | None:
+    """``t`` copied into the dense layout with strides ``want`` (dims ordered by
+    decreasing stride, a size-1 dim after the others of its stride), or None when
+    ``want`` is not a dense layout of ``t``'s shape."""
+    nd = t.dim()
+    order = sorted(range(nd), key=lambda d: (-want[d], t.shape[d] == 1, d))
+    dense, step = [0] * nd, 1
+    for d in reversed(order):
+        dense[d] = step
+        step *= t.shape[d]
+    if any(dense[d] != want[d] for d in range(nd) if t.shape[d] != 1):
+        return None
+    inverse = [order.index(d) for d in range(nd)]
+    return t.permute(order).contiguous().permute(inverse)
 
 
 # --------------------------------------------------------------------------- complex values

@@ -34,6 +34,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.corrections import fix_degenerate_variances
 from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_complex
+from torchneuron.compiler.decomp_fft import refuse_unlowered_ffts
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
@@ -203,6 +204,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     _fold_0d_reductions(gm)
     _fold_empty(gm)
     gm.graph.eliminate_dead_code()
+    refuse_unlowered_ffts(gm)
     refuse_complex(gm)
     gm = _plain(gm)
     return PreparedGraph(
