@@ -174,9 +174,13 @@ def abs_(z: torch.Tensor) -> Any:
 
 @_register(aten.clone.default)
 def clone(z: torch.Tensor, *, memory_format: Any = None) -> Any:
-    if not z.is_complex():
+    """``memory_format`` as eager: contiguous (``.contiguous()``, ``reshape`` of a
+    transposed value) or preserved; the pair dim is last in both. Other formats
+    (channels_last) stay complex and are refused."""
+    if not z.is_complex() or memory_format not in (None, torch.preserve_format,
+                                                   torch.contiguous_format):
         return NotImplemented
-    return from_pairs(pairs(z).clone())
+    return from_pairs(pairs(z).clone(memory_format=memory_format or torch.preserve_format))
 
 
 @_register(prims.convert_element_type.default)
