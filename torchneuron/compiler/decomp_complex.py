@@ -168,8 +168,20 @@ def complex_(re: torch.Tensor, im: torch.Tensor) -> Any:
 def abs_(z: torch.Tensor) -> Any:
     if not z.is_complex():
         return NotImplemented
-    p = pairs(z)
-    return torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1])
+    return _hypot(pairs(z))
+
+
+def _hypot(p: torch.Tensor) -> torch.Tensor:
+    """|re + i im| of pairs as eager's ``std::abs`` (hypot): scaled by the larger part,
+    max * sqrt(1 + (min/max)^2), so it neither overflows (3e20 + 4e20j: sqrt(re^2 + im^2)
+    is inf in fp32) nor underflows (3e-40 + 4e-40j: 0); 0 for 0, inf when either part is
+    infinite (even with a NaN other part), NaN otherwise when either part is NaN."""
+    a, b = p[..., 0].abs(), p[..., 1].abs()
+    big, small = torch.maximum(a, b), torch.minimum(a, b)
+    q = torch.where(big == 0, torch.zeros_like(big), small / big)
+    r = big * torch.sqrt(1 + q * q)
+    inf = float("inf")
+    return torch.where((a == inf) | (b == inf), torch.full_like(r, inf), r)
 
 
 @_register(aten.clone.default)
@@ -411,7 +423,7 @@ def sgn(z: torch.Tensor) -> Any:
     if not _is_c(z):
         return NotImplemented
     p = pairs(z)
-    r = torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1]).unsqueeze(-1)
+    r = _hypot(p).unsqueeze(-1)
     return from_pairs(torch.where(r == 0, torch.zeros_like(p), p / r))
 
 
