@@ -400,3 +400,33 @@ def test_gradient_of_abs_of_large_and_tiny_spectra_matches_eager() -> None:
         ref.backward()
         torch.testing.assert_close(out.cpu(), ref, rtol=RTOL, atol=0)
         torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=RTOL, atol=ATOL)
+
+
+# Real and complex operands with 0, inf, NaN, huge and subnormal parts: eager promotes a
+# real operand to x + 0j and multiplies in full (also alpha, 1 for a plain add), so the
+# 0 * inf terms give NaN: 2 * (1 + inf j) is nan + inf j, (1 + 1j) + (inf + 1j) is
+# inf + nan j; a real divisor goes through c10's complex division (times 1 / c).
+MIXED = {
+    "real_times_complex": lambda r, z, w: r * z, "complex_times_real": lambda r, z, w: z * r,
+    "times_scalar": lambda r, z, w: z * 2.0, "scalar_times": lambda r, z, w: 2.0 * z,
+    "div_real": lambda r, z, w: z / r, "div_scalar": lambda r, z, w: z / -3.0,
+    "div_zero": lambda r, z, w: z / 0.0, "add_real": lambda r, z, w: z + r,
+    "real_sub": lambda r, z, w: r - z, "add": lambda r, z, w: z + w,
+    "sub": lambda r, z, w: z - w, "add_alpha": lambda r, z, w: torch.add(z, w, alpha=2),
+    "sub_alpha_j": lambda r, z, w: torch.sub(z, w, alpha=1j), "add_inf": lambda r, z, w: z + 1e39,
+    "rsub": lambda r, z, w: 1 - z, "mul": lambda r, z, w: z * w,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED))
+def test_mixed_real_complex_arithmetic_matches_eager_with_infinities(name: str) -> None:
+    import itertools
+
+    vals = [0.0, -0.0, 1.0, -2.5, float("inf"), -float("inf"), float("nan"), 3e38, 1e-40]
+    z = torch.tensor([complex(a, b) for a, b in itertools.product(vals, vals)])
+    r = torch.tensor(vals).repeat_interleave(len(vals)).roll(3)
+    w = z.roll(5)
+    fn = MIXED[name]
+    want = fn(r, z, w)
+    (got,) = compile_graph(fn, [r, z, w], name=name).run([r, z, w])
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)

@@ -217,8 +217,20 @@ def _operand(v: Any, real_dtype: torch.dtype) -> tuple[Any, Any]:
             return p[..., 0], p[..., 1]
         return v.to(real_dtype), None
     if isinstance(v, complex):
-        return v.real, v.imag
-    return v, None
+        return _rounded(v.real, real_dtype), _rounded(v.imag, real_dtype)
+    return _rounded(v, real_dtype), None
+
+
+def _rounded(v: Any, real_dtype: torch.dtype) -> Any:
+    """A python number as eager's kernel sees it, cast to the result's precision first
+    (``z + 1e39`` in complex64 adds inf)."""
+    import numpy as np
+
+    kind = {torch.float16: np.float16, torch.float32: np.float32}.get(real_dtype)
+    if kind is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    with np.errstate(over="ignore"):
+        return float(kind(v))
 
 
 def _complex_binary(kind: str) -> Callable[..., Any]:
@@ -228,34 +240,49 @@ def _complex_binary(kind: str) -> Callable[..., Any]:
         out_dtype = torch.result_type(a, b)
         if not out_dtype.is_complex:
             return NotImplemented
-        if alpha is not None and alpha != 1:
-            if kind not in ("add", "sub"):
-                return NotImplemented
-            b = b * alpha
+        if alpha is not None and alpha != 1 and kind not in ("add", "sub"):
+            return NotImplemented
         real_dtype = REAL_OF[out_dtype]
         ar, ai = _operand(a, real_dtype)
         br, bi = _operand(b, real_dtype)
         if kind in ("add", "sub"):
-            sign = 1 if kind == "add" else -1
-            re = ar + sign * br
-            im = (ai if ai is not None else 0) + sign * (bi if bi is not None else 0)
+            # eager: a + alpha * b, alpha (also 1, -1 for sub) a complex number multiplied
+            # in fully, so b's 0 * inf terms count: (1 + 1j) + (inf + 1j) is inf + nan j
+            av = complex(1 if alpha is None else alpha) * (1 if kind == "add" else -1)
+            bi = 0.0 if bi is None else bi
+            b_re, b_im = av.real * br - av.imag * bi, av.real * bi + av.imag * br
+            re = ar + b_re
+            im = (ai if ai is not None else 0) + b_im
+            if not isinstance(re, torch.Tensor):
+                re = torch.zeros_like(im) + re
             if not isinstance(im, torch.Tensor):
-                im = torch.zeros_like(re)
-        elif kind == "mul":
-            if ai is None:
-                re, im = ar * br, ar * bi
-            elif bi is None:
-                re, im = ar * br, ai * br
-            else:
-                re, im = ar * br - ai * bi, ar * bi + ai * br
+                im = torch.zeros_like(re) + im
+        elif kind == "mul":  # a real operand promoted to x + 0j, as eager: 0 * inf terms
+            ai = 0.0 if ai is None else ai  # (2 * (1 + inf j) is nan + inf j)
+            bi = 0.0 if bi is None else bi
+            re, im = ar * br - ai * bi, ar * bi + ai * br
         else:  # div by a real value only (a complex divisor needs eager's scaling)
             if bi is not None:
                 return NotImplemented
-            re, im = ar / br, ai / br
+            re, im = _div_by_real(ar, ai, br)
         re, im = torch.broadcast_tensors(re, im)
         return from_pairs(torch.stack([re, im], dim=-1))
 
     return fn
+
+
+def _div_by_real(a: Any, b: Any, c: Any) -> tuple[Any, Any]:
+    """(a + b i) / (c + 0 i) as eager's complex division (c10's, numpy's): with d = 0,
+    rat = d / c, re = (a + b * rat) * (1 / c), im = (b - a * rat) * (1 / c) (nan where the
+    other part is infinite: (1 + inf j) / 2 is nan + inf j), and for c == 0, a / |c| and
+    b / |d| (both +0), not the ratio's NaN."""
+    if not isinstance(c, torch.Tensor):
+        c = torch.tensor(c, dtype=a.dtype if isinstance(a, torch.Tensor) else b.dtype)
+    rat = torch.zeros_like(c) / c  # (not 0.0 / c: that is 0 * (1 / c), nan at 1e-40)
+    scale = 1.0 / c  # multiplied, as eager: 0 / 1e-40 is 0 * inf = nan there
+    re, im = (a + b * rat) * scale, (b - a * rat) * scale
+    zero = c == 0
+    return torch.where(zero, a / c.abs(), re), torch.where(zero, b / c.abs(), im)
 
 
 for _kind, _ops in (("add", (aten.add.Tensor, aten.add.Scalar)),
