@@ -345,15 +345,20 @@ def test_torch_compile_of_fft_layouts_and_long_transforms(name: str) -> None:
 
 def test_complex_clone_keeps_its_memory_format() -> None:
     """The clone decomposition alone (not the restride after it) gives a contiguous
-    complex clone, and a channels_last one is refused, never laid out otherwise."""
+    complex clone; a channels_last one compiles with eager's strides."""
     from torchneuron.compiler.decomp_complex import clone
 
     z = torch.randn(4, 10, dtype=torch.complex64).t()
     got = clone(z, memory_format=torch.contiguous_format)
     assert got.is_contiguous() and torch.equal(got, z)
     assert clone(z).stride() == z.stride()
-    z4 = torch.randn(1, 2, 3, 4, dtype=torch.complex64)
-    assert clone(z4, memory_format=torch.channels_last) is NotImplemented
+    z4 = torch.randn(2, 3, 2, 3, dtype=torch.complex64)
+
+    def fn(c: torch.Tensor) -> torch.Tensor:
+        return c.clone(memory_format=torch.channels_last)
+
+    (got,) = compile_graph(fn, [z4]).run([z4])
+    assert got.stride() == fn(z4).stride() and torch.equal(got, z4)
 
 
 def _magnitude_grid() -> torch.Tensor:

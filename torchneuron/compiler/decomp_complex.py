@@ -187,11 +187,12 @@ def _hypot(p: torch.Tensor) -> torch.Tensor:
 @_register(aten.clone.default)
 def clone(z: torch.Tensor, *, memory_format: Any = None) -> Any:
     """``memory_format`` as eager: contiguous (``.contiguous()``, ``reshape`` of a
-    transposed value) or preserved; the pair dim is last in both. Other formats
-    (channels_last) stay complex and are refused."""
-    if not z.is_complex() or memory_format not in (None, torch.preserve_format,
-                                                   torch.contiguous_format):
+    transposed value) or preserved, the pair dim last in both; another format
+    (channels_last) is a copy that ``in_eager_layout`` lays out as eager's."""
+    if not z.is_complex():
         return NotImplemented
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        memory_format = None
     return from_pairs(pairs(z).clone(memory_format=memory_format or torch.preserve_format))
 
 
