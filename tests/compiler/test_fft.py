@@ -6,6 +6,9 @@ and match eager at the sweep's tolerances; complex graph inputs and outputs cros
 executable boundary as view_as_real pairs; long transforms are refused, other complex
 ops are refused with a typed error; torch.compile with autograd compiles both graphs;
 adaptive eager gives eager's numbers. Before decomp_fft every FFT graph was refused.
+Also: outputs have eager's strides; views of complex inputs/outputs are refused; complex
+abs/sgn and mixed real/complex arithmetic match eager at 0, inf, NaN, huge and subnormal
+values (the review of issue 7).
 """
 
 from __future__ import annotations
