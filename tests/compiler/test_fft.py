@@ -6,6 +6,9 @@ and match eager at the sweep's tolerances; complex graph inputs and outputs cros
 executable boundary as view_as_real pairs; long transforms are refused, other complex
 ops are refused with a typed error; torch.compile with autograd compiles both graphs;
 adaptive eager gives eager's numbers. Before decomp_fft every FFT graph was refused.
+Also: outputs have eager's strides; views of complex inputs/outputs are refused; complex
+abs/sgn and mixed real/complex arithmetic match eager at 0, inf, NaN, huge and subnormal
+values (the review of issue 7).
 """
 
 from __future__ import annotations
@@ -224,18 +227,61 @@ def test_adaptive_eager_loop_of_ffts_gives_eagers_numbers() -> None:
 
 def test_prepared_graph_reference_run_takes_and_gives_complex_values() -> None:
     """``PreparedGraph.run_reference`` (what lowerings are checked against) converts at
-    the same boundary as the executable; a real view of a complex input is a copy."""
+    the same boundary as the executable."""
     from torchneuron.compiler.prepare import prepare
 
     z = torch.randn(3, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(6))
 
     def fn(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.fft.fft(c), c.imag
+        return torch.fft.fft(c), c.imag * 2
 
     prepared = prepare(fn, [z])
     assert prepared.complex_inputs == [0] and prepared.complex_outputs == [0]
-    assert prepared.user_outputs[1].alias_input is None
     _assert_close(prepared.run_reference([z]), fn(z))
+
+
+# Outputs that eager returns as views of a complex input or output: the graph
+# computes on pairs and could only return copies (which would not follow a later
+# in-place write), so these are refused.
+REAL_VIEWS_OF_COMPLEX = {
+    "view_as_real_of_input": (lambda c: (torch.view_as_real(c), c.abs()), True),
+    "real_of_input": (lambda c: c.real, True),
+    "imag_of_input": (lambda c: (torch.fft.fft(c), c.imag), True),
+    "real_of_output": (lambda t: (lambda f: (f, f.real))(torch.fft.fft(t)), False),
+    "imag_of_output": (lambda t: (lambda f: (f, f.real, f.imag))(torch.fft.fft(t)), False),
+    "view_as_real_of_output": (lambda t: (lambda f: (f, torch.view_as_real(f)))(
+        torch.fft.fft(t)), False),
+    # complex views that decomp_complex computes (conj is a copy of the pairs)
+    "conj_of_input": (lambda c: c.conj(), True),
+    "conj_of_output": (lambda t: (lambda f: (f, f.conj()))(torch.fft.fft(t)), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_VIEWS_OF_COMPLEX))
+def test_views_of_complex_inputs_and_outputs_are_refused(name: str) -> None:
+    fn, complex_input = REAL_VIEWS_OF_COMPLEX[name]
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 10, dtype=torch.complex64 if complex_input else torch.float32, generator=g)
+    with pytest.raises(CompileError) as e:
+        compile_graph(fn, [x], name=name)
+    assert e.value.stage == "prepare" and e.value.reason == "complex-alias", e.value
+
+
+def test_real_view_returned_by_torch_compile_follows_the_complex_tensor() -> None:
+    """Refused, so it runs eagerly: ``f.real`` follows ``f.mul_(0)`` as in eager."""
+    import torchneuron  # noqa: F401
+
+    def fn(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = torch.fft.fft(a)
+        return f, f.real
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 10, generator=torch.Generator().manual_seed(9))
+    f, r = torch.compile(fn, backend="neuron")(x.to("neuron"))
+    f.mul_(0)
+    fe, re_ = fn(x)
+    fe.mul_(0)
+    torch.testing.assert_close(r.cpu(), re_)
 
 
 def test_conjugate_and_strided_complex_inputs_are_read_as_their_values() -> None:
@@ -249,3 +295,146 @@ def test_conjugate_and_strided_complex_inputs_are_read_as_their_values() -> None
 
     for c in (z.conj(), z[:, 1::2], z.conj()[1:]):
         _assert_close(compile_graph(fn, [c]).run([c]), fn(c))
+
+
+# Results whose strides eager's kernels choose (pocketfft, TensorIterator), not the
+# decomposition's pairs: compiled outputs must have them, and ops inside the graph that
+# depend on them (a view) must behave as in eager.
+_Z = (4, 10)
+LAYOUTS = {
+    "fft2_dims_swapped": (lambda z: _F.fft2(z, dim=(-1, -2)), True, _Z),
+    "fft2_dims_swapped_view": (lambda z: _F.fft2(z, dim=(-1, -2)).view(-1), True, _Z),
+    "irfft_513": (lambda z: _F.irfft(z, n=513), True, (3, 200)),
+    "rfftn_dims_10": (lambda t: _F.rfftn(t, dim=(1, 0)), False, _Z),
+    "rfft_300_dim0": (lambda t: _F.rfft(t, dim=0, norm="forward"), False, (300, 3)),
+    "fft_300_dim0": (lambda t: _F.fft(t, dim=0), False, (300, 3)),
+    "rfft2_3d": (lambda t: _F.rfft2(t, dim=(0, 1)), False, (4, 6, 3)),
+    "fftn_3d": (lambda z: _F.fftn(z, dim=(2, 0)), True, (3, 4, 5)),
+    "fft_size1": (lambda t: _F.fft(t, dim=1), False, (4, 1, 3)),
+    "transposed_times_2": (lambda t: _F.fft(t).t() * 2, False, _Z),
+    "t_reshape": (lambda t: _F.fft(t).t().reshape(-1) * 2, False, _Z),
+    "t_contiguous": (lambda t: _F.fft(t).t().contiguous(), False, _Z),
+    "t_clone": (lambda t: _F.fft(t).t().clone(), False, _Z),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_outputs_have_eagers_strides(name: str) -> None:
+    fn, is_complex, shape = LAYOUTS[name]
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(*shape, dtype=torch.complex64 if is_complex else torch.float32, generator=g)
+    want = fn(x)
+    (got,) = compile_graph(fn, [x], name=name).run([x])
+    _assert_close(got, want)
+    assert got.stride() == want.stride()
+    assert got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+
+
+@pytest.mark.parametrize("name", ["fft2_dims_swapped_view", "t_reshape", "too_long"])
+def test_torch_compile_of_fft_layouts_and_long_transforms(name: str) -> None:
+    """Compiled, or refused and run eagerly (too long): never a failed torch.compile."""
+    import torchneuron  # noqa: F401
+
+    if name == "too_long":
+        fn, x = (lambda t: _F.rfft(t).abs()), torch.randn(2, 1 << 15)
+    else:
+        fn, is_complex, shape = LAYOUTS[name]
+        x = torch.randn(*shape, dtype=torch.complex64 if is_complex else torch.float32)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron")(x.to("neuron")).cpu()
+    want = fn(x)
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_complex_clone_keeps_its_memory_format() -> None:
+    """The clone decomposition alone (not the restride after it) gives a contiguous
+    complex clone; a channels_last one compiles with eager's strides."""
+    from torchneuron.compiler.decomp_complex import clone
+
+    z = torch.randn(4, 10, dtype=torch.complex64).t()
+    got = clone(z, memory_format=torch.contiguous_format)
+    assert got.is_contiguous() and torch.equal(got, z)
+    assert clone(z).stride() == z.stride()
+    z4 = torch.randn(2, 3, 2, 3, dtype=torch.complex64)
+
+    def fn(c: torch.Tensor) -> torch.Tensor:
+        return c.clone(memory_format=torch.channels_last)
+
+    (got,) = compile_graph(fn, [z4]).run([z4])
+    assert got.stride() == fn(z4).stride() and torch.equal(got, z4)
+
+
+def _magnitude_grid() -> torch.Tensor:
+    """Complex values whose parts run over fp32 from the smallest subnormal to the
+    largest finite value, with 0, inf and NaN, both signs: every pair."""
+    import itertools
+
+    mags = [0.0, 1e-45, 3e-44, 1e-40, 3e-40, 1.2e-38, 1e-30, 3e-22, 1e-10, 0.5, 1.0, 3.0,
+            1e10, 3e20, 1e30, 1.7e38, 3e38, 3.4e38, float("inf"), float("nan")]
+    vals = mags + [-m for m in mags[1:]]
+    re, im = zip(*itertools.product(vals, vals), strict=True)
+    return torch.complex(torch.tensor(re), torch.tensor(im))
+
+
+@pytest.mark.parametrize("name", ["abs", "sgn"])
+def test_complex_abs_and_sgn_match_eager_over_all_magnitudes(name: str) -> None:
+    """eager's std::abs is a hypot: no overflow at 3e20 + 4e20j, no underflow at
+    3e-40 + 4e-40j, inf with a NaN part; a plain sqrt(re^2 + im^2) gives inf / 0."""
+    fn = getattr(torch, name)
+    z = _magnitude_grid()
+    want = fn(z)
+    (got,) = compile_graph(fn, [z], name=name).run([z])
+    torch.testing.assert_close(got, want, rtol=2e-7, atol=0, equal_nan=True)
+
+
+def test_gradient_of_abs_of_large_and_tiny_spectra_matches_eager() -> None:
+    """The backward of abs goes through sgn: eager's gradient at 1e20 and 1e-22 scales.
+    (Not at subnormal magnitudes: there eager's own complex sgn differs by position, its
+    vectorized loop gives z / |z| and its scalar tail z * (1 / |z|), inf + nan j.)"""
+    import torchneuron  # noqa: F401
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft(x).abs().sum()
+
+    g = torch.Generator().manual_seed(11)
+    for scale in (1e20, 1e-22):
+        x = torch.randn(3, 16, generator=g) * scale
+        torch._dynamo.reset()
+        xd = x.to("neuron").requires_grad_()
+        out = torch.compile(f, backend="neuron")(xd)
+        out.backward()
+        xc = x.clone().requires_grad_()
+        ref = f(xc)
+        ref.backward()
+        torch.testing.assert_close(out.cpu(), ref, rtol=RTOL, atol=0)
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=RTOL, atol=ATOL)
+
+
+# Real and complex operands with 0, inf, NaN, huge and subnormal parts: eager promotes a
+# real operand to x + 0j and multiplies in full (also alpha, 1 for a plain add), so the
+# 0 * inf terms give NaN: 2 * (1 + inf j) is nan + inf j, (1 + 1j) + (inf + 1j) is
+# inf + nan j; a real divisor goes through c10's complex division (times 1 / c).
+MIXED = {
+    "real_times_complex": lambda r, z, w: r * z, "complex_times_real": lambda r, z, w: z * r,
+    "times_scalar": lambda r, z, w: z * 2.0, "scalar_times": lambda r, z, w: 2.0 * z,
+    "div_real": lambda r, z, w: z / r, "div_scalar": lambda r, z, w: z / -3.0,
+    "div_zero": lambda r, z, w: z / 0.0, "add_real": lambda r, z, w: z + r,
+    "real_sub": lambda r, z, w: r - z, "add": lambda r, z, w: z + w,
+    "sub": lambda r, z, w: z - w, "add_alpha": lambda r, z, w: torch.add(z, w, alpha=2),
+    "sub_alpha_j": lambda r, z, w: torch.sub(z, w, alpha=1j), "add_inf": lambda r, z, w: z + 1e39,
+    "rsub": lambda r, z, w: 1 - z, "mul": lambda r, z, w: z * w,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED))
+def test_mixed_real_complex_arithmetic_matches_eager_with_infinities(name: str) -> None:
+    import itertools
+
+    vals = [0.0, -0.0, 1.0, -2.5, float("inf"), -float("inf"), float("nan"), 3e38, 1e-40]
+    z = torch.tensor([complex(a, b) for a, b in itertools.product(vals, vals)])
+    r = torch.tensor(vals).repeat_interleave(len(vals)).roll(3)
+    w = z.roll(5)
+    fn = MIXED[name]
+    want = fn(r, z, w)
+    (got,) = compile_graph(fn, [r, z, w], name=name).run([r, z, w])
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)

@@ -32,7 +32,7 @@ from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["COMPLEX_DECOMPOSITIONS", "fold_complex_pairs", "refuse_complex", "pairs",
-           "from_pairs", "REAL_OF"]
+           "from_pairs", "REAL_OF", "in_eager_layout"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -54,6 +54,87 @@ def pairs(z: torch.Tensor) -> torch.Tensor:
 def from_pairs(p: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(p)
 
+
+
+# --------------------------------------------------------------------------- eager's layout
+# A decomposition builds its result from stacks, matmuls and movedims, whose strides are
+# not the ones eager's kernel gives (``fft2(z, dim=(-1, -2))``: (1, 4) where eager has
+# (10, 1)). The traced graph would then differ from eager wherever strides matter: a
+# ``.view(-1)`` that eager allows fails, the executable returns outputs with other
+# strides (and twice the storage for a real part taken from pairs). So each result is
+# laid out as eager's (a permuted contiguous copy, only where it differs).
+
+# decompositions that return a view of their input's pairs: strides follow the input's
+_PAIR_VIEWS = {aten.slice.Tensor, aten.select.int, aten.permute.default, aten.view.default,
+               aten.unsqueeze.default, aten.expand.default, aten.alias.default,
+               aten.real.default, aten.imag.default}
+
+
+def in_eager_layout(op: Any, fn: Callable[..., Any], run_cpu: bool, *args: Any,
+                    **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` (a decomposition of ``op``) with eager's strides.
+
+    Eager's strides come from ``op`` run on meta tensors of the same layout, or (FFT ops,
+    ``run_cpu``: their meta kernels' strides differ from pocketfft's, ``rfft2`` over dims
+    (0, 1) of a 3-d input) on CPU tensors of zeros. A decomposition that fails returns
+    NotImplemented: the op then stays in the graph and ``refuse_complex`` (or
+    ``refuse_unlowered_ffts``) refuses it with a typed error, also under AOTAutograd,
+    where a raised error would fail torch.compile instead of running eagerly."""
+    try:
+        r = fn(*args, **kwargs)
+    except Exception:
+        return NotImplemented
+    if not isinstance(r, torch.Tensor) or op in _PAIR_VIEWS:
+        return r
+    want = _eager_strides(op, args, kwargs, run_cpu)
+    if want is None or tuple(r.stride()) == want or len(want) != r.dim():
+        return r
+    if r.is_complex():
+        p = _restrided(pairs(r), (*(2 * s for s in want), 1))
+        return r if p is None else from_pairs(p)
+    p = _restrided(r, want)
+    return r if p is None else p
+
+
+_CPU_NUMEL_LIMIT = 1 << 22  # eager's FFT strides from a CPU run only up to this size
+
+
+def _eager_strides(op: Any, args: Any, kwargs: Any, run_cpu: bool) -> tuple[int, ...] | None:
+    import torch.utils._pytree as pytree
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    tensors = pytree.tree_leaves((args, kwargs))
+    device = "cpu" if run_cpu and sum(t.numel() for t in tensors
+                                      if isinstance(t, torch.Tensor)) <= _CPU_NUMEL_LIMIT         else "meta"
+
+    def like(t: torch.Tensor) -> torch.Tensor:
+        e = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+        return e.zero_() if device == "cpu" else e
+
+    try:
+        with disable_proxy_modes_tracing(), unset_fake_temporarily():
+            a, k = pytree.tree_map_only(torch.Tensor, like, (args, kwargs))
+            out = op(*a, **k)
+    except Exception:
+        return None
+    return tuple(out.stride()) if isinstance(out, torch.Tensor) else None
+
+
+def _restrided(t: torch.Tensor, want: tuple[int, ...]) -> torch.Tensor | None:
+    """``t`` copied into the dense layout with strides ``want`` (dims ordered by
+    decreasing stride, a size-1 dim after the others of its stride), or None when
+    ``want`` is not a dense layout of ``t``'s shape."""
+    nd = t.dim()
+    order = sorted(range(nd), key=lambda d: (-want[d], t.shape[d] == 1, d))
+    dense, step = [0] * nd, 1
+    for d in reversed(order):
+        dense[d] = step
+        step *= t.shape[d]
+    if any(dense[d] != want[d] for d in range(nd) if t.shape[d] != 1):
+        return None
+    inverse = [order.index(d) for d in range(nd)]
+    return t.permute(order).contiguous().permute(inverse)
 
 
 # --------------------------------------------------------------------------- complex values
@@ -87,15 +168,32 @@ def complex_(re: torch.Tensor, im: torch.Tensor) -> Any:
 def abs_(z: torch.Tensor) -> Any:
     if not z.is_complex():
         return NotImplemented
-    p = pairs(z)
-    return torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1])
+    return _hypot(pairs(z))
+
+
+def _hypot(p: torch.Tensor) -> torch.Tensor:
+    """|re + i im| of pairs as eager's ``std::abs`` (hypot): scaled by the larger part,
+    max * sqrt(1 + (min/max)^2), so it neither overflows (3e20 + 4e20j: sqrt(re^2 + im^2)
+    is inf in fp32) nor underflows (3e-40 + 4e-40j: 0); 0 for 0, inf when either part is
+    infinite (even with a NaN other part), NaN otherwise when either part is NaN."""
+    a, b = p[..., 0].abs(), p[..., 1].abs()
+    big, small = torch.maximum(a, b), torch.minimum(a, b)
+    q = torch.where(big == 0, torch.zeros_like(big), small / big)
+    r = big * torch.sqrt(1 + q * q)
+    inf = float("inf")
+    return torch.where((a == inf) | (b == inf), torch.full_like(r, inf), r)
 
 
 @_register(aten.clone.default)
 def clone(z: torch.Tensor, *, memory_format: Any = None) -> Any:
+    """``memory_format`` as eager: contiguous (``.contiguous()``, ``reshape`` of a
+    transposed value) or preserved, the pair dim last in both; another format
+    (channels_last) is a copy that ``in_eager_layout`` lays out as eager's."""
     if not z.is_complex():
         return NotImplemented
-    return from_pairs(pairs(z).clone())
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        memory_format = None
+    return from_pairs(pairs(z).clone(memory_format=memory_format or torch.preserve_format))
 
 
 @_register(prims.convert_element_type.default)
@@ -120,8 +218,20 @@ def _operand(v: Any, real_dtype: torch.dtype) -> tuple[Any, Any]:
             return p[..., 0], p[..., 1]
         return v.to(real_dtype), None
     if isinstance(v, complex):
-        return v.real, v.imag
-    return v, None
+        return _rounded(v.real, real_dtype), _rounded(v.imag, real_dtype)
+    return _rounded(v, real_dtype), None
+
+
+def _rounded(v: Any, real_dtype: torch.dtype) -> Any:
+    """A python number as eager's kernel sees it, cast to the result's precision first
+    (``z + 1e39`` in complex64 adds inf)."""
+    import numpy as np
+
+    kind = {torch.float16: np.float16, torch.float32: np.float32}.get(real_dtype)
+    if kind is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    with np.errstate(over="ignore"):
+        return float(kind(v))
 
 
 def _complex_binary(kind: str) -> Callable[..., Any]:
@@ -131,34 +241,49 @@ def _complex_binary(kind: str) -> Callable[..., Any]:
         out_dtype = torch.result_type(a, b)
         if not out_dtype.is_complex:
             return NotImplemented
-        if alpha is not None and alpha != 1:
-            if kind not in ("add", "sub"):
-                return NotImplemented
-            b = b * alpha
+        if alpha is not None and alpha != 1 and kind not in ("add", "sub"):
+            return NotImplemented
         real_dtype = REAL_OF[out_dtype]
         ar, ai = _operand(a, real_dtype)
         br, bi = _operand(b, real_dtype)
         if kind in ("add", "sub"):
-            sign = 1 if kind == "add" else -1
-            re = ar + sign * br
-            im = (ai if ai is not None else 0) + sign * (bi if bi is not None else 0)
+            # eager: a + alpha * b, alpha (also 1, -1 for sub) a complex number multiplied
+            # in fully, so b's 0 * inf terms count: (1 + 1j) + (inf + 1j) is inf + nan j
+            av = complex(1 if alpha is None else alpha) * (1 if kind == "add" else -1)
+            bi = 0.0 if bi is None else bi
+            b_re, b_im = av.real * br - av.imag * bi, av.real * bi + av.imag * br
+            re = ar + b_re
+            im = (ai if ai is not None else 0) + b_im
+            if not isinstance(re, torch.Tensor):
+                re = torch.zeros_like(im) + re
             if not isinstance(im, torch.Tensor):
-                im = torch.zeros_like(re)
-        elif kind == "mul":
-            if ai is None:
-                re, im = ar * br, ar * bi
-            elif bi is None:
-                re, im = ar * br, ai * br
-            else:
-                re, im = ar * br - ai * bi, ar * bi + ai * br
+                im = torch.zeros_like(re) + im
+        elif kind == "mul":  # a real operand promoted to x + 0j, as eager: 0 * inf terms
+            ai = 0.0 if ai is None else ai  # (2 * (1 + inf j) is nan + inf j)
+            bi = 0.0 if bi is None else bi
+            re, im = ar * br - ai * bi, ar * bi + ai * br
         else:  # div by a real value only (a complex divisor needs eager's scaling)
             if bi is not None:
                 return NotImplemented
-            re, im = ar / br, ai / br
+            re, im = _div_by_real(ar, ai, br)
         re, im = torch.broadcast_tensors(re, im)
         return from_pairs(torch.stack([re, im], dim=-1))
 
     return fn
+
+
+def _div_by_real(a: Any, b: Any, c: Any) -> tuple[Any, Any]:
+    """(a + b i) / (c + 0 i) as eager's complex division (c10's, numpy's): with d = 0,
+    rat = d / c, re = (a + b * rat) * (1 / c), im = (b - a * rat) * (1 / c) (nan where the
+    other part is infinite: (1 + inf j) / 2 is nan + inf j), and for c == 0, a / |c| and
+    b / |d| (both +0), not the ratio's NaN."""
+    if not isinstance(c, torch.Tensor):
+        c = torch.tensor(c, dtype=a.dtype if isinstance(a, torch.Tensor) else b.dtype)
+    rat = torch.zeros_like(c) / c  # (not 0.0 / c: that is 0 * (1 / c), nan at 1e-40)
+    scale = 1.0 / c  # multiplied, as eager: 0 / 1e-40 is 0 * inf = nan there
+    re, im = (a + b * rat) * scale, (b - a * rat) * scale
+    zero = c == 0
+    return torch.where(zero, a / c.abs(), re), torch.where(zero, b / c.abs(), im)
 
 
 for _kind, _ops in (("add", (aten.add.Tensor, aten.add.Scalar)),
@@ -326,7 +451,7 @@ def sgn(z: torch.Tensor) -> Any:
     if not _is_c(z):
         return NotImplemented
     p = pairs(z)
-    r = torch.sqrt(p[..., 0] * p[..., 0] + p[..., 1] * p[..., 1]).unsqueeze(-1)
+    r = _hypot(p).unsqueeze(-1)
     return from_pairs(torch.where(r == 0, torch.zeros_like(p), p / r))
 
 

@@ -33,11 +33,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchneuron.compiler.decomp_complex import COMPLEX_DECOMPOSITIONS, from_pairs, pairs
+from torchneuron.compiler.decomp_complex import (
+    COMPLEX_DECOMPOSITIONS,
+    from_pairs,
+    in_eager_layout,
+    pairs,
+)
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decompositions"]
+__all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decompositions",
+           "refuse_unlowered_ffts"]
 
 aten = torch.ops.aten
 FFT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
@@ -59,9 +65,29 @@ def fft_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callab
     ``polar``...), real values still go to it."""
     out: dict[Any, Callable[..., Any]] = {}
     for op, fn in {**COMPLEX_DECOMPOSITIONS, **FFT_DECOMPOSITIONS}.items():
+        fn = functools.partial(in_eager_layout, op, fn, op in FFT_DECOMPOSITIONS)
         prev = table.get(op)
         out[op] = fn if prev is None else functools.partial(_chained, fn, prev)
     return out
+
+
+def refuse_unlowered_ffts(gm: Any) -> None:
+    """Refuse (``fft-too-large``) an FFT op left in the traced graph because a transform
+    is longer than this compiler lowers: the decompositions return NotImplemented there
+    instead of raising, since an error raised while AOTAutograd traces is not a refusal
+    but a failed torch.compile."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in FFT_DECOMPOSITIONS:
+            continue
+        x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+        if not isinstance(x, torch.Tensor):
+            continue
+        dims = _dims(x, node.args[1])
+        sizes = [x.shape[d] for d in dims]
+        if node.target is aten._fft_c2r.default and dims:
+            sizes[-1] = node.args[3]
+        for n in sizes:
+            _check_size(str(node.target), n)
 
 
 def _chained(fn: Callable[..., Any], prev: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -15,7 +15,10 @@ Steps, in order (each a small function below):
   6. complex values (the device has none): a complex input is traced as its
      `view_as_real` pairs (trailing dim 2) and a complex output is returned as pairs;
      `complex_inputs` / `complex_outputs` say which, so the caller converts at the
-     boundary (free views both ways). Inside, `decomp_complex` carries them as pairs.
+     boundary (free views both ways). Inside, `decomp_complex` carries them as pairs,
+     laid out as eager's results. An output eager returns as a view of a complex input
+     or output (`z.real`, `view_as_real(z)`, `conj()`) is refused (`complex-alias`):
+     the graph could only return a copy.
 Placeholders of the result are the user's tensor inputs followed by the random inputs;
 outputs are the user outputs, the write-back values, then the lifted checks' info.
 """
@@ -34,6 +37,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.corrections import fix_degenerate_variances
 from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_complex
+from torchneuron.compiler.decomp_fft import refuse_unlowered_ffts
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
@@ -172,6 +176,8 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
         leaves, box["tree"] = pytree.tree_flatten(out)
         box["complex"] = [j for j, v in enumerate(leaves)
                           if isinstance(v, torch.Tensor) and v.is_complex()]
+        if complex_inputs or box["complex"]:
+            box["shares"] = _shared_storages(tensors, leaves)
         return [torch.view_as_real(v.resolve_conj()) if j in box["complex"] else v
                 for j, v in enumerate(leaves)]
 
@@ -186,7 +192,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     wb_sources = {i: n.meta.get("replaced_by", n) for i, n in wb_sources.items()}
     user_outputs, outputs = _clean_outputs(gm, wb_sources)
     complex_outputs = _complex_outputs(user_outputs, box.get("complex", []), complex_inputs,
-                                       wb_sources)
+                                       wb_sources, box.get("shares", {}))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     num_user_outputs = len(outputs)
@@ -201,6 +207,7 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     _fold_0d_reductions(gm)
     _fold_empty(gm)
     gm.graph.eliminate_dead_code()
+    refuse_unlowered_ffts(gm)
     refuse_complex(gm)
     gm = _plain(gm)
     return PreparedGraph(
@@ -228,16 +235,53 @@ def outputs_from_pairs(results: list[torch.Tensor], complex_outputs: Sequence[in
     return results
 
 
+def _shared_storages(inputs: Sequence[torch.Tensor], leaves: Sequence[Any]
+                     ) -> dict[int, set[Any]]:
+    """For each tensor leaf of the user's result, the inputs (``("in", k)``) and other
+    leaves (``("out", m)``) it shares a storage with, as eager would (views, ``conj()``):
+    read while tracing, before any decomposition turned a view into a computation."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def ref(t: torch.Tensor) -> Any:
+        try:
+            return StorageWeakRef(t.untyped_storage())
+        except Exception:  # (no storage: shares nothing we can see)
+            return None
+
+    tags = [(("in", k), ref(t)) for k, t in enumerate(inputs)]
+    tags += [(("out", m), ref(v)) for m, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+    return {m: {tag for tag, r in tags if r is not None and tag != ("out", m) and r == mine}
+            for (kind, m), mine in tags if kind == "out" and mine is not None}
+
+
 def _complex_outputs(user_outputs: list[UserOutput], complex_leaves: list[int],
-                     complex_inputs: list[int], wb_sources: dict[int, fx.Node]) -> list[int]:
-    """Graph output indices of the complex user outputs. A complex output that is (a view
-    of) an input, and a write-back into a complex input, are refused: their pairs would
-    alias the pairs, not the user's complex tensor. A real output that is a view of a
-    complex input (``z.real``) is returned as the computed copy: no strides of the
-    complex input express it."""
+                     complex_inputs: list[int], wb_sources: dict[int, fx.Node],
+                     shares: dict[int, set[Any]]) -> list[int]:
+    """Graph output indices of the complex user outputs. Refused (``complex-alias``):
+    a complex output that is (a view of) an input or another output, a write-back into a
+    complex input, and a real output that is a view of a complex input
+    (``view_as_real(z)``, ``z.real``) or of a complex output (``f.real`` next to ``f``):
+    eager returns views that follow later in-place writes, and the graph's pairs alias
+    the pairs, not the user's complex tensor, so a computed copy would be a different
+    result after ``z.mul_(0)``."""
     for j, uo in enumerate(user_outputs):
-        if uo.alias_input in complex_inputs and uo.index is not None and j not in complex_leaves:
-            uo.alias_input, uo.view = None, None
+        tags = shares.get(j, set())
+        if j in complex_leaves:  # (a view of) an input or another output: conj(), views
+            if tags:
+                raise PrepareError("a complex output that aliases an input or another "
+                                   "output cannot be compiled; this region runs eagerly.",
+                                   reason="complex-alias")
+            continue
+        aliased = uo.alias_output is not None and any(
+            user_outputs[k].index == uo.alias_output for k in complex_leaves)
+        aliased = aliased or any(tag in tags for k in complex_leaves for tag in [("out", k)])
+        aliased = aliased or any(("in", k) in tags for k in complex_inputs)
+        if uo.alias_input in complex_inputs or aliased:
+            raise PrepareError("a real output that is a view of a complex input or output "
+                               "(view_as_real, .real, .imag) cannot be compiled: the graph "
+                               "computes on real pairs, so it could only return a copy, not "
+                               "eager's view; this region runs eagerly.",
+                               reason="complex-alias")
     if any(i in complex_inputs for i in wb_sources):
         raise PrepareError("an in-place op on a complex input cannot be compiled (the "
                            "graph sees its real pairs); this region runs eagerly.",
