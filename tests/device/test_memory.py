@@ -87,6 +87,27 @@ def test_compiled_outputs_are_accounted_as_eager_outputs() -> None:
         assert _alloc() == base
 
 
+def test_compiled_training_holds_its_saved_activations_on_the_device() -> None:
+    """The activations a compiled forward saves for its backward count against the
+    device until the backward frees them, as eager's do."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 8)).to("neuron")
+    x = torch.randn(64, 256).to("neuron")
+    hidden = 64 * 256 * 4
+    compiled = torch.compile(model, backend="neuron")
+    for fn in (model, compiled):
+        base = _alloc()
+        out = fn(x)
+        held = _alloc() - base
+        assert held >= hidden + _nbytes(out), "the ReLU output is saved for the backward"
+        out.sum().backward()
+        del out
+        for p in model.parameters():
+            p.grad = None
+        assert _alloc() == base
+
+
 def test_in_place_ops_do_not_allocate() -> None:
     x = torch.zeros(128, device="neuron")
     base = _alloc()

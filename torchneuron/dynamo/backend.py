@@ -36,7 +36,7 @@ from torchneuron.compiler.index_bounds import (
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
-from torchneuron.device import NeuronTensor, random
+from torchneuron.device import NeuronTensor, buffers, random
 from torchneuron.device.module import current_device
 from torchneuron.hardware import get_core
 
@@ -65,9 +65,22 @@ def _eager_on_device(gm: torch.fx.GraphModule, index: int, name: str) -> Callabl
         record_fallback_run(name)
         wrapped = [wrap_buffer(a, index) if type(a) is torch.Tensor else a for a in args]
         outs = gm(*wrapped)
-        return [o.buffer if isinstance(o, NeuronTensor) else o for o in outs]
+        return _held([o.buffer if isinstance(o, NeuronTensor) else o for o in outs], index)
 
     return run
+
+
+def _held(outs: list[Any], index: int) -> list[Any]:
+    """``outs``, each buffer counted by the device's memory for as long as it lives.
+
+    A graph's outputs leave as plain buffers: the user's are wrapped later (and counted
+    then, through the same storage), but the activations AOTAutograd saves for the
+    backward stay buffers until the backward frees them; eager holds the same values on
+    the device, so they count against its memory as eager's do."""
+    for o in outs:
+        if type(o) is torch.Tensor:
+            buffers.track(o, o, index)
+    return outs
 
 
 def _compile_graph_for(index: int, kind: str) -> Callable:
@@ -118,8 +131,9 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
                     _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
                     _constants_to_device(gm, index)
                     refused.append(make_boxed_func(_eager_on_device(gm, index, name)))
-                return outs
-            return launch.launch(exe, inputs, core, index, core.profile.graph_guard_ns)
+                return _held(outs, index)
+            return _held(launch.launch(exe, inputs, core, index, core.profile.graph_guard_ns),
+                         index)
 
         run._boxed_call = True  # type: ignore[attr-defined]
         run.executable = exe  # type: ignore[attr-defined]
