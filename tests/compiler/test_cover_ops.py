@@ -193,3 +193,29 @@ def test_zeta_over_negative_q_and_special_values_is_eagers(dtype: torch.dtype) -
     tol = (1e-3, 1e-4) if dtype == torch.float32 else (1e-9, 1e-12)
     assert_compiles_to_eager(torch.special.zeta, [x[:, None], q[None, :]], rtol=tol[0],
                              atol=tol[1], equal_nan=True)
+
+
+def test_airy_ai_compiles_through_torch_compile() -> None:
+    """Through Dynamo and AOTAutograd (not only compile_graph): the decomposition puts
+    no tensor constant into the traced graph (a lift_fresh_copy failed AOT's check)."""
+    torch._dynamo.reset()
+    x = torch.linspace(-30.0, 30.0, 257)
+    before = tc.stats()["compilations"]
+    got = torch.compile(torch.special.airy_ai, backend="neuron")(x.to("neuron")).cpu()
+    assert tc.stats()["compilations"] > before
+    torch.testing.assert_close(got, torch.special.airy_ai(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [torch.special.bessel_j0, torch.special.bessel_j1,
+                                torch.special.bessel_y0, torch.special.bessel_y1,
+                                torch.special.airy_ai])
+def test_half_bessel_is_refused_and_raises_eagers_error(fn: object) -> None:
+    """ATen has no half kernel for these (NotImplementedError on CPU); in half the
+    rational coefficients overflow to NaN, so the graph must not be lowered."""
+    torch._dynamo.reset()
+    x = torch.tensor([1.0, 2.5, -3.0], dtype=torch.float16)
+    with pytest.raises(NotImplementedError) as eager:
+        fn(x)  # type: ignore[operator]
+    with pytest.raises(NotImplementedError) as compiled:
+        torch.compile(fn, backend="neuron")(x.to("neuron"))
+    assert str(compiled.value) == str(eager.value)

@@ -98,6 +98,19 @@ def _floating(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
 
 
+# ATen's CPU kernels exist for these dtypes only (half raises NotImplementedError there,
+# and the rational coefficients overflow in it): any other dtype is left unlowered, so
+# the graph is refused and eager gives its own answer or error.
+_KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def _pi_in(dtype: torch.dtype) -> float:
+    """pi rounded to ``dtype``, as a Python float (no tensor constant in the graph)."""
+    if dtype == torch.float32:
+        return struct.unpack("f", struct.pack("f", math.pi))[0]
+    return math.pi
+
+
 def _libm(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """``fn(x)`` as C's float function gives it: correctly rounded (glibc's sqrtf exactly,
     its sinf / cosf / expf / logf to within rare ties). torch's float32 CPU kernels are
@@ -192,22 +205,29 @@ def _j1_of_nonneg(a: torch.Tensor) -> torch.Tensor:
 
 
 @_register(aten.special_bessel_j0.default)
-def bessel_j0(x: torch.Tensor) -> torch.Tensor:
-    return _j0_of_abs(torch.abs(_floating(x)))
+def bessel_j0(x: torch.Tensor) -> Any:
+    y = _floating(x)
+    if y.dtype not in _KERNEL_DTYPES:
+        return NotImplemented
+    return _j0_of_abs(torch.abs(y))
 
 
 @_register(aten.special_bessel_j1.default)
-def bessel_j1(x: torch.Tensor) -> torch.Tensor:
+def bessel_j1(x: torch.Tensor) -> Any:
     """Odd: ATen returns -j1(-x) for x < 0."""
     y = _floating(x)
+    if y.dtype not in _KERNEL_DTYPES:
+        return NotImplemented
     value = _j1_of_nonneg(torch.abs(y))
     return torch.where(y < 0.0, -value, value)
 
 
 @_register(aten.special_bessel_y0.default)
-def bessel_y0(x: torch.Tensor) -> torch.Tensor:
+def bessel_y0(x: torch.Tensor) -> Any:
     """-inf at 0, NaN below (ATen's order: the zero test first, so -0.0 gives -inf)."""
     y = _floating(x)
+    if y.dtype not in _KERNEL_DTYPES:
+        return NotImplemented
     near = y <= 5.0
     s = _safe(near & (y > 0.0), y, 1.0)
     ss = s * s
@@ -219,8 +239,10 @@ def bessel_y0(x: torch.Tensor) -> torch.Tensor:
 
 
 @_register(aten.special_bessel_y1.default)
-def bessel_y1(x: torch.Tensor) -> torch.Tensor:
+def bessel_y1(x: torch.Tensor) -> Any:
     y = _floating(x)
+    if y.dtype not in _KERNEL_DTYPES:
+        return NotImplemented
     near = y <= 5.0
     s = _safe(near & (y > 0.0), y, 1.0)
     ss = s * s
@@ -294,7 +316,7 @@ def airy_ai(x: torch.Tensor) -> Any:
     """ATen's branches: NaN at +-inf, 0 above 103.892, the oscillating asymptotic form
     below -2.09, the decaying one from 2.09 up, the power series between."""
     y = _floating(x)
-    if y.dtype not in _AIRY_TRIPS:
+    if y.dtype not in _KERNEL_DTYPES:
         return NotImplemented
     neg = y < -2.09
     pos = y >= 2.09
@@ -306,7 +328,7 @@ def airy_ai(x: torch.Tensor) -> Any:
     zz = z * z
     afn, afd = _horner(zz, _AFN), _horner(zz, _AFD)
     agn, agd = _horner(zz, _AGN), _horner(zz, _AGD)
-    phase = big + 0.25 * float(torch.tensor(math.pi, dtype=y.dtype))
+    phase = big + 0.25 * _pi_in(y.dtype)
     oscill = _rdiv(_1_SQRT_PI, _libm(torch.sqrt, root)) \
         * _fma(_libm(torch.sin, phase), 1.0 + zz * afn / afd, -(_libm(torch.cos, phase) * (z * agn / agd)))
     # from 2.09 up
