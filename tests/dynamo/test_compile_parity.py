@@ -257,3 +257,26 @@ def test_inputs_that_are_views_of_one_storage_give_eagers_results(mode: str) -> 
     for got, expected in zip(results["neuron"], results["cpu"], strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
     assert tc.stats()["eager_fallback_runs"].get("aliased-inputs") == 1, tc.explain()
+
+
+@pytest.mark.parametrize("case", ["base-and-view", "two-views"])
+def test_outputs_that_view_one_computed_tensor_stay_views(case: str) -> None:
+    """``t, t.view(-1)`` / overlapping slices of a computed ``t``: a later in-place write to
+    one output shows in the other, as in eager. Compiled, they came back as separate
+    copies; such a graph runs eagerly (a failure with reason ``aliased-outputs``)."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = x * 2
+        return (t, t.view(-1)) if case == "base-and-view" else (t.view(-1)[:4], t.view(-1)[2:])
+
+    torch._dynamo.reset()
+    tc.reset_stats()
+    results = {}
+    for device, fn in (("cpu", f), ("neuron", torch.compile(f, backend="neuron"))):
+        first, second = fn(torch.arange(6.0).view(2, 3).to(device))
+        second.mul_(10)
+        first.add_(1)
+        results[device] = (first.cpu(), second.cpu())
+    for got, expected in zip(results["neuron"], results["cpu"], strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert tc.stats()["failures"] == 1, tc.explain()

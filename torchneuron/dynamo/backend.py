@@ -312,6 +312,39 @@ def _eager_when_needed(compiled: Callable, gm: torch.fx.GraphModule) -> Callable
     return run
 
 
+def _outputs_view_one_intermediate(gm: torch.fx.GraphModule) -> bool:
+    """Whether two of the graph's outputs are views of one tensor the graph computes
+    (``t, t.view(-1)``; ``t[0], t[1]``: kept apart although they do not overlap).
+
+    Why: AOTAutograd regenerates such views from one base only when it sees them share a
+    storage, and each neuron wrapper has a storage of its own; compiled, they came back
+    as copies, so an in-place write to one was lost in the other. Views of an input are
+    handled by prepare (``alias_input``)."""
+    def root(t: torch.Tensor) -> int:
+        while t._base is not None:
+            t = t._base
+        return id(t)
+
+    nodes = list(gm.graph.nodes)
+    inputs = {root(v) for n in nodes if n.op == "placeholder"
+              and isinstance(v := n.meta.get("example_value"), torch.Tensor)}
+    out = next((n for n in reversed(nodes) if n.op == "output"), None)
+    if out is None:
+        return False
+    roots: set[int] = set()
+    for leaf in torch.utils._pytree.tree_leaves(out.args):
+        val = leaf.meta.get("example_value") if isinstance(leaf, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        base = root(val)
+        if base in inputs:
+            continue
+        if base in roots:
+            return True
+        roots.add(base)
+    return False
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
     _user_level_index_checks(gm)
@@ -319,6 +352,11 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
     if defect is not None:
         record_failure("dynamo", "prepare", "meta-shape-differs",
                        f"{defect}, so the graph runs eagerly on the device")
+        return gm.forward
+    if _outputs_view_one_intermediate(gm):
+        record_failure("dynamo", "prepare", "aliased-outputs",
+                       "outputs that are views of one computed tensor would come back as "
+                       "separate copies, so the graph runs eagerly on the device")
         return gm.forward
     if not torch._dynamo.config.assume_static_by_default:
         raise DynamicShapesNotSupported(
