@@ -104,6 +104,22 @@ def _floating(x: torch.Tensor) -> torch.Tensor:
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
+def _kernel(op: Any) -> Callable[[Callable[[torch.Tensor], torch.Tensor]], Callable[..., Any]]:
+    """Register a lowering of ``op`` that takes the input promoted as ATen promotes it,
+    and leaves ``op`` unlowered (``NotImplemented``) for dtypes ATen has no kernel for."""
+
+    def wrap(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Any]:
+        def lowering(x: torch.Tensor) -> Any:
+            y = _floating(x)
+            return fn(y) if y.dtype in _KERNEL_DTYPES else NotImplemented
+
+        lowering.__name__, lowering.__doc__ = fn.__name__, fn.__doc__
+        _register(op)(lowering)
+        return lowering
+
+    return wrap
+
+
 def _pi_in(dtype: torch.dtype) -> float:
     """pi rounded to ``dtype``, as a Python float (no tensor constant in the graph)."""
     if dtype == torch.float32:
@@ -204,45 +220,39 @@ def _j1_of_nonneg(a: torch.Tensor) -> torch.Tensor:
     return torch.where(near, small, far)
 
 
-@_register(aten.special_bessel_j0.default)
-def bessel_j0(x: torch.Tensor) -> Any:
-    y = _floating(x)
-    if y.dtype not in _KERNEL_DTYPES:
-        return NotImplemented
+@_kernel(aten.special_bessel_j0.default)
+def bessel_j0(y: torch.Tensor) -> torch.Tensor:
     return _j0_of_abs(torch.abs(y))
 
 
-@_register(aten.special_bessel_j1.default)
-def bessel_j1(x: torch.Tensor) -> Any:
+@_kernel(aten.special_bessel_j1.default)
+def bessel_j1(y: torch.Tensor) -> torch.Tensor:
     """Odd: ATen returns -j1(-x) for x < 0."""
-    y = _floating(x)
-    if y.dtype not in _KERNEL_DTYPES:
-        return NotImplemented
     value = _j1_of_nonneg(torch.abs(y))
     return torch.where(y < 0.0, -value, value)
 
 
-@_register(aten.special_bessel_y0.default)
-def bessel_y0(x: torch.Tensor) -> Any:
-    """-inf at 0, NaN below (ATen's order: the zero test first, so -0.0 gives -inf)."""
-    y = _floating(x)
-    if y.dtype not in _KERNEL_DTYPES:
-        return NotImplemented
+def _y_result(y: torch.Tensor, near: torch.Tensor, small: torch.Tensor, far: torch.Tensor
+              ) -> torch.Tensor:
+    """Y0's and Y1's result: -inf at 0 and NaN below it (ATen tests zero first, so -0.0
+    gives -inf), the rational form up to 5, the asymptotic form above."""
+    small = torch.where(y == 0.0, -math.inf, torch.where(y < 0.0, math.nan, small))
+    return torch.where(near, small, far)
+
+
+@_kernel(aten.special_bessel_y0.default)
+def bessel_y0(y: torch.Tensor) -> torch.Tensor:
     near = y <= 5.0
     s = _safe(near & (y > 0.0), y, 1.0)
     ss = s * s
     small = _fma(_2_PI * _libm(torch.log, s), _j0_of_abs(s), _horner(ss, _YP0) / _horner(ss, _YQ0))
     f = _safe(~near, y, 10.0)
     far = _far(f, _rdiv(25.0, f * f), (_PP0, _PQ0, _QP0, _QQ0), _PI_4, sine_first=True)
-    small = torch.where(y == 0.0, -math.inf, torch.where(y < 0.0, math.nan, small))
-    return torch.where(near, small, far)
+    return _y_result(y, near, small, far)
 
 
-@_register(aten.special_bessel_y1.default)
-def bessel_y1(x: torch.Tensor) -> Any:
-    y = _floating(x)
-    if y.dtype not in _KERNEL_DTYPES:
-        return NotImplemented
+@_kernel(aten.special_bessel_y1.default)
+def bessel_y1(y: torch.Tensor) -> torch.Tensor:
     near = y <= 5.0
     s = _safe(near & (y > 0.0), y, 1.0)
     ss = s * s
@@ -251,8 +261,7 @@ def bessel_y1(x: torch.Tensor) -> Any:
     f = _safe(~near, y, 10.0)
     r = _rdiv(5.0, f)
     far = _far(f, r * r, (_PP1, _PQ1, _QP1, _QQ1), _3PI_4, sine_first=True)
-    small = torch.where(y == 0.0, -math.inf, torch.where(y < 0.0, math.nan, small))
-    return torch.where(near, small, far)
+    return _y_result(y, near, small, far)
 
 
 # --------------------------------------------------------------------------- Airy Ai
@@ -283,7 +292,7 @@ _1_SQRT_PI = 5.64189583547756286948e-01
 # on a 2e7-point grid and on every float32 within 2e6 ulps of the zero of the series' sum
 # near x = -1.986, where the relative stopping test takes longest); float64 needs more
 # terms for its smaller epsilon. Extra trips are exact no-ops (the element has stopped).
-_AIRY_TRIPS = {torch.float32: 14, torch.float64: 22, torch.float16: 10, torch.bfloat16: 10}
+_AIRY_TRIPS = {torch.float32: 14, torch.float64: 22}
 
 
 def _airy_series(x: torch.Tensor) -> torch.Tensor:
@@ -311,13 +320,10 @@ def _airy_series(x: torch.Tensor) -> torch.Tensor:
     return _fma(f.new_full((), 0.355028053887817239260).expand_as(f), f, -(0.258819403792806798405 * g))
 
 
-@_register(aten.special_airy_ai.default)
-def airy_ai(x: torch.Tensor) -> Any:
+@_kernel(aten.special_airy_ai.default)
+def airy_ai(y: torch.Tensor) -> torch.Tensor:
     """ATen's branches: NaN at +-inf, 0 above 103.892, the oscillating asymptotic form
     below -2.09, the decaying one from 2.09 up, the power series between."""
-    y = _floating(x)
-    if y.dtype not in _KERNEL_DTYPES:
-        return NotImplemented
     neg = y < -2.09
     pos = y >= 2.09
     # below -2.09
