@@ -176,22 +176,29 @@ def test_torch_compile_with_autograd_compiles_forward_and_backward() -> None:
     import torchneuron  # noqa: F401
     import torchneuron.compiler as tc
 
+    torch._dynamo.reset()
+    tc.reset_stats()
+    out, grad, ref, ref_grad = _spectrum_sum_and_grad(
+        torch.randn(4, 16, generator=torch.Generator().manual_seed(2)))
+    stats = tc.stats()
+    assert stats["failures"] == 0 and stats["compilations"] == 2, stats
+    torch.testing.assert_close(out, ref, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(grad, ref_grad, rtol=RTOL, atol=ATOL)
+
+
+def _spectrum_sum_and_grad(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``rfft(x).abs().sum()`` and its gradient, compiled on neuron then eager on CPU."""
+
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.fft.rfft(x).abs().sum()
 
-    torch._dynamo.reset()
-    tc.reset_stats()
-    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(2))
     xd = x.to("neuron").requires_grad_()
     out = torch.compile(f, backend="neuron")(xd)
     out.backward()
     xc = x.clone().requires_grad_()
     ref = f(xc)
     ref.backward()
-    stats = tc.stats()
-    assert stats["failures"] == 0 and stats["compilations"] == 2, stats
-    torch.testing.assert_close(out.cpu(), ref, rtol=RTOL, atol=ATOL)
-    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=RTOL, atol=ATOL)
+    return out.cpu(), xd.grad.cpu(), ref, xc.grad
 
 
 def test_adaptive_eager_loop_of_ffts_gives_eagers_numbers() -> None:
@@ -393,21 +400,12 @@ def test_gradient_of_abs_of_large_and_tiny_spectra_matches_eager() -> None:
     vectorized loop gives z / |z| and its scalar tail z * (1 / |z|), inf + nan j.)"""
     import torchneuron  # noqa: F401
 
-    def f(x: torch.Tensor) -> torch.Tensor:
-        return torch.fft.rfft(x).abs().sum()
-
     g = torch.Generator().manual_seed(11)
     for scale in (1e20, 1e-22):
-        x = torch.randn(3, 16, generator=g) * scale
         torch._dynamo.reset()
-        xd = x.to("neuron").requires_grad_()
-        out = torch.compile(f, backend="neuron")(xd)
-        out.backward()
-        xc = x.clone().requires_grad_()
-        ref = f(xc)
-        ref.backward()
-        torch.testing.assert_close(out.cpu(), ref, rtol=RTOL, atol=0)
-        torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=RTOL, atol=ATOL)
+        out, grad, ref, ref_grad = _spectrum_sum_and_grad(torch.randn(3, 16, generator=g) * scale)
+        torch.testing.assert_close(out, ref, rtol=RTOL, atol=0)
+        torch.testing.assert_close(grad, ref_grad, rtol=RTOL, atol=ATOL)
 
 
 # Real and complex operands with 0, inf, NaN, huge and subnormal parts: eager promotes a
