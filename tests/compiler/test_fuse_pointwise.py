@@ -276,3 +276,28 @@ def test_optimizer_steps_equal_unfused_and_eager(make_opt: Any,
         assert torch.equal(_bits(fused[k]), _bits(plain[k])), k
         torch.testing.assert_close(fused[k], cpu[k], rtol=1e-5, atol=1e-6, msg=k)
     assert fused_hot < plain_hot, (fused_hot, plain_hot)
+
+
+_SELECT = """func.func @main(%m: tensor<3x1x1x1xi1>, %r: tensor<3x16x8x32xi1>, %x: tensor<1x16x8x32xTY>, %z: tensor<3x16x8x32xTY>) -> (tensor<3x16x8x32xTY>, tensor<3x16x8x32xTY>) {
+  %mb = stablehlo.broadcast_in_dim %m, dims = [0, 1, 2, 3] : (tensor<3x1x1x1xi1>) -> tensor<3x16x8x32xi1>
+  %xb = stablehlo.broadcast_in_dim %x, dims = [0, 1, 2, 3] : (tensor<1x16x8x32xTY>) -> tensor<3x16x8x32xTY>
+  %0 = stablehlo.select %mb, %xb, %z : tensor<3x16x8x32xi1>, tensor<3x16x8x32xTY>
+  %1 = stablehlo.select %r, %xb, %z : tensor<3x16x8x32xi1>, tensor<3x16x8x32xTY>
+  return %0, %1 : tensor<3x16x8x32xTY>, tensor<3x16x8x32xTY>
+}"""
+
+
+@pytest.mark.parametrize("ty", ["f32", "f64", "f16", "bf16"])
+def test_select_with_a_broadcast_mask_keeps_where_bits(ty: str) -> None:
+    """A mask broadcast along its inner dims (attention's stack backward) runs as
+    ``where``, a random one in the bit form: both give ``where``'s bits (NaN payloads,
+    signed zeros)."""
+    dt = _DT[ty]
+    gen = torch.Generator().manual_seed(7)
+    m = torch.tensor([True, False, True]).reshape(3, 1, 1, 1)
+    r = torch.rand(3, 16, 8, 32, generator=gen) < 0.5
+    x, z = _data((1, 16, 8, 32), dt, gen), _data((3, 16, 8, 32), dt, gen)
+    got = prepare(parse_module(_SELECT.replace("TY", ty))).run([m, r, x, z])
+    want = [torch.where(m.expand(3, 16, 8, 32), x.expand(3, 16, 8, 32), z),
+            torch.where(r, x.expand(3, 16, 8, 32), z)]  # fmt: skip
+    _same_bits(got, want)
