@@ -301,3 +301,22 @@ def test_select_with_a_broadcast_mask_keeps_where_bits(ty: str) -> None:
     want = [torch.where(m.expand(3, 16, 8, 32), x.expand(3, 16, 8, 32), z),
             torch.where(r, x.expand(3, 16, 8, 32), z)]  # fmt: skip
     _same_bits(got, want)
+
+
+@pytest.mark.parametrize("ty", ["f32", "f64", "f16", "bf16", "i32", "i64", "ui8"])
+@pytest.mark.parametrize("n", [1, 7, 16, 17, 97, 4099])
+def test_convert_to_bool_is_x_not_equal_zero(ty: str, n: int) -> None:
+    """The specialized ``convert`` to ``i1`` (a cast) gives ``x != 0`` on every value:
+    NaN of both signs true, ``-0`` and ``+0`` false, subnormals true."""
+    text = f"""func.func @main(%x: tensor<{n}x{ty}>) -> tensor<{n}xi1> {{
+  %0 = stablehlo.convert %x : (tensor<{n}x{ty}>) -> tensor<{n}xi1>
+  return %0 : tensor<{n}xi1>
+}}"""
+    gen = torch.Generator().manual_seed(n)
+    if ty in _DT:
+        x = _data((n,), _DT[ty], gen)
+    else:
+        dt = {"i32": torch.int32, "i64": torch.int64, "ui8": torch.uint8}[ty]
+        x = torch.randint(0, 3, (n,), generator=gen).to(dt) * (1 if ty == "ui8" else -1)
+    (got,) = prepare(parse_module(text)).run([x])
+    assert torch.equal(got, x != 0)
