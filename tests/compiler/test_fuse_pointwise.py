@@ -178,7 +178,10 @@ def test_trees_give_the_op_by_op_bits(ty: str, shape: tuple[int, int],
         args += [torch.tensor(lr, dtype=dt), _data((cols, rows), dt, gen), _data((cols,), dt, gen)]
         inputs.append(args)
     fused = prepare(parse_module(text))
+    kept = [[a.clone() for a in args] for args in inputs]
     got = [fused.run(a) for a in inputs]
+    for args, copies in zip(inputs, kept, strict=True):  # in place only on its own values
+        _same_bits(args, copies)
     hot = fused.block(fused.entry.body).hot
     with monkeypatch.context() as m:
         _unfused(m)
@@ -190,20 +193,8 @@ def test_trees_give_the_op_by_op_bits(ty: str, shape: tuple[int, int],
     # four trees and the transpose, from 22 steps (the broadcasts: kept or absorbed)
     assert len(plain_hot) == 22 and len(hot) == 5, [s.op.name for s in hot]
     uses_addcdiv = ty in ("f32", "f64")
-    assert uses_addcdiv == any("addcdiv" in c.co_names for s in hot if hasattr(s.op, "impl")
-                               for c in _codes(s.op.impl))  # fmt: skip
-
-
-def _codes(fn: object) -> list:
-    """The code objects a fused op's callable reaches through its closure (one level of
-    lists of steps): which torch calls it makes."""
-    out = [fn.__code__]  # type: ignore[attr-defined]
-    for cell in fn.__closure__ or ():  # type: ignore[attr-defined]
-        v = cell.cell_contents
-        for f in v if isinstance(v, list) else [v]:
-            if callable(f) and hasattr(f, "__code__"):
-                out.append(f.__code__)
-    return out
+    names = [n for s in hot if hasattr(s.op, "impl") for n in s.op.impl.__code__.co_names]
+    assert uses_addcdiv == ("_addcdiv" in names), names
 
 
 def _optimizer_loop(make_opt: Any, fused: bool, monkeypatch: pytest.MonkeyPatch,

@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from ._absorb import _numpy_like
-from ._registry import Runner
 from .ir import Operation, TensorType
 
 __all__ = ["pointwise_tree"]
@@ -154,65 +153,62 @@ def pointwise_tree(g: Any, body: Body, at: int) -> tuple[Any, list[int]] | None:
     if not g.closed(body, ids, at):
         return None
     run_ops = [body[i] for i in ids]
-    program, n_regs, result = _compile(root, len(outer), out.dtype)
-    pad = [None] * (n_regs - len(outer))
-
-    def pointwise(op: Operation, args: list[Any], run: Runner) -> list[Any]:
-        regs = [*args, *pad]
-        for step in program:
-            step(regs)
-        return [regs[result]]
-
+    pointwise = _compile(root, len(outer), out.dtype)
     fused = _make(op, tuple(outer), run_ops, pointwise, "pointwise")
     return fused, ids
 
 
-Step = Callable[[list[Any]], None]
+# the torch calls a tree's code may make, by the names it uses for them
+_NAMESPACE: dict[str, Any] = {
+    "_" + fn.__name__: fn for fn, _ in (*_BINARY.values(), *_UNARY.values())
+} | {"_addcdiv": torch.addcdiv}
 
 
-def _compile(root: _Node, n_outer: int, dtype: str) -> tuple[list[Step], int, int]:
-    """The tree as a list of register steps (post-order), the register count and the
-    register holding the root's result."""
-    program: list[Step] = []
-    n = [n_outer]
+def _compile(root: _Node, n_outer: int, dtype: str) -> Callable[..., list[Any]]:
+    """The tree as one Python function of the fused op's operands (post-order, one line
+    per torch call). Why source: a list of small closures run by a loop cost 2.2 µs on
+    a 3-op tree whose torch calls take 3.9 µs; the generated function costs 0.3 µs."""
+    lines: list[str] = []
+    n = [0]
 
-    def new() -> int:
+    def new() -> str:
         n[0] += 1
-        return n[0] - 1
+        return f"r{n[0] - 1}"
 
-    def emit(ref: _Leaf | _Node) -> tuple[int, bool]:
-        """(register of ``ref``'s value, whether the tree owns it: may be written)"""
+    def emit(ref: _Leaf | _Node) -> tuple[str, bool]:
+        """(the variable holding ``ref``'s value, whether the tree owns it: may write it)"""
         if isinstance(ref, _Leaf):
-            return ref.slot, False
+            return f"a{ref.slot}", False
         hit = _addcdiv_parts(ref, dtype)
         if hit is not None:
-            return _emit_addcdiv(hit, emit, new, program), True
+            return _emit_addcdiv(hit, emit, new, lines), True
         regs = [emit(k) for k in ref.kids]
         fresh, inplace = (_BINARY if len(regs) == 2 else _UNARY)[ref.op.name]
+        f, m = "_" + fresh.__name__, inplace.__name__
         owned = [i for i, (_, own) in enumerate(regs) if own]
-        r = [reg for reg, _ in regs]
-        if not owned:  # both operands outer values: a fresh result, as the op's own step
+        r = [name for name, _ in regs]
+        if not owned:  # only outer values: a fresh result, as the op's own step makes
             o = new()
-            if len(r) == 2:
-                a, b = r
-                program.append(lambda regs: regs.__setitem__(o, fresh(regs[a], regs[b])))
-            else:
-                (a,) = r
-                program.append(lambda regs: regs.__setitem__(o, fresh(regs[a])))
+            lines.append(f"{o} = {f}({', '.join(r)})")
             return o, True
         if len(r) == 1:
-            (a,) = r
-            program.append(lambda regs: inplace(regs[a]))
-            return a, True
+            lines.append(f"{r[0]}.{m}()")
+            return r[0], True
         a, b = r
         if owned[0] == 0:  # the left operand is ours: ``a.op_(b)`` is ``a op b``
-            program.append(lambda regs: inplace(regs[a], regs[b]))
+            lines.append(f"{a}.{m}({b})")
             return a, True
-        program.append(lambda regs: fresh(regs[a], regs[b], out=regs[b]))  # ``a op b``
+        lines.append(f"{f}({a}, {b}, out={b})")  # ``a op b`` into b, operands in order
         return b, True
 
-    reg, _ = emit(root)
-    return program, n[0], reg
+    result, _ = emit(root)
+    params = ", ".join(f"a{i}" for i in range(n_outer))
+    body = "\n    ".join(lines)
+    source = (f"def pointwise(op, args, run):\n    {params}, = args\n    {body}\n"
+              f"    return [{result}]\n")  # fmt: skip
+    scope = dict(_NAMESPACE)
+    exec(compile(source, "<pointwise tree>", "exec"), scope)  # noqa: S102 (our own text)
+    return scope["pointwise"]
 
 
 @dataclass
@@ -247,29 +243,24 @@ def _addcdiv_parts(node: _Node, dtype: str) -> _AddcdivParts | None:
     return None
 
 
-def _emit_addcdiv(parts: _AddcdivParts, emit: Callable[[Any], tuple[int, bool]],
-                  new: Callable[[], int], program: list[Step]) -> int:  # fmt: skip
-    """Steps for ``base + (t * v) / d`` (module docstring); the result's register."""
+def _emit_addcdiv(parts: _AddcdivParts, emit: Callable[[Any], tuple[str, bool]],
+                  new: Callable[[], str], lines: list[str]) -> str:  # fmt: skip
+    """Lines for ``base + (t * v) / d`` (module docstring); the result's variable."""
     a, a_own = emit(parts.base)
     t, _ = emit(parts.t)
     d, _ = emit(parts.d)
-    v = parts.v.slot
-    v_first = parts.v_first
+    v = f"a{parts.v.slot}"
     o = a if a_own else new()
-
-    def addcdiv(regs: list[Any]) -> None:
-        value = regs[v].item()
-        if value != value:  # NaN: the program's three ops, in its operand order
-            q = torch.mul(regs[v], regs[t]) if v_first else torch.mul(regs[t], regs[v])
-            q.div_(regs[d])
-            if a_own:
-                regs[a].add_(q)
-            else:
-                regs[o] = torch.add(regs[a], q)
-        elif a_own:
-            regs[a].addcdiv_(regs[t], regs[d], value=value)
-        else:
-            regs[o] = torch.addcdiv(regs[a], regs[t], regs[d], value=value)
-
-    program.append(addcdiv)
+    q = new()
+    mul = f"_mul({v}, {t})" if parts.v_first else f"_mul({t}, {v})"
+    lines.extend([
+        f"value = {v}.item()",
+        "if value != value:",  # NaN: the program's three ops, in its operand order
+        f"    {q} = {mul}",
+        f"    {q}.div_({d})",
+        f"    {a}.add_({q})" if a_own else f"    {o} = _add({a}, {q})",
+        "else:",
+        f"    {a}.addcdiv_({t}, {d}, value=value)" if a_own
+        else f"    {o} = _addcdiv({a}, {t}, {d}, value=value)",
+    ])  # fmt: skip
     return o
