@@ -9,7 +9,8 @@ ops allocate, every op above one writes into its child's result in place (the ch
 the step's own tensor, read by nobody else), and ``add(a, divide(multiply(t, v), d))``
 with a scalar ``v`` is one ``torch.addcdiv`` (AdamW's and Adam's parameter update).
 Numpy-like broadcasts read only by the tree are taken in (torch broadcasts the same
-elements, as ``_absorb`` relies on).
+elements, as ``_absorb`` relies on), and so are reshapes and transposes read only by the
+tree (the same view calls, made in the tree's function instead of steps of their own).
 
 Same bits: each op is the torch call the interpreter's own step makes, on the same
 operands in the same order (``torch.sub(x, r, out=r)`` for ``x - r``, never ``r.sub_``
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from ._absorb import _numpy_like
+from ._registry import ints
 from .ir import Operation, TensorType
 
 __all__ = ["pointwise_tree"]
@@ -94,6 +96,20 @@ class _Leaf:
     slot: int  # index of the outer value among the fused op's operands
     absorbed: bool  # read past a broadcast: possibly smaller than the tree's shape
     scalar: bool = False  # ... from a 0-d value
+    views: str = ""  # the view calls (``.reshape(...)``, ``.permute(...)``) it is read through
+
+
+def _view_call(op: Operation) -> str | None:
+    """The call a single-operand ``reshape`` (to a static shape) or ``transpose`` makes
+    (the interpreter's specialized steps: ``x.reshape(shape)``, ``x.permute(perm)``), as
+    source; None for any other op."""
+    if len(op.operands) != 1 or len(op.results) != 1 or op.regions:
+        return None
+    if op.name == "stablehlo.reshape" and all(s >= 0 for s in op.result_types[0].shape):
+        return f".reshape({tuple(op.result_types[0].shape)!r})"
+    if op.name == "stablehlo.transpose":
+        return f".permute({ints(op, 'permutation')!r})"
+    return None
 
 
 @dataclass
@@ -126,9 +142,18 @@ def pointwise_tree(g: Any, body: Body, at: int) -> tuple[Any, list[int]] | None:
                 name = hit[2][0]
             else:
                 absorb = False
+        views: list[str] = []  # the view calls from the outer value to the leaf, last first
+        while not absorb:
+            hit = g.producer.get(name)
+            call = None if hit is None or g.reads[name] != 1 else _view_call(hit[1])
+            if call is None:
+                break
+            ids.append(hit[0])
+            views.append(call)
+            name = hit[2][0]
         if name not in outer:
             outer.append(name)
-        return _Leaf(outer.index(name), absorb, scalar)
+        return _Leaf(outer.index(name), absorb, scalar, "".join(reversed(views)))
 
     def build(i: int) -> _Node:
         node_op, operands = body[i]
@@ -178,7 +203,11 @@ def _compile(root: _Node, n_outer: int, dtype: str) -> Callable[..., list[Any]]:
     def emit(ref: _Leaf | _Node) -> tuple[str, bool]:
         """(the variable holding ``ref``'s value, whether the tree owns it: may write it)"""
         if isinstance(ref, _Leaf):
-            return f"a{ref.slot}", False
+            if not ref.views:
+                return f"a{ref.slot}", False
+            v = new()
+            lines.append(f"{v} = a{ref.slot}{ref.views}")
+            return v, False
         hit = _addcdiv_parts(ref, dtype)
         if hit is not None:
             return _emit_addcdiv(hit, emit, new, lines), True
