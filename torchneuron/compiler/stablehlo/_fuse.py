@@ -12,7 +12,9 @@ copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
 BatchNorm's batch variance (the same torch calls, in one step); ``_fuse_relu`` ReLU's
 backward (``threshold_backward``); ``_fuse_nan`` max-pooling's NaN override (two selects
 that give their third operands when the input has no NaN; a fused op with two results);
-``_fuse_pool_flat`` the native pool with the lookup of its flat index (tried first).
+``_fuse_pool_flat`` the native pool with the lookup of its flat index (tried first);
+``_fuse_pointwise`` trees of single-use elementwise arithmetic (an optimizer's update),
+tried last, on what the others left.
 
 Rules every fusion keeps:
 
@@ -37,6 +39,7 @@ import torch
 
 from ._fuse_nan import nan_override
 from ._fuse_norm import batch_variance
+from ._fuse_pointwise import pointwise_tree
 from ._fuse_pool import native_max_pool2d
 from ._fuse_pool_flat import max_pool_flat_index
 from ._fuse_relu import relu_backward
@@ -490,9 +493,18 @@ _EARLY: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], ...
 )
 
 
+# tried on what the fusions above left: a tree may end at any elementwise op, and would
+# otherwise take in ops a later run of theirs needs
+_LATE: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], ...] = (
+    pointwise_tree,
+)
+
+
 def fuse(body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> Body:
     """``body`` with every recognised run replaced by one ``Fused`` op at its last op."""
-    return _fuse_with(_fuse_with(body, returns, pinned, _EARLY), returns, pinned, _FUSIONS)
+    for fusions in (_EARLY, _FUSIONS, _LATE):
+        body = _fuse_with(body, returns, pinned, fusions)
+    return body
 
 
 def _fuse_with(body: Body, returns: tuple[str, ...] | None, pinned: set[str],

