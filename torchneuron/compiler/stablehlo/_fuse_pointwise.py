@@ -15,7 +15,9 @@ tree (the same view calls, made in the tree's function instead of steps of their
 Same bits: each op is the torch call the interpreter's own step makes, on the same
 operands in the same order (``torch.sub(x, r, out=r)`` for ``x - r``, never ``r.sub_``
 flipped), in the same dtype; these ops are correctly rounded, so a result does not
-depend on where it is written. ``torch.addcdiv`` computes ``self + value * t1 / t2``
+depend on where it is written. In float16 and bfloat16 every op writes a fresh result:
+there the layout written into decides whether torch's vector or scalar loop runs, and
+the two keep different NaNs of two. ``torch.addcdiv`` computes ``self + value * t1 / t2``
 in that order and rounding in float32 and float64 (its kernel's scalar tail and vector
 body both measured against the three ops, NaN, infinities, signed zeros and subnormals
 included, in tests/compiler/test_fuse_pointwise.py); it is not used in float16 or
@@ -58,6 +60,10 @@ _UNARY: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]
 }
 _DTYPES = ("f16", "bf16", "f32", "f64")
 _ADDCDIV_DTYPES = ("f32", "f64")  # where torch.addcdiv rounds like its three ops
+# where writing into an intermediate (whose layout may differ from a fresh result's) gives
+# a fresh result's bits: in float16 and bfloat16 torch's vector and scalar loops keep
+# different NaNs of two, and the layout decides which loop runs
+_IN_PLACE_DTYPES = ("f32", "f64")
 
 
 def _eligible(op: Operation) -> bool:
@@ -197,6 +203,7 @@ def _compile(root: _Node, n_outer: int, dtype: str) -> Callable[..., list[Any]]:
     a 3-op tree whose torch calls take 3.9 µs; the generated function costs 0.3 µs."""
     lines: list[str] = []
     n = [0]
+    in_place = dtype in _IN_PLACE_DTYPES
 
     def new() -> str:
         n[0] += 1
@@ -216,7 +223,7 @@ def _compile(root: _Node, n_outer: int, dtype: str) -> Callable[..., list[Any]]:
         regs = [emit(k) for k in ref.kids]
         fresh, inplace = (_BINARY if len(regs) == 2 else _UNARY)[ref.op.name]
         f, m = "_" + fresh.__name__, inplace.__name__
-        owned = [i for i, (_, own) in enumerate(regs) if own]
+        owned = [i for i, (_, own) in enumerate(regs) if own and in_place]
         r = [name for name, _ in regs]
         if not owned:  # only outer values: a fresh result, as the op's own step makes
             o = new()

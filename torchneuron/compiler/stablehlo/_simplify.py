@@ -15,8 +15,9 @@ is used. Running them costs a call each on every run. Here, once per block:
   is an alias of that operand: ``x * 1`` (``addmm``'s ``beta`` and ``alpha`` of 1
   lower to two of them per linear layer, the one as a converted, reshaped and
   broadcast integer constant), ``x / 1``, ``x - (+0)`` and ``x + (-0)`` are ``x`` bit
-  for bit in every float and integer dtype (a signalling NaN would come out quiet; torch
-  never makes one). Not ``x + (+0)``: ``-0 + 0`` is ``+0``. The constant's value is
+  for bit in float32, float64 and the integer dtypes (a signalling NaN would come out
+  quiet; torch never makes one); not in float16 or bfloat16, whose ops rewrite a NaN's
+  sign or payload. Not ``x + (+0)``: ``-0 + 0`` is ``+0``. The constant's value is
   found through the broadcasts, reshapes and converts between it and the op, each
   convert applied by the interpreter's own implementation, so a ``-0.0`` converted to
   an integer and back counts as the ``+0`` it becomes;
@@ -119,7 +120,7 @@ def _identity_operand(op: Operation, operands: tuple[str, ...],
     if op.name not in _IDENTITY_SIDES or len(operands) != 2 or op.regions:
         return None
     dst = op.result_types[0]
-    if not static(dst.shape) or dst.dtype in ("i1", "complex<f32>", "complex<f64>"):
+    if not static(dst.shape) or dst.dtype in _NOT_IDENTITY_DTYPES:
         return None
     for side in _IDENTITY_SIDES[op.name]:  # the side of x; the constant is the other
         if op.operand_types[side] != dst:
@@ -139,6 +140,11 @@ def _identity_operand(op: Operation, operands: tuple[str, ...],
             return operands[side]
     return None
 
+
+# where ``x * 1`` and the like may not give ``x``'s bits back: torch's scalar conversion
+# to bfloat16 makes every NaN the positive quiet NaN and float16 quiets signalling ones
+# (a NaN's sign and payload would differ from the op's); i1 and complex are not arithmetic
+_NOT_IDENTITY_DTYPES = ("i1", "f16", "bf16", "complex<f32>", "complex<f64>")
 
 # per op, the operand sides that may be the ``x`` of ``_identity_operand``
 _IDENTITY_SIDES = {
