@@ -144,15 +144,23 @@ class _Value:
 
 
 class _Write:
-    """A deferred in-place write into a tensor that has a buffer (``buffers.defer_write``)."""
+    """A deferred in-place write into a tensor that has a buffer (``buffers.defer_write``).
+
+    Holds its replay weakly: the replay holds it, and a cycle would leave each ended
+    replay, with its lists of arguments and the tensors only they still hold, to the
+    garbage collector (a full collection every few hundred steps of a transformer, and
+    their simulated memory counted until then). The marks are gone when the replay ends
+    (``_release_marks``), so a replay that no longer exists has nothing to write."""
 
     __slots__ = ("replay",)
 
     def __init__(self, replay: Replay) -> None:
-        self.replay = replay
+        self.replay = weakref.ref(replay)
 
     def materialize(self) -> None:
-        self.replay.materialize(None)
+        replay = self.replay()
+        if replay is not None:
+            replay.materialize(None)
 
 
 class Replay:
