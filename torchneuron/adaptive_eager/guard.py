@@ -85,6 +85,10 @@ class OpGuard:
     template: tuple | None = None  # (args, kwargs) template with the recorded floats
     floats: tuple[int, ...] = ()  # positions in ``flat`` whose value is the call's
     check: Any = None  # the flat check, generated (``_generate``)
+    # where the written arguments are in a call the flat check took (its arity and
+    # keyword names are the recorded ones): an int position in ``args`` or a keyword
+    write_at: tuple[int | str, ...] | None = None
+    new: Output | None = None  # the one output of a "single" op that is a new value
 
 
 def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
@@ -116,6 +120,8 @@ def _guard(i: int, sig: tuple, index_checked: Any) -> OpGuard:
     g = OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
                 op_facts(func).written, tuple(outputs), static[3], func in index_checked,
                 may_raise_later(func))
+    if g.struct == "single" and outputs[0] is not None and outputs[0].same is None:
+        g.new = outputs[0]
     _flatten(g)
     return g
 
@@ -163,6 +169,8 @@ def _flatten(g: OpGuard) -> None:
     g.template = (tuple(temps[:nargs]), dict(zip(g.kwnames, temps[nargs:], strict=True)))
     g.floats = tuple(floats)
     g.check = _generate(g)
+    g.write_at = tuple(pos if pos < nargs else name for pos, name in g.written
+                       if pos < nargs or name in g.kwnames)
 
 
 def _compile_leaf(d: tuple) -> tuple | None:

@@ -243,8 +243,11 @@ class Replay:
                     return MISMATCH
                 if static != g.static and not self._lifted_match(static, g.static):
                     return MISMATCH
-            elif got and not lift.accept(got, self.scalars, self.plan.lifted):
-                return MISMATCH
+                write_at = None  # the call's arity is not known to be the recorded one
+            else:
+                if got and not lift.accept(got, self.scalars, self.plan.lifted):
+                    return MISMATCH
+                write_at = g.write_at
             if not self._bind(tensors, g.flow):
                 return MISMATCH
             if g.check_indices and not _indices_in_range(func, args):
@@ -260,16 +263,21 @@ class Replay:
             self.templates.append(template)
             self.ref_ends.append(len(self.refs))
             if g.written:
-                self._mark_written(g, args, kwargs)
-            struct = g.struct
-            if struct == "single":
-                out = g.outputs[0]
-                if out is None or out.same is not None:
-                    return None if out is None else tensors[out.same]
-                value = _Value(self, out.ik)  # type: ignore[arg-type]  (``_new``, inlined)
+                if write_at is None:
+                    self._mark_written(g, args, kwargs)
+                else:
+                    for at in write_at:
+                        self._mark(args[at] if type(at) is int else kwargs[at])
+            out = g.new
+            if out is not None:  # a single new value (``_new``, inlined): most ops
+                value = _Value(self, out.ik)  # type: ignore[arg-type]
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
                 self.bytes += out.nbytes
                 return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+            struct = g.struct
+            if struct == "single":
+                out = g.outputs[0]
+                return None if out is None else tensors[out.same]  # type: ignore[index]
             if struct == "none":
                 return None
             results = [None if out is None else tensors[out.same] if out.same is not None
@@ -279,11 +287,14 @@ class Replay:
     def _mark_written(self, g: OpGuard, args: tuple, kwargs: dict) -> None:
         """Mark the tensors with buffers that the deferred op writes (deferred writes)."""
         for pos, name in g.written:
-            v = args[pos] if pos < len(args) else kwargs.get(name)
-            for t in (v if isinstance(v, (list, tuple)) else (v,)):
-                if isinstance(t, NeuronTensor) and t._pending is None:
-                    buffers.defer_write(t, self.write)
-                    self.marked.append(t)
+            self._mark(args[pos] if pos < len(args) else kwargs.get(name))
+
+    def _mark(self, v: Any) -> None:
+        """Mark argument ``v`` (a tensor, or a list of them) as written, if it has a buffer."""
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(t, NeuronTensor) and t._pending is None:
+                buffers.defer_write(t, self.write)
+                self.marked.append(t)
 
     def _new(self, out: Output) -> torch.Tensor:
         """A new pending tensor for output ``out`` of a deferred op."""
