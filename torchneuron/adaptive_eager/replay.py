@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from torchneuron.adaptive_eager import issued, lift
+from torchneuron.adaptive_eager import dataflow, issued, lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
@@ -112,6 +112,15 @@ def _no_modes() -> contextlib.AbstractContextManager:
     return _disable_current_modes()
 
 
+def _guards(region: Any) -> list[OpGuard]:
+    """``region``'s guards, each with its generated dataflow check."""
+    guards = guards_of(region, _INDEX_CHECKS)
+    if guards and guards[0].bind is None:
+        for g in guards:
+            g.bind = dataflow.generate(g.flow, _Value, Replay._bind)
+    return guards
+
+
 class _Value:
     """The producer of one pending value of a replay (``tensor.Pending``).
 
@@ -196,7 +205,7 @@ class Replay:
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
         # deferred op -> the user's line that issued it, for ops that may raise at the end
         self.issued: dict[int, issued.Issued | None] = {}
-        self.guards = guards_of(region, _INDEX_CHECKS)
+        self.guards = _guards(region)
         self._host = self.core.timeline.host  # ``core.host``, one call fewer per op
 
     @property
@@ -219,7 +228,7 @@ class Replay:
         self.region = region
         self.n = len(region.sigs)
         self.plan = region.plan
-        self.guards = guards_of(region, _INDEX_CHECKS)
+        self.guards = _guards(region)
 
     # --- deferral -------------------------------------------------------------------------
     def try_defer(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -248,7 +257,7 @@ class Replay:
                 if got and not lift.accept(got, self.scalars, self.plan.lifted):
                     return MISMATCH
                 write_at = g.write_at
-            if not self._bind(tensors, g.flow):
+            if not g.bind(self, tensors):  # ``_bind``, generated for this op's flow
                 return MISMATCH
             if g.check_indices and not _indices_in_range(func, args):
                 del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
