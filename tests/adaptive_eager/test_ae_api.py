@@ -4,6 +4,7 @@ views under replay, and the tunables that bound regions."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 
 import torchneuron.adaptive_eager as ae
 from tests.adaptive_eager.harness import assert_same, run
+from torchneuron.adaptive_eager.replay import Replay
 from torchneuron.hardware.settings import override
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +108,33 @@ def test_memory_allocated_is_eagers_and_out_of_memory_is_eagers_error() -> None:
     assert "out of memory" in eager["_errors"][0][1].lower(), eager["_errors"]
     assert_same(eager, adaptive)
     assert adaptive["_mem"] == eager["_mem"]
+
+
+def test_ended_replays_wait_for_no_garbage_collection() -> None:
+    """An ended replay is freed as soon as nothing holds its values, like eager's
+    temporaries: in a reference cycle, every step's replay (with the arguments it held,
+    and their simulated memory) waited for the garbage collector."""
+    gc.collect()
+    before = {id(o) for o in gc.get_objects() if type(o) is Replay}  # earlier tests'
+    gc.disable()
+    try:
+        with ae.enabled():
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4)).to("neuron")
+            opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+            x, y = torch.randn(8, 16).to("neuron"), torch.randn(8, 4).to("neuron")
+            for _ in range(3 * STEPS):
+                loss = F.mse_loss(m(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                loss.item()
+            alive = sum(type(o) is Replay and id(o) not in before for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert ae.stats()["replays"] >= 2 * STEPS, ae.explain()
+    assert alive <= 2, f"{alive} replays in memory"  # the last step's, held by its values
 
 
 def test_views_stay_views_of_their_base() -> None:

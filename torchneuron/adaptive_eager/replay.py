@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from torchneuron.adaptive_eager import issued, lift
+from torchneuron.adaptive_eager import dataflow, issued, lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
@@ -112,6 +112,15 @@ def _no_modes() -> contextlib.AbstractContextManager:
     return _disable_current_modes()
 
 
+def _guards(region: Any) -> list[OpGuard]:
+    """``region``'s guards, each with its generated dataflow check."""
+    guards = guards_of(region, _INDEX_CHECKS)
+    if guards and guards[0].bind is None:
+        for g in guards:
+            g.bind = dataflow.generate(g.flow, _Value, Replay._bind)
+    return guards
+
+
 class _Value:
     """The producer of one pending value of a replay (``tensor.Pending``).
 
@@ -144,15 +153,23 @@ class _Value:
 
 
 class _Write:
-    """A deferred in-place write into a tensor that has a buffer (``buffers.defer_write``)."""
+    """A deferred in-place write into a tensor that has a buffer (``buffers.defer_write``).
+
+    Holds its replay weakly: the replay holds it, and a cycle would leave each ended
+    replay, with its lists of arguments and the tensors only they still hold, to the
+    garbage collector (a full collection every few hundred steps of a transformer, and
+    their simulated memory counted until then). The marks are gone when the replay ends
+    (``_release_marks``), so a replay that no longer exists has nothing to write."""
 
     __slots__ = ("replay",)
 
     def __init__(self, replay: Replay) -> None:
-        self.replay = replay
+        self.replay = weakref.ref(replay)
 
     def materialize(self) -> None:
-        self.replay.materialize(None)
+        replay = self.replay()
+        if replay is not None:
+            replay.materialize(None)
 
 
 class Replay:
@@ -188,7 +205,7 @@ class Replay:
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
         # deferred op -> the user's line that issued it, for ops that may raise at the end
         self.issued: dict[int, issued.Issued | None] = {}
-        self.guards = guards_of(region, _INDEX_CHECKS)
+        self.guards = _guards(region)
         self._host = self.core.timeline.host  # ``core.host``, one call fewer per op
 
     @property
@@ -211,7 +228,7 @@ class Replay:
         self.region = region
         self.n = len(region.sigs)
         self.plan = region.plan
-        self.guards = guards_of(region, _INDEX_CHECKS)
+        self.guards = _guards(region)
 
     # --- deferral -------------------------------------------------------------------------
     def try_defer(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -235,9 +252,12 @@ class Replay:
                     return MISMATCH
                 if static != g.static and not self._lifted_match(static, g.static):
                     return MISMATCH
-            elif got and not lift.accept(got, self.scalars, self.plan.lifted):
-                return MISMATCH
-            if not self._bind(tensors, g.flow):
+                write_at = None  # the call's arity is not known to be the recorded one
+            else:
+                if got and not lift.accept(got, self.scalars, self.plan.lifted):
+                    return MISMATCH
+                write_at = g.write_at
+            if not g.bind(self, tensors):  # ``_bind``, generated for this op's flow
                 return MISMATCH
             if g.check_indices and not _indices_in_range(func, args):
                 del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
@@ -252,16 +272,21 @@ class Replay:
             self.templates.append(template)
             self.ref_ends.append(len(self.refs))
             if g.written:
-                self._mark_written(g, args, kwargs)
-            struct = g.struct
-            if struct == "single":
-                out = g.outputs[0]
-                if out is None or out.same is not None:
-                    return None if out is None else tensors[out.same]
-                value = _Value(self, out.ik)  # type: ignore[arg-type]  (``_new``, inlined)
+                if write_at is None:
+                    self._mark_written(g, args, kwargs)
+                else:
+                    for at in write_at:
+                        self._mark(args[at] if type(at) is int else kwargs[at])
+            out = g.new
+            if out is not None:  # a single new value (``_new``, inlined): most ops
+                value = _Value(self, out.ik)  # type: ignore[arg-type]
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
                 self.bytes += out.nbytes
                 return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+            struct = g.struct
+            if struct == "single":
+                out = g.outputs[0]
+                return None if out is None else tensors[out.same]  # type: ignore[index]
             if struct == "none":
                 return None
             results = [None if out is None else tensors[out.same] if out.same is not None
@@ -271,11 +296,14 @@ class Replay:
     def _mark_written(self, g: OpGuard, args: tuple, kwargs: dict) -> None:
         """Mark the tensors with buffers that the deferred op writes (deferred writes)."""
         for pos, name in g.written:
-            v = args[pos] if pos < len(args) else kwargs.get(name)
-            for t in (v if isinstance(v, (list, tuple)) else (v,)):
-                if isinstance(t, NeuronTensor) and t._pending is None:
-                    buffers.defer_write(t, self.write)
-                    self.marked.append(t)
+            self._mark(args[pos] if pos < len(args) else kwargs.get(name))
+
+    def _mark(self, v: Any) -> None:
+        """Mark argument ``v`` (a tensor, or a list of them) as written, if it has a buffer."""
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(t, NeuronTensor) and t._pending is None:
+                buffers.defer_write(t, self.write)
+                self.marked.append(t)
 
     def _new(self, out: Output) -> torch.Tensor:
         """A new pending tensor for output ``out`` of a deferred op."""

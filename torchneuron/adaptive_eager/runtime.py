@@ -127,7 +127,9 @@ class Runtime:
 
     # --- the op path ------------------------------------------------------------------------
     def on_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        index = _device_index(args, kwargs)
+        # ``_device_index``: most ops' first argument is a neuron tensor (no call then)
+        a = args[0] if args else None
+        index = a._device_index if type(a) is NeuronTensor else _device_index(args, kwargs)
         if index is None:
             return func(*args, **kwargs)
         with self.lock:
