@@ -38,6 +38,7 @@ from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, buffers, random
 from torchneuron.device.module import current_device
+from torchneuron.dynamo import rng_hops
 from torchneuron.hardware import get_core
 
 __all__ = ["neuron_backend", "DynamicShapesNotSupported"]
@@ -60,6 +61,8 @@ def _device_index(example_inputs: list[Any]) -> int:
 
 def _eager_on_device(gm: torch.fx.GraphModule, index: int, name: str) -> Callable:
     """Run an AOT graph op by op on the device: the fallback for a failed compile."""
+
+    rng_hops.to_device_generator(gm)
 
     def run(*args: Any) -> Any:
         record_fallback_run(name)
@@ -89,6 +92,13 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
         # A copy of the graph only: attributes (lifted constants such as the value of
         # ``torch.tensor([...])``) are shared, not cloned, since cloning a real tensor
         # under the fake mode AOTAutograd leaves active fails.
+        if rng_hops.has_rng_hops(gm):
+            record_failure("dynamo", "prepare", "checkpointed-random-op",
+                           "a random op under torch.utils.checkpoint is saved and replayed "
+                           "with its generator state, so the graph runs eagerly on the device")
+            _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
+            _constants_to_device(gm, index)
+            return make_boxed_func(_eager_on_device(gm, index, name))
         graph = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         _retarget_factories(graph, "neuron", "cpu", wrap=False)
         try:
