@@ -41,7 +41,8 @@ class OpRecord:
     """One overload's dispatch facts (see the module docstring); never mutated."""
 
     __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
-                 "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason")  # fmt: skip
+                 "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason",
+                 "is_view")  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -49,6 +50,7 @@ class OpRecord:
         self.name = self.facts.name
         self.written = self.facts.written
         self.fused = FUSED_CELL_KERNELS.get(func) or _nested_refusal(self.name)
+        self.is_view = bool(getattr(func, "is_view", False))
         self.host_results = host_args.host_results(func)
         self.cross_device = func in CROSS_DEVICE_OPS
         self.is_copy = func is aten.copy_.default
