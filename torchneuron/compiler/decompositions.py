@@ -713,8 +713,11 @@ def diagonal_scatter(x: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: 
 @_register(aten.histc.default)
 def histc(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:
     flat = _float(x).reshape(-1)
+    # torch.full, not torch.tensor: under AOTAutograd's trace torch.tensor leaves a
+    # lift_fresh_copy + detach_ that fails its functional-graph check
     lo, hi = (flat.min(), flat.max()) if min == max else (
-        torch.tensor(float(min), dtype=flat.dtype), torch.tensor(float(max), dtype=flat.dtype))
+        torch.full((), float(min), dtype=flat.dtype, device=x.device),
+        torch.full((), float(max), dtype=flat.dtype, device=x.device))
     if min == max:
         same = lo == hi
         lo, hi = torch.where(same, lo - 1, lo), torch.where(same, hi + 1, hi)
