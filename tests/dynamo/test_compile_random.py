@@ -144,3 +144,29 @@ def test_checkpointed_dropout_compiled_gives_cpus_gradients() -> None:
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g, e, **_TOL)
     assert tc.stats()["failures_by_stage"].get("prepare:checkpointed-random-op") == 2
+
+
+def test_dropout_masks_stay_eagers_after_a_batch_size_change() -> None:
+    """A training loop whose last batch is smaller: after the shape change Dynamo hands
+    over graphs with symbolic sizes, whose AOTAutograd backward kept the forward's
+    ``bernoulli`` with no users. Lifted as a random input, that dead draw advanced the
+    device generator at each backward, so every later dropout mask (and loss) differed
+    from eager's. Outputs of every step are compared with eager on the device."""
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(10, 32), nn.Dropout(0.2), nn.Linear(32, 4))
+    x = torch.randn(16, 10)
+
+    def run(compiled: bool) -> list[torch.Tensor]:
+        net = copy.deepcopy(base).to("neuron")
+        model = torch.compile(net, backend="neuron") if compiled else net
+        torch.manual_seed(1)
+        outs = []
+        for n in (16, 6, 16, 8, 16):
+            y = model(x[:n].to("neuron"))
+            y.sum().backward()
+            outs.append(y.detach().cpu())
+        return outs
+
+    torch._dynamo.reset()
+    for i, (got, want) in enumerate(zip(run(True), run(False), strict=True)):
+        torch.testing.assert_close(got, want, **_TOL, msg=f"step {i}")

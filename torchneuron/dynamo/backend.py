@@ -35,6 +35,7 @@ from torchneuron.compiler.index_bounds import (
     without_index_checks,
 )
 from torchneuron.compiler.keys import fx_graph_key
+from torchneuron.compiler.random_ops import is_random_op
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, buffers, random
@@ -90,6 +91,8 @@ def _held(outs: list[Any], index: int) -> list[Any]:
 def _compile_graph_for(index: int, kind: str) -> Callable:
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         name = f"{kind}_{next(_graph_ids)}"
+        if kind == "backward":
+            _drop_dead_random_ops(gm)
         # A copy of the graph only: attributes (lifted constants such as the value of
         # ``torch.tensor([...])``) are shared, not cloned, since cloning a real tensor
         # under the fake mode AOTAutograd leaves active fails.
@@ -154,6 +157,23 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
         return run
 
     return compile_one
+
+
+def _drop_dead_random_ops(gm: torch.fx.GraphModule) -> None:
+    """Remove random ops whose results nothing reads from a backward graph (in place).
+
+    After a shape change Dynamo hands over graphs with symbolic sizes, and AOTAutograd's
+    backward for them keeps the forward's ``bernoulli`` with no users (FX keeps a random
+    op as impure). Eager's backward draws nothing; lifted as a random input, the dead
+    draw advanced the device generator, so every dropout mask after the first backward
+    of a new batch size differed from eager's."""
+    dead = [n for n in gm.graph.nodes
+            if n.op == "call_function" and not n.users and is_random_op(n.target)]
+    for node in dead:
+        gm.graph.erase_node(node)
+    if dead:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
 
 
 def wrap_buffer(buffer: torch.Tensor, index: int) -> NeuronTensor:
