@@ -147,3 +147,27 @@ def test_optimizer_paths_are_exact(foreach: bool) -> None:
         assert torch.equal(a.cpu(), b)
     for (k, p), (_, q) in zip(dev.named_parameters(), cpu.named_parameters(), strict=True):
         assert torch.equal(p.detach().cpu(), q.detach()), k
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpoint_replays_dropout_mask(use_reentrant: bool) -> None:
+    """``torch.utils.checkpoint`` recomputes a segment in the backward with the device
+    RNG state it saved in the forward, so dropout draws the same mask twice and the
+    gradients are CPU's. It saves device states only when the device module says it is
+    ``_initialized`` (as ``torch.cuda`` does once CUDA is up); without that the
+    recomputation drew a fresh mask and every gradient was wrong."""
+    from torch.utils.checkpoint import checkpoint
+
+    def grads(device: str) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        lin = nn.Linear(8, 8, device=device)
+        x = torch.randn(4, 8, device=device, requires_grad=True)
+
+        def segment(t: torch.Tensor) -> torch.Tensor:
+            return nn.functional.dropout(torch.tanh(lin(t)), 0.5)
+
+        checkpoint(segment, x, use_reentrant=use_reentrant).square().sum().backward()
+        return [t.grad for t in (x, lin.weight, lin.bias)]
+
+    for got, want in zip(grads("neuron"), grads("cpu"), strict=True):
+        _close(got, want, "checkpointed gradient")

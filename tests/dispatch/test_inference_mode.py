@@ -45,3 +45,22 @@ def test_module_to_neuron_inside_inference_mode_under_adaptive_eager() -> None:
         ref = _model("cpu")(x)
         out = _model("neuron")(x.to("neuron"))
         assert torch.equal(ref, out.cpu())
+
+
+def test_views_of_normal_tensors_inside_inference_mode() -> None:
+    """Inside ``torch.inference_mode()``, a view of a tensor made outside it is a normal
+    tensor sharing its base's version counter, as on the CPU. Every view op on such a
+    neuron tensor (``x[..., None]``, ``view``, ``t``, slicing) raised "Cannot set
+    version_counter for inference tensor": the new wrapper was made in inference mode."""
+    def run(dev: str) -> list[object]:
+        y = torch.arange(6.0, device=dev).reshape(2, 3)
+        mask = torch.tensor([[True, False, True]], device=dev)
+        with torch.inference_mode():
+            views = [y[..., None], y.view(3, 2), y.t(), y[1:], mask[..., None]]
+            fresh = y * 2
+            out = fresh.view(6).masked_fill(mask.repeat(1, 2).view(6), 0.0)
+        views[1].add_(1)  # writes through to y, bumping the shared version counter
+        return ([v.is_inference() for v in views] + [fresh.is_inference(), y._version]
+                + [t.cpu().tolist() for t in (*views, out, y)])
+
+    assert run("neuron") == run("cpu")

@@ -114,3 +114,59 @@ def test_encoder_lm_adamw_matches_eager_over_steps() -> None:
     s = tc.stats()
     assert s["failures"] == 0, tc.explain()
     assert s["compilations"] >= 2
+
+
+def test_checkpointed_dropout_compiled_gives_cpus_gradients() -> None:
+    """A dropout under ``torch.utils.checkpoint`` inside a compiled function: AOTAutograd
+    saves the generator state in the forward (``run_and_save_rng_state``) and redraws
+    from it in the backward (``run_with_rng_state``). Both graphs run eagerly on the
+    device (counted as ``checkpointed-random-op``), on the device's generator, so the
+    output and the gradients are CPU's under one seed. Before, the fallback crashed on
+    the first op (a TypeError from AOTAutograd's analysis mode)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def segment(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x + nn.functional.dropout(torch.tanh(x @ w), 0.3)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return checkpoint(segment, x, w, use_reentrant=False).sum()
+
+    def run(device: str, f: object) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        w = torch.randn(4, 4, device=device, requires_grad=True)
+        out = f(torch.randn(2, 4, device=device), w)  # type: ignore[operator]
+        out.backward()
+        return out.detach().cpu(), w.grad.cpu()
+
+    tc.reset_stats()
+    got = run("neuron", torch.compile(fn, backend="neuron"))
+    want = run("cpu", fn)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e, **_TOL)
+    assert tc.stats()["failures_by_stage"].get("prepare:checkpointed-random-op") == 2
+
+
+def test_dropout_masks_stay_eagers_after_a_batch_size_change() -> None:
+    """A training loop whose last batch is smaller: after the shape change Dynamo hands
+    over graphs with symbolic sizes, whose AOTAutograd backward kept the forward's
+    ``bernoulli`` with no users. Lifted as a random input, that dead draw advanced the
+    device generator at each backward, so every later dropout mask (and loss) differed
+    from eager's. Outputs of every step are compared with eager on the device."""
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(10, 32), nn.Dropout(0.2), nn.Linear(32, 4))
+    x = torch.randn(16, 10)
+
+    def run(compiled: bool) -> list[torch.Tensor]:
+        net = copy.deepcopy(base).to("neuron")
+        model = torch.compile(net, backend="neuron") if compiled else net
+        torch.manual_seed(1)
+        outs = []
+        for n in (16, 6, 16, 8, 16):
+            y = model(x[:n].to("neuron"))
+            y.sum().backward()
+            outs.append(y.detach().cpu())
+        return outs
+
+    torch._dynamo.reset()
+    for i, (got, want) in enumerate(zip(run(True), run(False), strict=True)):
+        torch.testing.assert_close(got, want, **_TOL, msg=f"step {i}")

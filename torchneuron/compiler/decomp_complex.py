@@ -278,7 +278,9 @@ def _div_by_real(a: Any, b: Any, c: Any) -> tuple[Any, Any]:
     other part is infinite: (1 + inf j) / 2 is nan + inf j), and for c == 0, a / |c| and
     b / |d| (both +0), not the ratio's NaN."""
     if not isinstance(c, torch.Tensor):
-        c = torch.tensor(c, dtype=a.dtype if isinstance(a, torch.Tensor) else b.dtype)
+        like = a if isinstance(a, torch.Tensor) else b
+        # torch.full, not torch.tensor: AOTAutograd's trace refuses the latter's detach_
+        c = torch.full((), c, dtype=like.dtype, device=like.device)
     rat = torch.zeros_like(c) / c  # (not 0.0 / c: that is 0 * (1 / c), nan at 1e-40)
     scale = 1.0 / c  # multiplied, as eager: 0 / 1e-40 is 0 * inf = nan there
     re, im = (a + b * rat) * scale, (b - a * rat) * scale

@@ -192,7 +192,7 @@ def as_strided_scatter(x: torch.Tensor, src: torch.Tensor, size: Any, stride: An
     flat = x.reshape(-1)
     if not positions:
         return x.clone()
-    idx = torch.tensor(positions, dtype=torch.int64, device=x.device)
+    idx = torch.as_tensor(positions, dtype=torch.int64, device=x.device)  # no detach_ (AOT)
     return flat.scatter(0, idx, src.reshape(-1).to(x.dtype)).reshape(x.shape)
 
 

@@ -64,8 +64,9 @@ def _weights(in_size: int, out_size: int, align_corners: bool, scale: float | No
 def _resize(x: torch.Tensor, out_hw: Sequence[int], align_corners: bool,
             scales: Sequence[float | None]) -> torch.Tensor:
     (ih, iw), (oh, ow) = x.shape[-2:], out_hw
-    wh = torch.tensor(_weights(ih, oh, align_corners, scales[0]), dtype=x.dtype, device=x.device)
-    ww = torch.tensor(_weights(iw, ow, align_corners, scales[1]), dtype=x.dtype, device=x.device)
+    # torch.as_tensor, not torch.tensor: AOTAutograd refuses the latter's detach_
+    wh = torch.as_tensor(_weights(ih, oh, align_corners, scales[0]), dtype=x.dtype, device=x.device)
+    ww = torch.as_tensor(_weights(iw, ow, align_corners, scales[1]), dtype=x.dtype, device=x.device)
     return torch.matmul(wh, torch.matmul(x, ww.t()))
 
 

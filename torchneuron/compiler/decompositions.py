@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions
 
+from torchneuron.compiler.decomp_extreme import lowered_extremes
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.random_ops import is_random_op
 
@@ -93,6 +94,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_custom import custom_op_decompositions
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_extreme import EXTREME_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
@@ -112,7 +114,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
             RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
-            EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS,
+            EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREME_DECOMPOSITIONS,
             custom_op_decompositions()]
 
 
@@ -281,7 +283,8 @@ def _max_pool_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any, paddi
     space = list(x.shape[-nd:])
     vals, idxs = _windows_nd(x, kernel_size, stride, padding, dilation, ceil_mode, low, low, nd)
     idxs = _inside_indices(idxs, space, kernel_size, stride, padding, dilation, x.device)
-    out, arg = torch.max(vals, dim=-nd - 1)
+    with lowered_extremes():  # NaN handled below
+        out, arg = torch.max(vals, dim=-nd - 1)
     k = idxs.shape[0]
     onehot = arg.unsqueeze(-nd - 1) == torch.arange(k, device=x.device).reshape(k, *[1] * nd)
     index = torch.where(onehot, idxs, torch.zeros_like(idxs)).sum(-nd - 1)
@@ -295,7 +298,8 @@ def _max_pool_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any, paddi
     flat = torch.arange(numel, device=x.device, dtype=kdt).reshape(space)
     key = torch.where(torch.isnan(x), flat, torch.full_like(flat, -1.0))
     keys, _ = _windows_nd(key, kernel_size, stride, padding, dilation, ceil_mode, -1.0, -1.0, nd)
-    kmax, _ = torch.max(keys, dim=-nd - 1)
+    with lowered_extremes():
+        kmax, _ = torch.max(keys, dim=-nd - 1)
     last = kmax.to(torch.int64)
     nan = last >= 0
     value = torch.gather(x.flatten(-nd), -1, last.clamp(min=0).flatten(-nd)).reshape(out.shape)
@@ -709,8 +713,11 @@ def diagonal_scatter(x: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: 
 @_register(aten.histc.default)
 def histc(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:
     flat = _float(x).reshape(-1)
+    # torch.full, not torch.tensor: under AOTAutograd's trace torch.tensor leaves a
+    # lift_fresh_copy + detach_ that fails its functional-graph check
     lo, hi = (flat.min(), flat.max()) if min == max else (
-        torch.tensor(float(min), dtype=flat.dtype), torch.tensor(float(max), dtype=flat.dtype))
+        torch.full((), float(min), dtype=flat.dtype, device=x.device),
+        torch.full((), float(max), dtype=flat.dtype, device=x.device))
     if min == max:
         same = lo == hi
         lo, hi = torch.where(same, lo - 1, lo), torch.where(same, hi + 1, hi)

@@ -40,6 +40,8 @@ class _Token:
         self.core = core
 
     def __del__(self) -> None:
+        if _live is None:  # interpreter shutdown has cleared this module's globals
+            return
         ref = _live.get(self.key)
         if ref is not None:
             held = ref()

@@ -62,6 +62,12 @@ __all__ = [
 
 _current = 0
 
+# The device is up from ``import torchneuron`` on. ``torch.utils.checkpoint`` reads this
+# flag (as ``torch.cuda._initialized``) to decide whether to save the device's RNG state
+# for the recomputation: without it a checkpointed dropout drew a new mask in the
+# backward, and the gradients were wrong.
+_initialized = True
+
 
 def is_available() -> bool:
     return True

@@ -30,6 +30,7 @@ __all__ = ["run_op", "wrap", "unwrap_device"]
 aten = torch.ops.aten
 _get_dispatch_mode = torch._C._get_dispatch_mode
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
+_inference_mode_enabled = torch.is_inference_mode_enabled
 # A composite that answers from the wrappers' own dispatch keys, not from values. It
 # reaches the device only under ``torch.inference_mode`` (autograd keys excluded), where
 # running it on the buffers compared two CPU tensors: ``Module.to("neuron")`` asks
@@ -161,6 +162,17 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     if func is _SHALLOW_COPY_TYPE:
         return func.decompose(*args, **kwargs)
     rec = record(func)
+    if rec.is_view and _inference_mode_enabled() and not args[0].is_inference():
+        # A view of a normal tensor is a normal tensor, in inference mode too: PyTorch
+        # then shares the base's version counter with it, which an inference tensor (a
+        # wrapper made in inference mode) does not have ("Cannot set version_counter
+        # for inference tensor"). So the wrapper is made outside inference mode.
+        with torch.inference_mode(False):
+            return _run_op(rec, func, args, kwargs, index)
+    return _run_op(rec, func, args, kwargs, index)
+
+
+def _run_op(rec: OpRecord, func: Any, args: tuple, kwargs: dict, index: int | None) -> Any:
     if rec.fast and kwargs.get("device") is None:
         u = fastpath.unwrap(rec, args, kwargs, keyed=rec.kernel)
         if u is not None and _get_dispatch_mode(_FAKE) is None:

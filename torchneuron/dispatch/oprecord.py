@@ -41,14 +41,16 @@ class OpRecord:
     """One overload's dispatch facts (see the module docstring); never mutated."""
 
     __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
-                 "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason")  # fmt: skip
+                 "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason",
+                 "is_view")  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func
         self.facts: OpFacts = op_facts(func)
         self.name = self.facts.name
         self.written = self.facts.written
-        self.fused = FUSED_CELL_KERNELS.get(func)
+        self.fused = FUSED_CELL_KERNELS.get(func) or _nested_refusal(self.name)
+        self.is_view = bool(getattr(func, "is_view", False))
         self.host_results = host_args.host_results(func)
         self.cross_device = func in CROSS_DEVICE_OPS
         self.is_copy = func is aten.copy_.default
@@ -88,3 +90,25 @@ def record(func: Any) -> OpRecord:
     if rec is None or rec.func is not func:
         rec = _records[id(func)] = OpRecord(func)
     return rec
+
+
+def _nested_refusal(name: str) -> Any:
+    """For an op that makes a nested tensor: a kernel that raises what to do instead.
+
+    A neuron tensor is a wrapper of one strided buffer and cannot hold a nested one;
+    the CPU kernel's nested result failed later with PyTorch's "Internal error:
+    NestedTensorImpl doesn't support sizes". The usual way in is
+    ``nn.TransformerEncoder``'s inference fast path (eval, no grad, a
+    ``src_key_padding_mask``), which packs the batch with ``_nested_tensor_from_mask``.
+    """
+    if not name.startswith("_nested_") or name.startswith("_nested_tensor_from_mask_left"):
+        return None
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"aten.{name} makes a nested tensor, which the neuron device does not support. "
+            "nn.TransformerEncoder does this in eval mode under no_grad with a "
+            "src_key_padding_mask; build it with enable_nested_tensor=False (or run with "
+            "torch.backends.mha.set_fastpath_enabled(False)) to take the dense path.")
+
+    return refuse

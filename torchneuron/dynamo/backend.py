@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
+from torchneuron.compiler.decomp_extreme import lowered_extremes
 from torchneuron.compiler.index_bounds import (
     INDEX_BOUNDS,
     USER_LEVEL_CHECKS,
@@ -34,10 +35,12 @@ from torchneuron.compiler.index_bounds import (
     without_index_checks,
 )
 from torchneuron.compiler.keys import fx_graph_key
+from torchneuron.compiler.random_ops import is_random_op
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, buffers, random
 from torchneuron.device.module import current_device
+from torchneuron.dynamo import rng_hops
 from torchneuron.hardware import get_core
 
 __all__ = ["neuron_backend", "DynamicShapesNotSupported"]
@@ -60,6 +63,8 @@ def _device_index(example_inputs: list[Any]) -> int:
 
 def _eager_on_device(gm: torch.fx.GraphModule, index: int, name: str) -> Callable:
     """Run an AOT graph op by op on the device: the fallback for a failed compile."""
+
+    rng_hops.to_device_generator(gm)
 
     def run(*args: Any) -> Any:
         record_fallback_run(name)
@@ -86,9 +91,18 @@ def _held(outs: list[Any], index: int) -> list[Any]:
 def _compile_graph_for(index: int, kind: str) -> Callable:
     def compile_one(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         name = f"{kind}_{next(_graph_ids)}"
+        if kind == "backward":
+            _drop_dead_random_ops(gm)
         # A copy of the graph only: attributes (lifted constants such as the value of
         # ``torch.tensor([...])``) are shared, not cloned, since cloning a real tensor
         # under the fake mode AOTAutograd leaves active fails.
+        if rng_hops.has_rng_hops(gm):
+            record_failure("dynamo", "prepare", "checkpointed-random-op",
+                           "a random op under torch.utils.checkpoint is saved and replayed "
+                           "with its generator state, so the graph runs eagerly on the device")
+            _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
+            _constants_to_device(gm, index)
+            return make_boxed_func(_eager_on_device(gm, index, name))
         graph = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         _retarget_factories(graph, "neuron", "cpu", wrap=False)
         try:
@@ -97,7 +111,10 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             # Nor under its fake mode: the neuron compiler folds constants with real
             # tensors, and the graph key hashes them.
             # AOTAutograd's trace added the index-range checks (user ops only).
-            with torch._guards.tracing(None), unset_fake_temporarily(), without_index_checks():
+            # AOTAutograd's trace already decomposed the user's max.dim / min.dim; those
+            # left in its graph are the max-pooling decompositions' own (decomp_extreme).
+            with torch._guards.tracing(None), unset_fake_temporarily(), without_index_checks(), \
+                    lowered_extremes():
                 exe = compile_graph(graph, example_inputs, name=name, source="torch.compile",
                                     store=default_store(),
                                     graph_key=fx_graph_key(graph, example_inputs))
@@ -140,6 +157,23 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
         return run
 
     return compile_one
+
+
+def _drop_dead_random_ops(gm: torch.fx.GraphModule) -> None:
+    """Remove random ops whose results nothing reads from a backward graph (in place).
+
+    After a shape change Dynamo hands over graphs with symbolic sizes, and AOTAutograd's
+    backward for them keeps the forward's ``bernoulli`` with no users (FX keeps a random
+    op as impure). Eager's backward draws nothing; lifted as a random input, the dead
+    draw advanced the device generator, so every dropout mask after the first backward
+    of a new batch size differed from eager's."""
+    dead = [n for n in gm.graph.nodes
+            if n.op == "call_function" and not n.users and is_random_op(n.target)]
+    for node in dead:
+        gm.graph.erase_node(node)
+    if dead:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
 
 
 def wrap_buffer(buffer: torch.Tensor, index: int) -> NeuronTensor:
