@@ -38,19 +38,20 @@ def _bits_equal(got: torch.Tensor, want: torch.Tensor) -> None:
         assert torch.equal(got, want)
 
 
-def _matches_eager(fn: Callable[..., Any], x: torch.Tensor, refused_ok: bool = False) -> None:
+def _matches_eager(fn: Callable[..., Any], *xs: torch.Tensor, refused_ok: bool = False) -> None:
+    inputs = list(xs)
     if refused_ok:
         try:
-            compile_graph(fn, [x])
+            compile_graph(fn, inputs)
         except CompileError:
             return
     try:
-        want = pytree.tree_leaves(fn(x.clone()))
+        want = pytree.tree_leaves(fn(*[x.clone() for x in inputs]))
     except (RuntimeError, NotImplementedError):  # eager refuses: so must the compiler
         with pytest.raises((CompileError, RuntimeError)):
-            compile_graph(fn, [x]).run([x])
+            compile_graph(fn, inputs).run(inputs)
         return
-    got = compile_graph(fn, [x]).run([x])
+    got = compile_graph(fn, inputs).run(inputs)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         _bits_equal(g, w)
@@ -132,3 +133,27 @@ def test_torch_compile_max_dim_and_max_pool_with_nan_match_eager() -> None:
     got = torch.compile(f, backend="neuron")(x.to("neuron"))
     for g, w in zip(got, f(x), strict=True):
         _bits_equal(g.cpu(), w)
+
+
+_INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def _int_pair(dtype: torch.dtype, zero: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    info = torch.iinfo(dtype)
+    a = torch.tensor([0, 1, info.max, info.min, 7, info.max - 1, 5, 9], dtype=torch.int64)
+    b = torch.tensor([3, info.max, -2, 5, 2, -3, 1, 0 if zero else 4], dtype=torch.int64)
+    if dtype == torch.int64:  # past 2**53, where a float64 quotient is no longer exact
+        a[5] = 2**62 + 12345
+    return a.to(dtype), b.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", _INTS)
+@pytest.mark.parametrize("zero", (False, True), ids=("nonzero", "zero-divisor"))
+def test_integer_floor_division_matches_eager(dtype: torch.dtype, zero: bool) -> None:
+    """Exact quotients (int64 past 2**53 went through float64) and, for a zero divisor,
+    an error as eager raises one (the lowering gave the type's maximum)."""
+    a, b = _int_pair(dtype, zero)
+    _matches_eager(torch.floor_divide, a, b)
+    _matches_eager(lambda p, q: torch.div(p, q, rounding_mode="floor"), a, b)
+    divisor = 0 if zero else -3
+    _matches_eager(lambda p: p // divisor, a)
