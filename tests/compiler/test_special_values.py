@@ -157,3 +157,55 @@ def test_integer_floor_division_matches_eager(dtype: torch.dtype, zero: bool) ->
     _matches_eager(lambda p, q: torch.div(p, q, rounding_mode="floor"), a, b)
     divisor = 0 if zero else -3
     _matches_eager(lambda p: p // divisor, a)
+
+
+def _fmod_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(64, generator=g, dtype=torch.float64) * 1e5  # quotients ~1e5: the
+    b = torch.randn(64, generator=g, dtype=torch.float64)        # lowering's rounding shows
+    a[:8] = torch.tensor([5.0, -5.0, INF, -INF, NAN, 0.0, -0.0, 3.0], dtype=torch.float64)
+    b[:8] = torch.tensor([INF, INF, 2.0, 2.0, 1.0, -2.0, 3.0, 0.0], dtype=torch.float64)
+    return a.to(dtype), b.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.float16))
+def test_fmod_and_remainder_are_exact_as_eager(dtype: torch.dtype) -> None:
+    a, b = _fmod_operands(dtype)
+    _matches_eager(torch.fmod, a, b)
+    _matches_eager(torch.remainder, a, b)
+    _matches_eager(lambda p: torch.remainder(p, 6.283185307179586), a)
+    _matches_eager(lambda p: torch.fmod(p, 0.7), a)
+
+
+def test_uint8_remainder_by_a_negative_scalar_wraps_the_divisor_as_eager() -> None:
+    _matches_eager(lambda p: torch.remainder(p, -3), torch.tensor([0, 1, 255, 7, 3, 2],
+                                                                   dtype=torch.uint8))
+
+
+def test_torch_compile_fmod_and_its_gradient_match_eager() -> None:
+    """The table applied twice (AOTAutograd, then prepare): still C fmod, and its backward."""
+    a, b = _fmod_operands(torch.float32)
+    a, b = a[8:], b[8:]
+
+    def f(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return torch.fmod(p, q) * 2 + torch.remainder(p, q)
+
+    pe = a.clone().requires_grad_()
+    want = f(pe, b)
+    want.sum().backward()
+    torch._dynamo.reset()
+    pc = a.to("neuron").requires_grad_()
+    got = torch.compile(f, backend="neuron")(pc, b.to("neuron"))
+    got.sum().backward()
+    _bits_equal(got.detach().cpu(), want.detach())
+    assert pc.grad is not None and pe.grad is not None
+    _bits_equal(pc.grad.cpu(), pe.grad)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
+def test_half_mean_accumulates_in_float32_as_eager(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(3, 1000, generator=g) * 4 + 100).to(dtype)  # float16 sum overflows
+    _matches_eager(lambda p: p.mean(), x)
+    _matches_eager(lambda p: p.mean(1), x)
+    _matches_eager(lambda p: p.mean((0, 1), keepdim=True), x)

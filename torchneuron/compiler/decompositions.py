@@ -94,7 +94,9 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
     from torchneuron.compiler.decomp_extremes import EXTREMES_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_fmod import FMOD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_half_mean import HALF_MEAN_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
     from torchneuron.compiler.decomp_intdiv import INTDIV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
@@ -115,7 +117,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
             RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
-            INTDIV_DECOMPOSITIONS,
+            INTDIV_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             custom_op_decompositions()]
 
 
