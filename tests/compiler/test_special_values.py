@@ -209,3 +209,19 @@ def test_half_mean_accumulates_in_float32_as_eager(dtype: torch.dtype) -> None:
     _matches_eager(lambda p: p.mean(), x)
     _matches_eager(lambda p: p.mean(1), x)
     _matches_eager(lambda p: p.mean((0, 1), keepdim=True), x)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.float16))
+def test_float_floor_and_trunc_division_match_eager(dtype: torch.dtype) -> None:
+    """1.0 // 0.1 is 9 (the rounded quotient is 10), -0.5 // inf is -1, inf // 2 NaN, and
+    trunc keeps -0.0; on random operands too (quotients near integers)."""
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(512, generator=g) * 50).to(dtype)
+    b = torch.randn(512, generator=g).to(dtype)
+    a[:10] = torch.tensor([1.0, 1.0, -0.5, INF, -INF, 5.0, 0.3, -0.3, 7.0, -0.0]).to(dtype)
+    b[:10] = torch.tensor([0.1, 0.2, INF, 2.0, 2.0, 0.0, 0.1, 0.1, -2.0, 1.0]).to(dtype)
+    _matches_eager(torch.floor_divide, a, b)
+    _matches_eager(lambda p, q: torch.div(p, q, rounding_mode="trunc"), a, b)
+    _matches_eager(lambda p: p // 0.1, a)
+    _matches_eager(lambda p: torch.div(p, 0.3, rounding_mode="trunc"), a)
+    _matches_eager(torch.trunc, a / 7)

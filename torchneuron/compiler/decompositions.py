@@ -91,6 +91,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_bessel import BESSEL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_custom import custom_op_decompositions
+    from torchneuron.compiler.decomp_division import DIVISION_DECOMPOSITIONS
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
     from torchneuron.compiler.decomp_extremes import EXTREMES_DECOMPOSITIONS
@@ -98,7 +99,6 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_half_mean import HALF_MEAN_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
-    from torchneuron.compiler.decomp_intdiv import INTDIV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
@@ -117,7 +117,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
             RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
-            INTDIV_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
+            DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             custom_op_decompositions()]
 
 
