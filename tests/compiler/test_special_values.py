@@ -225,3 +225,11 @@ def test_float_floor_and_trunc_division_match_eager(dtype: torch.dtype) -> None:
     _matches_eager(lambda p: p // 0.1, a)
     _matches_eager(lambda p: torch.div(p, 0.3, rounding_mode="trunc"), a)
     _matches_eager(torch.trunc, a / 7)
+
+
+@pytest.mark.parametrize("op", (torch.cummax, torch.cummin))
+def test_int64_cummax_cummin_compare_exactly(op: Callable[..., Any]) -> None:
+    """int64 values past 2**53 (the fill was a Python float, so the rows compared in float)."""
+    x = torch.tensor([2**62 + 1, 2**62, 2**62 + 3, -2**63, 2**63 - 1, 2**53 + 1, 2**53, 5])
+    _matches_eager(lambda p: op(p, 0), x)
+    _matches_eager(lambda p: op(p, 0), x.flip(0))

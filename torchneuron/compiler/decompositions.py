@@ -678,8 +678,11 @@ def _cum_extreme(x: torch.Tensor, dim: int, larger: bool) -> tuple[torch.Tensor,
     n = y.shape[-1]
     pos = torch.arange(n, device=x.device)
     keep = pos[None, :] <= pos[:, None]  # [i, j]: j <= i
-    fill = _lowest(x.dtype) if larger else -_lowest(x.dtype)
-    a = torch.where(keep, y.unsqueeze(-2), fill)
+    if x.dtype.is_floating_point:
+        fill = -math.inf if larger else math.inf
+    else:  # in x's dtype: a Python float fill made int64 compare in float (2**62 + 1 == 2**62)
+        fill = torch.iinfo(x.dtype).min if larger else torch.iinfo(x.dtype).max
+    a = torch.where(keep, y.unsqueeze(-2), torch.full((), fill, dtype=x.dtype, device=x.device))
     vals = a.amax(-1) if larger else a.amin(-1)
     hit = keep & ((a == vals.unsqueeze(-1)) | torch.isnan(a))
     idx = torch.where(hit, pos, -1).amax(-1)
