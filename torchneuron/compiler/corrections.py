@@ -56,6 +56,8 @@ def remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def remainder_scalar(a: torch.Tensor, b: Any) -> torch.Tensor:
     # fmod.Scalar does not lower; a 0-d divisor does
     rhs = torch.scalar_tensor(b, dtype=torch.result_type(a, b), device=a.device)
+    if rhs.dtype == torch.uint8:  # eager wraps the divisor to uint8 (-3 -> 253) first
+        b = int(b) % 256
     return _python_remainder(torch.fmod(a, rhs), b)
 
 

@@ -1,15 +1,7 @@
 """Elementwise ops whose Torch-MLIR lowering is missing or refuses a form eager accepts.
 
-- ``fmod.Scalar``: the scalar divisor stays a dangling ``torch.constant.float``; it
-  becomes a 0-d tensor divisor.
-- float32 / float16 / bfloat16 ``fmod`` (and so ``remainder``): Torch-MLIR computes
-  ``a - trunc(a / b) * b`` in the input dtype, which is off by a whole ``b`` where the rounded quotient reaches the next
-  integer (``fmod(3.0, 0.3)`` gave 0, eager 0.29999989). ATen's fmod is C's, exact; here
-  it is computed in float64, where the quotient of two float32 values truncates exactly
-  while it is below 2**29 (larger quotients can still differ) and ``q * b`` and the
-  subtraction are exact; the sign is the dividend's, as C's. ``remainder`` (in
-  ``corrections``) is this ``fmod`` plus ``b`` where the signs differ. Integer and float64
-  inputs keep the previous path.
+- ``fmod.Scalar``: the scalar divisor stays a dangling ``torch.constant.float``; a 0-d
+  tensor divisor lowers (``stablehlo.remainder`` is C fmod, as ATen's fmod is).
 - ``polar`` with operands of different shapes: the lowering requires equal shapes; the
   operands are broadcast first (same arithmetic, abs * cos(angle), abs * sin(angle)).
 - ``nextafter``: no lowering. It is pure IEEE bit arithmetic: step the integer
@@ -39,24 +31,6 @@ _register = registrar(ELEMENTWISE_DECOMPOSITIONS)
 def fmod_scalar(a: torch.Tensor, b: Any) -> torch.Tensor:
     rhs = torch.scalar_tensor(b, dtype=torch.result_type(a, b), device=a.device)
     return aten.fmod.Tensor(a, rhs)
-
-
-def _exact_fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    a64, b64 = a.to(torch.float64), b.to(torch.float64)
-    r = a64 - torch.trunc(a64 / b64) * b64
-    r = torch.where(torch.isinf(b64) & torch.isfinite(a64), a64, r)  # fmod(a, inf) = a
-    return torch.copysign(r, a64).to(a.dtype)
-
-
-_EXACT = (torch.float32, torch.float16, torch.bfloat16)
-
-
-@_register(aten.fmod.Tensor)
-def fmod_tensor(a: torch.Tensor, b: torch.Tensor) -> Any:
-    dtype = torch.result_type(a, b)
-    if dtype not in _EXACT:
-        return NotImplemented
-    return _exact_fmod(a.to(dtype), b.to(dtype))
 
 
 @_register(aten.polar.default)

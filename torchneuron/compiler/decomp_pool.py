@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.decomp_extreme import lowered_extremes
+from torchneuron.compiler.decomp_extremes import nan_blind_max
 
 __all__ = ["POOL_DECOMPOSITIONS"]
 
@@ -197,8 +197,7 @@ def _adaptive_max(x: torch.Tensor, output_size: Sequence[int], nd: int
     xs = x.reshape(*lead, -1).index_select(-1, flat.reshape(-1)).reshape(*lead, *outs, k)
     low = -math.inf if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
     xs = torch.where(valid, xs, torch.full((), low, dtype=x.dtype, device=x.device))
-    with lowered_extremes():  # NaN handled below
-        values, arg = torch.max(xs, dim=-1)
+    values, arg = nan_blind_max(xs, -1)
     flat = flat.expand(*lead, *outs, k)
     index = torch.gather(flat, -1, arg.unsqueeze(-1)).squeeze(-1)
     if not x.dtype.is_floating_point:
@@ -208,8 +207,7 @@ def _adaptive_max(x: torch.Tensor, output_size: Sequence[int], nd: int
     # keys, -1 if none), its own value (bits) and flat index
     pos = torch.arange(k, device=x.device, dtype=torch.float32)
     key = torch.where(torch.isnan(xs) & valid, pos, torch.full_like(pos, -1.0))
-    with lowered_extremes():
-        kmax, karg = torch.max(key, dim=-1)
+    kmax, karg = nan_blind_max(key, -1)
     nan = kmax >= 0
     nan_value = torch.gather(xs, -1, karg.unsqueeze(-1)).squeeze(-1)
     nan_index = torch.gather(flat, -1, karg.unsqueeze(-1)).squeeze(-1)

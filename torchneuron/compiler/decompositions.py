@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions
 
-from torchneuron.compiler.decomp_extreme import lowered_extremes
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.random_ops import is_random_op
 
@@ -92,10 +91,13 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_bessel import BESSEL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_custom import custom_op_decompositions
+    from torchneuron.compiler.decomp_division import DIVISION_DECOMPOSITIONS
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
-    from torchneuron.compiler.decomp_extreme import EXTREME_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_extremes import EXTREMES_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_fmod import FMOD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_half_mean import HALF_MEAN_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
@@ -114,7 +116,8 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             FRACTIONAL_DECOMPOSITIONS, SPECIAL_DECOMPOSITIONS, ELEMENTWISE_DECOMPOSITIONS,
             LU_DECOMPOSITIONS, QR_DECOMPOSITIONS, INDEX_DECOMPOSITIONS,
             RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
-            EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREME_DECOMPOSITIONS,
+            EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
+            DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             custom_op_decompositions()]
 
 
@@ -279,12 +282,13 @@ def _max_pool_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any, paddi
     (ATen's), selected with a one-hot sum rather than a gather (elementwise work only). A
     padding position wins only in a window whose elements are all -inf: ATen then reports
     the window's first element inside the input, so the table names that one there."""
+    from torchneuron.compiler.decomp_extremes import nan_blind_max
+
     low = _lowest(x.dtype)
     space = list(x.shape[-nd:])
     vals, idxs = _windows_nd(x, kernel_size, stride, padding, dilation, ceil_mode, low, low, nd)
     idxs = _inside_indices(idxs, space, kernel_size, stride, padding, dilation, x.device)
-    with lowered_extremes():  # NaN handled below
-        out, arg = torch.max(vals, dim=-nd - 1)
+    out, arg = nan_blind_max(vals, -nd - 1)
     k = idxs.shape[0]
     onehot = arg.unsqueeze(-nd - 1) == torch.arange(k, device=x.device).reshape(k, *[1] * nd)
     index = torch.where(onehot, idxs, torch.zeros_like(idxs)).sum(-nd - 1)
@@ -298,8 +302,7 @@ def _max_pool_with_indices(x: torch.Tensor, kernel_size: Any, stride: Any, paddi
     flat = torch.arange(numel, device=x.device, dtype=kdt).reshape(space)
     key = torch.where(torch.isnan(x), flat, torch.full_like(flat, -1.0))
     keys, _ = _windows_nd(key, kernel_size, stride, padding, dilation, ceil_mode, -1.0, -1.0, nd)
-    with lowered_extremes():
-        kmax, _ = torch.max(keys, dim=-nd - 1)
+    kmax, _ = nan_blind_max(keys, -nd - 1)
     last = kmax.to(torch.int64)
     nan = last >= 0
     value = torch.gather(x.flatten(-nd), -1, last.clamp(min=0).flatten(-nd)).reshape(out.shape)
@@ -456,14 +459,6 @@ def logcumsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:
         y = _logaddexp(y, aten.constant_pad_nd(y[..., : n - k], [k, 0], -math.inf))
         k *= 2
     return y.movedim(-1, dim)
-
-
-@_register(aten.argmax.default, aten.argmin.default)
-def argmax_0d(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
-    """torch-mlir fails on 0-d inputs only; the answer there is 0."""
-    if x.dim() == 0:
-        return torch.zeros((), dtype=torch.int64, device=x.device)
-    return NotImplemented
 
 
 @_register(aten.kthvalue.default)
@@ -675,21 +670,23 @@ OWN_DECOMPOSITIONS[aten.unfold_copy.default] = lambda x, d, s, st: unfold(x, d, 
 
 
 def _cum_extreme(x: torch.Tensor, dim: int, larger: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """O(n^2) masked reduction; index = last position of the running extreme (ATen's >=)."""
+    """O(n^2) masked reduction; index = last position of the running extreme (ATen's >=),
+    value = the element there (ATen's, bit for bit)."""
     if x.dim() == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     y = x.movedim(dim, -1)
     n = y.shape[-1]
     pos = torch.arange(n, device=x.device)
     keep = pos[None, :] <= pos[:, None]  # [i, j]: j <= i
-    fill = _lowest(x.dtype) if larger else -_lowest(x.dtype)
-    a = torch.where(keep, y.unsqueeze(-2), fill)
+    if x.dtype.is_floating_point:
+        fill = -math.inf if larger else math.inf
+    else:  # in x's dtype: a Python float fill made int64 compare in float (2**62 + 1 == 2**62)
+        fill = torch.iinfo(x.dtype).min if larger else torch.iinfo(x.dtype).max
+    a = torch.where(keep, y.unsqueeze(-2), torch.full((), fill, dtype=x.dtype, device=x.device))
     vals = a.amax(-1) if larger else a.amin(-1)
-    nan_seen = torch.cumsum(torch.isnan(y).to(torch.int64), -1) > 0 if x.dtype.is_floating_point \
-        else torch.zeros_like(y, dtype=torch.bool)
     hit = keep & ((a == vals.unsqueeze(-1)) | torch.isnan(a))
     idx = torch.where(hit, pos, -1).amax(-1)
-    vals = torch.where(nan_seen, math.nan, vals) if x.dtype.is_floating_point else vals
+    vals = torch.gather(y, -1, idx)  # the element at the index: a later 0.0 after -0.0, NaN
     return vals.movedim(-1, dim), idx.movedim(-1, dim)
 
 

@@ -27,7 +27,6 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
-from torchneuron.compiler.decomp_extreme import lowered_extremes
 from torchneuron.compiler.index_bounds import (
     INDEX_BOUNDS,
     USER_LEVEL_CHECKS,
@@ -111,10 +110,7 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             # Nor under its fake mode: the neuron compiler folds constants with real
             # tensors, and the graph key hashes them.
             # AOTAutograd's trace added the index-range checks (user ops only).
-            # AOTAutograd's trace already decomposed the user's max.dim / min.dim; those
-            # left in its graph are the max-pooling decompositions' own (decomp_extreme).
-            with torch._guards.tracing(None), unset_fake_temporarily(), without_index_checks(), \
-                    lowered_extremes():
+            with torch._guards.tracing(None), unset_fake_temporarily(), without_index_checks():
                 exe = compile_graph(graph, example_inputs, name=name, source="torch.compile",
                                     store=default_store(),
                                     graph_key=fx_graph_key(graph, example_inputs))
