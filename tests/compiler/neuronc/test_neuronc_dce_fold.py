@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from torchneuron.compiler.neuronc import compile_module
@@ -87,3 +88,21 @@ def test_large_broadcast_of_splat_folds_but_large_dense_does_not(builder, trn2):
         and const_attr(op)["shape"] == [1024, 1024]
         for op in body
     )
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: torch.signbit(torch.full_like(t, -0.3)),
+    lambda t: torch.full_like(t, -0.3).view(torch.int32),
+    lambda t: torch.remainder(-0.3, t),
+], ids=["signbit", "view-int32", "remainder-negative-scalar"])
+def test_folded_bitcast_of_a_splat_keeps_its_bits(fn) -> None:  # noqa: ANN001
+    """A bitcast_convert of a splat constant is its bits in the new type, not the splat's
+    value: folding it as a reshape made -0.3 viewed as int32 a 0 (and its sign bit,
+    which ``remainder`` by a negative scalar reads, False). Compared with eager."""
+    from torchneuron.compiler import compile_graph
+
+    t = torch.tensor([-152.5, 3.0, -1.0, 7.0])
+    (got,) = compile_graph(fn, [t]).run([t])
+    want = fn(t)
+    assert got.dtype == want.dtype
+    assert torch.equal(got, want), (got, want)

@@ -123,8 +123,10 @@ def _fold(op: Operation, consts: list[Operation]) -> Operation | None:
     if any(d is None for d in dense):
         return None
     all_splat = all("splat" in d for d in dense if d is not None)
-    if all_splat and short(op.name) in LAYOUT and dense and dense[0] is not None:
-        # broadcast/reshape/transpose of a splat is the same splat at the new shape
+    if (all_splat and short(op.name) in LAYOUT and dense and dense[0] is not None
+            and op.operand_types and op.operand_types[0].dtype == rtype.dtype):
+        # broadcast/reshape/transpose of a splat is the same splat at the new shape (not
+        # a bitcast_convert to another element type: its value is the splat's bits)
         return _constant(op.results, rtype, {**dense[0], "shape": list(rtype.shape)})
     if all_splat and kind(op) == "elementwise":
         out = _evaluate(op, consts, scalar=True)
