@@ -278,15 +278,28 @@ def get_device_capability(dev: Any = None) -> tuple[int, int]:
     return props.major, props.minor
 
 
+def _rng_observed(index: int) -> None:
+    """The host is about to read or replace a device generator's state: a sync point.
+
+    Why: adaptive eager defers a region's random ops and draws their numbers when the
+    region's executable runs; a state read (``torch.utils.checkpoint``, ``fork_rng``) or
+    a reseed in the middle of the region would otherwise see the state from before those
+    draws, or change the stream they draw from."""
+    get_core(index).notify_sync("rng-state")
+
+
 def manual_seed(seed: int) -> None:
+    _rng_observed(_current)
     _random.manual_seed(seed, _current)
 
 
 def manual_seed_all(seed: int) -> None:
+    _rng_observed(_current)
     _random.manual_seed_all(seed, device_count())
 
 
 def seed() -> None:
+    _rng_observed(_current)
     _random.generator(_current).seed()
 
 
@@ -295,10 +308,12 @@ def initial_seed() -> int:
 
 
 def get_rng_state(dev: Any = None) -> torch.Tensor:
+    _rng_observed(_index(dev))
     return _random.generator(_index(dev)).get_state()
 
 
 def set_rng_state(state: torch.Tensor, dev: Any = None) -> None:
+    _rng_observed(_index(dev))
     _random.generator(_index(dev)).set_state(state)
 
 

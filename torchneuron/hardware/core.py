@@ -122,7 +122,7 @@ class NeuronCore:
 
     def notify_sync(self, kind: str) -> None:
         """Tell the listeners that the host is about to observe the device (``kind``:
-        "synchronize", "event", "read"), so a mode above can end a deferred region here."""
+        "synchronize", "event", "read", "rng-state"), so a mode above can end a deferred region here."""
         for listener in tuple(_sync_listeners):
             listener(self.index, kind)
 
