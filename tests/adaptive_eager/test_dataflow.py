@@ -15,6 +15,7 @@ from torchneuron.adaptive_eager.replay import Replay, _Value
 def _replay() -> Any:
     rp = Replay.__new__(Replay)  # only the state the check reads and writes
     rp.refs, rp.slots, rp.ext, rp.ext_buffers = [], {}, [], []
+    rp.index = 0  # the device of the tensors the cases make
     return rp
 
 
@@ -80,3 +81,28 @@ def test_generated_dataflow_check_is_the_general_one() -> None:
     moved.buffer = torch.full((2,), 3.0)
     assert dataflow.generate((0,), _Value, Replay._bind)(fast, [moved]) is False
     assert Replay._bind(general, [moved], (0,)) is False
+
+
+def test_an_input_on_another_device_ends_the_replay_and_raises_as_eager() -> None:
+    """A replayed region is one device's: an input on another neuron device is refused
+    by the dataflow check (generated and general), so the op runs eagerly and raises
+    eager's mixed-device error instead of computing on the region's device."""
+    import pytest
+
+    import torchneuron.adaptive_eager as ae
+
+    w = torch.ones(4, device="neuron:0")
+    c0 = torch.full((4,), 5.0, device="neuron:0")
+    c1 = torch.full((4,), 5.0, device="neuron:1")
+    ae.reset()
+    ae.enable()
+    try:
+        for _ in range(8):
+            assert ((w * 2 + c0) * 3).cpu().tolist() == [21.0] * 4
+        assert ae.stats()["replays"] > 0
+        for first in (False, True):  # the foreign input first or second
+            with pytest.raises(RuntimeError, match="same device"):
+                x = w * 2
+                (c1 + x if first else x + c1) * 3
+    finally:
+        ae.disable()

@@ -63,7 +63,7 @@ def _compile(kinds: str) -> Callable[..., Any]:
                      *slow,
                      "        slot = slots.get(v[0])",
                      "        if slot is None:",
-                     f"            if len(slots) != {w}:",
+                     f"            if len(slots) != {w} or t._device_index != rp.index:",
                      "    " + slow[0], "    " + slow[1],
                      f"            slots[v[0]] = {w}",
                      "            rp.ext.append(t)",

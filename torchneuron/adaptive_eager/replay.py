@@ -339,6 +339,8 @@ class Replay:
             vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
             slot = slots.get(vid)
             if slot is None:
+                if t._device_index != self.index:
+                    break  # an input on another device: eager raises, at the side exit
                 slot = slots[vid] = len(slots)
                 self.ext.append(t)
                 self.ext_buffers.append(buf)
