@@ -48,6 +48,7 @@ from . import (  # noqa: F401  (importing registers the op families)
     _specialize_math,
 )
 from ._absorb import absorb_broadcasts, absorb_transposes
+from ._codegen import Generated, generate
 from ._dtypes import TORCH_DTYPES
 from ._fuse import Fused, fuse
 from ._registry import (
@@ -151,10 +152,12 @@ class _Block:
 
     After its first complete run, the values of its hoisted steps (constants and what is
     computed from constants only) are kept in ``consts`` and later runs start from them
-    and run only the other steps (``hot``).
+    and run only the other steps (``hot``); from its second run on, those run as one
+    generated function (``gen``, see ``_codegen``) unless the block cannot be written so.
     """
 
-    __slots__ = ("steps", "returns", "consts", "hot", "slots", "width")
+    __slots__ = ("steps", "returns", "consts", "hot", "slots", "width", "pinned", "gen",
+                 "generated")  # fmt: skip
 
     def __init__(
         self, ops: list[Operation], owner: Prepared, unused: frozenset[int] = frozenset()
@@ -163,9 +166,11 @@ class _Block:
         self.returns: tuple[str, ...] | None = None
         self.consts: dict[str, Any] | None = None
         self.hot: list[_Step] = []
+        self.gen: Generated | None = None
+        self.generated = False  # whether ``gen`` was tried (None then: the loop runs it)
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
-        pinned = region_reads(ops)
+        pinned = self.pinned = region_reads(ops)
         rets = None if end is None else list(ops[end].operands)
         if rets is not None and unused:  # nobody reads these: computing them is waste
             rets = [r for i, r in enumerate(rets) if i not in unused]
@@ -193,6 +198,18 @@ class _Block:
             )
         self.hot = [s for s in self.steps if not s.hoisted]
         _set_drops(self.steps, returns)
+
+    def generate(self) -> Generated | None:
+        """The hot steps as one straight-line function (``_codegen``), made once, after
+        the first complete run (it binds the kept constants); None: the loop runs them."""
+        if self.generated or self.consts is None:
+            return self.gen
+        self.generated = True
+        if self.returns is not None:  # (else the loop says what is wrong)
+            produced = {r for s in self.steps for r in s.results}
+            self.gen = generate(self.hot, produced, self.consts, self.pinned, self.returns,
+                                self.slots, self.width, _check, _check_results)  # fmt: skip
+        return self.gen
 
 
 def _set_drops(steps: list[_Step], returns: tuple[str, ...] | None) -> None:
@@ -228,6 +245,10 @@ def _set_drops(steps: list[_Step], returns: tuple[str, ...] | None) -> None:
 
 class Prepared:
     """A module made ready to run many times (see the module docstring)."""
+
+    # whether blocks run as generated code from their second run on (``_codegen``);
+    # False keeps the loop everywhere (tests compare the two)
+    codegen = True
 
     def __init__(self, module: Module, unused_outputs: Iterable[int] = ()) -> None:
         self.module = module
@@ -383,6 +404,17 @@ class _Interpreter:
     def _run_steps(
         self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
+        gen = block.generate() if self.prepared.codegen else None
+        if gen is not None:
+            try:
+                return gen.fn(env, self, check_shapes)
+            except (UnsupportedStableHLOOp, StableHLOExecutionError):
+                raise
+            except Exception as e:
+                op = gen.failed_op(e)
+                if op is None:  # not an op's failure: as the loop, not wrapped
+                    raise
+                raise _op_error(e, op) from e
         tensor = torch.Tensor
         consts = block.consts
         if consts is None:
@@ -397,9 +429,7 @@ class _Interpreter:
             except (UnsupportedStableHLOOp, StableHLOExecutionError):
                 raise
             except Exception as e:
-                raise StableHLOExecutionError(
-                    f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
-                ) from e
+                raise _op_error(e, op) from e
             if step.single and len(results) == 1:  # one result: the checks inline
                 value = results[0]
                 if isinstance(value, tensor) and (
@@ -410,17 +440,8 @@ class _Interpreter:
                 for name in step.drop:
                     del env[name]
                 continue
-            checks = step.checks
-            if len(results) != len(checks):
-                raise StableHLOExecutionError(
-                    f"{_describe(op)} produced {len(results)} results, expected {len(op.results)}"
-                )
-            for (name, dtype, shape, tt), value in zip(checks, results, strict=False):
-                if isinstance(value, tensor) and (
-                    (dtype is not None and value.dtype != dtype)
-                    or (check_shapes and (shape is None or value.shape != shape))
-                ):
-                    _check(op, value, tt, check_shapes)  # the slow path: explain or accept
+            _check_results(op, results, step.checks, check_shapes)
+            for name, value in zip(step.results, results, strict=False):
                 env[name] = value
             for name in step.drop:
                 del env[name]
@@ -435,6 +456,29 @@ class _Interpreter:
         for i, v in zip(block.slots, values, strict=True):
             full[i] = v
         return full
+
+
+def _op_error(e: Exception, op: Operation) -> StableHLOExecutionError:
+    """An op implementation's failure, naming the op (the original kept as the cause)."""
+    return StableHLOExecutionError(
+        f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
+    )
+
+
+def _check_results(op: Operation, results: list[Any], checks: tuple[Any, ...],
+                   check_shapes: bool) -> None:  # fmt: skip
+    """The general check of an op's results (any count; types not fully static):
+    the count, then each result against its declared dtype and shape."""
+    if len(results) != len(checks):
+        raise StableHLOExecutionError(
+            f"{_describe(op)} produced {len(results)} results, expected {len(op.results)}"
+        )
+    for (_, dtype, shape, tt), value in zip(checks, results, strict=False):
+        if isinstance(value, torch.Tensor) and (
+            (dtype is not None and value.dtype != dtype)
+            or (check_shapes and (shape is None or value.shape != shape))
+        ):
+            _check(op, value, tt, check_shapes)  # the slow path: explain or accept
 
 
 def _describe(op: Operation) -> str:
