@@ -46,6 +46,7 @@ def _runs(text_or_module: Any, inputs: list[list[torch.Tensor]], codegen: bool,
     """A fresh prepared program run on each input list in turn, codegen on or off."""
     module = parse_module(text_or_module) if isinstance(text_or_module, str) else text_or_module
     monkeypatch.setattr(_interpret.Prepared, "codegen", codegen)
+    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 0)  # generated on run 2
     prepared = prepare(module, **kw)
     return prepared, [prepared.run(list(xs)) for xs in inputs]
 
@@ -120,6 +121,7 @@ def test_dead_values_are_freed_after_their_last_reader(codegen, monkeypatch) -> 
     allocator, by reference count alone) when the next steps run, in generated code as
     in the loop."""
     monkeypatch.setattr(_interpret.Prepared, "codegen", codegen)
+    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 0)  # generated on run 2
     prepared = prepare(parse_module(_MATMULS))
     prepared.run([torch.randn(64, 64)])  # the first run: the loop, constants kept
     hot = _entry(prepared).hot
@@ -162,6 +164,7 @@ def _outcome(shape: str, codegen: bool, monkeypatch: pytest.MonkeyPatch, result:
     ``bad`` inputs (the third run), or with the multiply's step made to return ``result``
     after run 1 (the second run, the first of generated code)."""
     monkeypatch.setattr(_interpret.Prepared, "codegen", codegen)
+    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 0)  # generated on run 2
     prepared = prepare(parse_module(_program(shape)))
     good = [torch.ones(2), torch.ones(2)]
     prepared.run(good)
@@ -242,10 +245,25 @@ def test_a_block_read_before_made_keeps_the_loop() -> None:
                                fn=None, operands=operands, results=results, dtypes=(None,),
                                shapes=(None,), checks=(), single=False, drop=())  # fmt: skip
 
+    def block(steps: list[Any]) -> Any:
+        return SimpleNamespace(steps=steps, hot=steps, consts={}, pinned=set(),
+                               returns=("x",), slots=None, width=0)  # fmt: skip
+
     steps = [step("a", ("y",), ("x",)), step("b", ("p",), ("y",))]
-    args = ({"x", "y"}, {}, set(), ("x",), None, 0, None, None)
-    assert generate(steps, *args) is None
-    assert generate(list(reversed(steps)), *args) is not None
+    assert generate(block(steps), None, None) is None
+    assert generate(block(list(reversed(steps))), None, None) is not None
+
+
+def test_blocks_are_generated_after_codegen_after_runs(monkeypatch) -> None:
+    """Compiling costs as much as many loop runs save: a block runs on the loop for its
+    first run and ``codegen_after`` more, then as generated code."""
+    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 3)
+    prepared = prepare(parse_module(_program("2")))
+    made = []
+    for _ in range(6):
+        prepared.run([torch.ones(2), torch.ones(2)])
+        made.append(_entry(prepared).gen is not None)
+    assert made == [False, False, False, False, True, True]
 
 
 def _train(name: str, mode: str, codegen: bool,
@@ -276,8 +294,8 @@ def test_zoo_training_loops_give_the_loops_bits(name, mode, monkeypatch) -> None
     made: list[Any] = []
     generate_block = _interpret._Block.generate
 
-    def recording(block: Any) -> Any:
-        gen = generate_block(block)
+    def recording(block: Any, after: int) -> Any:
+        gen = generate_block(block, after)
         if gen is not None:
             made.append(gen)
         return gen

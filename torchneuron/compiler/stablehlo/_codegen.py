@@ -26,14 +26,26 @@ is what was compiled; ``Generated.listing()`` adds each step's op, for reading o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
+from types import CodeType
 from typing import Any, Protocol
-
-import torch
 
 from .ir import Operation
 
 __all__ = ["Generated", "generate"]
+
+
+class BlockLike(Protocol):
+    """What the generator reads of an interpreter ``_Block``."""
+
+    steps: Sequence[StepLike]
+    hot: Sequence[StepLike]
+    consts: Mapping[str, Any] | None
+    pinned: set[str]
+    returns: tuple[str, ...] | None
+    slots: tuple[int, ...] | None
+    width: int
 
 
 class StepLike(Protocol):
@@ -86,28 +98,22 @@ class Generated:
 
 
 def generate(
-    steps: Sequence[StepLike],
-    produced: set[str],
-    consts: Mapping[str, Any],
-    pinned: set[str],
-    returns: tuple[str, ...],
-    slots: tuple[int, ...] | None,
-    width: int,
-    check: Callable[..., None],
+    block: BlockLike,
+    single: Callable[..., Any],
     check_results: Callable[..., None],
 ) -> Generated | None:
-    """The straight-line function running ``steps`` (a block's hot steps), or None when
-    the block cannot be written that way (then the loop runs it).
+    """``block``'s hot steps as one straight-line function, or None when the block cannot
+    be written that way (then the loop runs it). Call it after the block's first complete
+    run: the function binds the constants kept then (``block.consts``).
 
-    ``produced``: every name the block's steps make (hoisted ones included);
-    ``consts``: the hoisted values, kept from the first run; ``pinned``: names a nested
-    region reads by name; ``returns``/``slots``/``width``: what the block hands back
-    (``slots``: where each return goes among ``width`` outputs, None when all do);
-    ``check``/``check_results``: the loop's own result checks, so both paths explain a
-    wrong result in the same words.
+    ``single(results, dtype, shape, step, check_shapes)``: the loop's check of a step with
+    one result of static type, returning that result; ``check_results(op, results,
+    step.checks, check_shapes)``: its check of any other step. Both are the loop's own, so
+    both paths accept the same results and explain a wrong one in the same words.
     """
-    ns: dict[str, Any] = {"T": torch.Tensor, "isinstance": isinstance, "len": len,
-                          "check": check, "check_results": check_results}  # fmt: skip
+    consts = block.consts if block.consts is not None else {}
+    produced = {r for s in block.steps for r in s.results}  # hoisted ones included
+    ns: dict[str, Any] = {"single": single, "check_results": check_results}
     keys: dict[str, str] = {}  # value name -> global holding it as a string (an env key)
 
     def key(name: str) -> str:
@@ -138,15 +144,17 @@ def generate(
 
     body: list[str] = []
     lines: dict[int, int] = {}
+    pinned = block.pinned
     pinned_consts = {n: v for n, v in consts.items() if n in pinned}
     if pinned_consts:  # a region reads them from the env, as the loop's ``env.update``
         ns["PC"] = pinned_consts
         body.append("env.update(PC)")
+    steps = block.hot
     for i, step in enumerate(steps):
         args = [read(o) for o in step.operands]
         if any(a is None for a in args):
             return None
-        ns[f"f{i}"], ns[f"o{i}"], ns[f"x{i}"] = step.fn, step.op, step.checks
+        ns[f"f{i}"], ns[f"o{i}"], ns[f"p{i}"] = step.fn, step.op, step
         body.append(f"r = f{i}(o{i}, [{', '.join(args)}], run)")  # type: ignore[arg-type]
         lines[len(body) + 1] = i  # +1: the ``def`` line comes first
         names = []
@@ -155,39 +163,37 @@ def generate(
                 return None  # made twice
             names.append(live.setdefault(r, f"v{count}"))
             count += 1
-        if step.single:
-            v = names[0]
+        if step.single:  # one call, not inline ``if``s: compiling those costs 3x as much
             ns[f"d{i}"], ns[f"s{i}"] = step.dtypes[0], step.shapes[0]
-            ns[f"t{i}"] = step.checks[0][3]  # the declared type, for ``check``'s message
-            body += [
-                "if len(r) != 1:",
-                f"    check_results(o{i}, r, x{i}, cs)",
-                f"{v} = r[0]",
-                f"if isinstance({v}, T) and ({v}.dtype != d{i} or (cs and {v}.shape != s{i})):",
-                f"    check(o{i}, {v}, t{i}, cs)",
-            ]
+            body.append(f"{names[0]} = single(r, d{i}, s{i}, p{i}, cs)")
         else:
+            ns[f"x{i}"] = step.checks
             body.append(f"check_results(o{i}, r, x{i}, cs)")
             if names:
                 body.append(f"{', '.join(names)}, = r")
-        for r in step.results:
-            if r in pinned:
-                body.append(f"env[{key(r)}] = {live[r]}")
-        for name in step.drop:
-            if name not in live:
-                return None
-            body.append(f"del {live.pop(name)}")
-            if name in pinned:
-                body.append(f"del env[{key(name)}]")
-    outs = [read(r) for r in returns]
-    if any(o is None for o in outs):
+        body += [f"env[{key(r)}] = {live[r]}" for r in step.results if r in pinned]
+        if any(name not in live for name in step.drop):
+            return None
+        if step.drop:
+            body.append(f"del {', '.join(live.pop(name) for name in step.drop)}")
+        body += [f"del env[{key(name)}]" for name in step.drop if name in pinned]
+    outs = [read(r) for r in block.returns or ()]
+    if block.returns is None or any(o is None for o in outs):
         return None
-    if slots is not None:
-        full = ["None"] * width
-        for s, o in zip(slots, outs, strict=True):
-            full[s] = o  # type: ignore[assignment]
+    if block.slots is not None:
+        full = ["None"] * block.width
+        for slot, o in zip(block.slots, outs, strict=True):
+            full[slot] = o  # type: ignore[assignment]
         outs = full  # type: ignore[assignment]
     body.append(f"return [{', '.join(outs)}]")  # type: ignore[arg-type]
     source = "\n".join(["def block(env, run, cs):"] + [f"    {line}" for line in body] + [""])
-    exec(compile(source, "<torchneuron generated block>", "exec"), ns)  # noqa: S102
+    exec(_compiled(source), ns)  # noqa: S102
     return Generated(ns["block"], source, lines, steps)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(source: str) -> CodeType:
+    """``source`` compiled, kept for the next block written the same way (the same
+    program prepared again: a test's, a cache entry loaded twice), since compiling is
+    most of ``generate``'s cost (~0.1 ms per step)."""
+    return compile(source, "<torchneuron generated block>", "exec")

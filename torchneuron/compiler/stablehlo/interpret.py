@@ -152,12 +152,13 @@ class _Block:
 
     After its first complete run, the values of its hoisted steps (constants and what is
     computed from constants only) are kept in ``consts`` and later runs start from them
-    and run only the other steps (``hot``); from its second run on, those run as one
-    generated function (``gen``, see ``_codegen``) unless the block cannot be written so.
+    and run only the other steps (``hot``); after ``Prepared.codegen_after`` such runs,
+    those run as one generated function (``gen``, see ``_codegen``) unless the block
+    cannot be written so.
     """
 
     __slots__ = ("steps", "returns", "consts", "hot", "slots", "width", "pinned", "gen",
-                 "generated")  # fmt: skip
+                 "generated", "hot_runs")  # fmt: skip
 
     def __init__(
         self, ops: list[Operation], owner: Prepared, unused: frozenset[int] = frozenset()
@@ -168,6 +169,7 @@ class _Block:
         self.hot: list[_Step] = []
         self.gen: Generated | None = None
         self.generated = False  # whether ``gen`` was tried (None then: the loop runs it)
+        self.hot_runs = 0  # runs from ``consts`` on the loop, until ``gen`` is tried
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
         pinned = self.pinned = region_reads(ops)
@@ -199,16 +201,16 @@ class _Block:
         self.hot = [s for s in self.steps if not s.hoisted]
         _set_drops(self.steps, returns)
 
-    def generate(self) -> Generated | None:
-        """The hot steps as one straight-line function (``_codegen``), made once, after
-        the first complete run (it binds the kept constants); None: the loop runs them."""
-        if self.generated or self.consts is None:
-            return self.gen
-        self.generated = True
-        if self.returns is not None:  # (else the loop says what is wrong)
-            produced = {r for s in self.steps for r in s.results}
-            self.gen = generate(self.hot, produced, self.consts, self.pinned, self.returns,
-                                self.slots, self.width, _check, _check_results)  # fmt: skip
+    def generate(self, after: int) -> Generated | None:
+        """The hot steps as one straight-line function (``_codegen``), made once, when
+        this is the block's run ``after + 1`` from its kept constants; before that, and
+        when the block cannot be written so, None: the loop runs them."""
+        if not self.generated:
+            if self.hot_runs < after:
+                self.hot_runs += 1
+                return None
+            self.generated = True
+            self.gen = generate(self, _single_result, _check_results)
         return self.gen
 
 
@@ -246,9 +248,14 @@ def _set_drops(steps: list[_Step], returns: tuple[str, ...] | None) -> None:
 class Prepared:
     """A module made ready to run many times (see the module docstring)."""
 
-    # whether blocks run as generated code from their second run on (``_codegen``);
-    # False keeps the loop everywhere (tests compare the two)
+    # whether blocks run as generated code (``_codegen``); False keeps the loop
+    # everywhere (tests compare the two)
     codegen = True
+    # runs of a block from its kept constants on the loop before it is generated: one
+    # compile costs about as much as 100-300 runs of the loop save (~0.1 ms per step,
+    # against 0.3-0.7 us saved per step and run), so a program run only a few times (a
+    # test's, a one-off call) never pays it; a training loop's is generated in warm-up
+    codegen_after = 3
 
     def __init__(self, module: Module, unused_outputs: Iterable[int] = ()) -> None:
         self.module = module
@@ -404,7 +411,10 @@ class _Interpreter:
     def _run_steps(
         self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
-        gen = block.generate() if self.prepared.codegen else None
+        prepared = self.prepared
+        gen = None
+        if prepared.codegen and block.consts is not None:
+            gen = block.generate(prepared.codegen_after)
         if gen is not None:
             try:
                 return gen.fn(env, self, check_shapes)
@@ -415,7 +425,6 @@ class _Interpreter:
                 if op is None:  # not an op's failure: as the loop, not wrapped
                     raise
                 raise _op_error(e, op) from e
-        tensor = torch.Tensor
         consts = block.consts
         if consts is None:
             steps = block.steps
@@ -430,13 +439,10 @@ class _Interpreter:
                 raise
             except Exception as e:
                 raise _op_error(e, op) from e
-            if step.single and len(results) == 1:  # one result: the checks inline
-                value = results[0]
-                if isinstance(value, tensor) and (
-                    value.dtype != step.dtypes[0] or (check_shapes and value.shape != step.shapes[0])
-                ):
-                    _check(op, value, step.checks[0][3], check_shapes)  # explain or accept
-                env[step.results[0]] = value
+            if step.single:  # the common case: one result of static type
+                env[step.results[0]] = _single_result(
+                    results, step.dtypes[0], step.shapes[0], step, check_shapes
+                )
                 for name in step.drop:
                     del env[name]
                 continue
@@ -463,6 +469,24 @@ def _op_error(e: Exception, op: Operation) -> StableHLOExecutionError:
     return StableHLOExecutionError(
         f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
     )
+
+
+def _single_result(
+    results: list[Any], dtype: torch.dtype, shape: torch.Size, step: _Step, check_shapes: bool
+) -> Any:
+    """The one result of a step whose result type is static, checked: the common case,
+    so its test comes first and costs two compares (``_check`` explains or accepts
+    anything else: a dtype equal but not identical, a value that is no tensor)."""
+    if len(results) == 1:
+        value = results[0]
+        if not isinstance(value, torch.Tensor) or (
+            value.dtype is dtype and (not check_shapes or value.shape == shape)
+        ):
+            return value
+        _check(step.op, value, step.checks[0][3], check_shapes)
+        return value
+    _check_results(step.op, results, step.checks, check_shapes)  # raises: a wrong count
+    return None
 
 
 def _check_results(op: Operation, results: list[Any], checks: tuple[Any, ...],
