@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import CodeType
 from typing import Any, Protocol
 
+import torch
+
 from .ir import Operation
 
 __all__ = ["Generated", "generate"]
@@ -113,7 +115,7 @@ def generate(
     """
     consts = block.consts if block.consts is not None else {}
     produced = {r for s in block.steps for r in s.results}  # hoisted ones included
-    ns: dict[str, Any] = {"single": single, "check_results": check_results}
+    ns: dict[str, Any] = {"T": torch.Tensor, "single": single, "check_results": check_results}
     keys: dict[str, str] = {}  # value name -> global holding it as a string (an env key)
 
     def key(name: str) -> str:
@@ -163,9 +165,14 @@ def generate(
                 return None  # made twice
             names.append(live.setdefault(r, f"v{count}"))
             count += 1
-        if step.single:  # one call, not inline ``if``s: compiling those costs 3x as much
+        if step.single:  # the loop's test inline (a call costs more than the test), one
+            v = names[0]  # ``if`` (each costs compile time); ``single`` accepts or explains
             ns[f"d{i}"], ns[f"s{i}"] = step.dtypes[0], step.shapes[0]
-            body.append(f"{names[0]} = single(r, d{i}, s{i}, p{i}, cs)")
+            body += [
+                f"if len(r) != 1 or not isinstance({v} := r[0], T) or {v}.dtype is not d{i}"
+                f" or (cs and {v}.shape != s{i}):",
+                f"    {v} = single(r, d{i}, s{i}, p{i}, cs)",
+            ]
         else:
             ns[f"x{i}"] = step.checks
             body.append(f"check_results(o{i}, r, x{i}, cs)")

@@ -425,6 +425,7 @@ class _Interpreter:
                 if op is None:  # not an op's failure: as the loop, not wrapped
                     raise
                 raise _op_error(e, op) from e
+        tensor = torch.Tensor
         consts = block.consts
         if consts is None:
             steps = block.steps
@@ -439,10 +440,16 @@ class _Interpreter:
                 raise
             except Exception as e:
                 raise _op_error(e, op) from e
-            if step.single:  # the common case: one result of static type
-                env[step.results[0]] = _single_result(
-                    results, step.dtypes[0], step.shapes[0], step, check_shapes
-                )
+            if step.single:  # the common case, one result of static type: tested inline
+                if (
+                    len(results) != 1
+                    or not isinstance(value := results[0], tensor)
+                    or value.dtype is not step.dtypes[0]
+                    or (check_shapes and value.shape != step.shapes[0])
+                ):
+                    value = _single_result(results, step.dtypes[0], step.shapes[0], step,
+                                           check_shapes)  # fmt: skip
+                env[step.results[0]] = value
                 for name in step.drop:
                     del env[name]
                 continue
@@ -474,9 +481,10 @@ def _op_error(e: Exception, op: Operation) -> StableHLOExecutionError:
 def _single_result(
     results: list[Any], dtype: torch.dtype, shape: torch.Size, step: _Step, check_shapes: bool
 ) -> Any:
-    """The one result of a step whose result type is static, checked: the common case,
-    so its test comes first and costs two compares (``_check`` explains or accepts
-    anything else: a dtype equal but not identical, a value that is no tensor)."""
+    """The one result of a step whose result type is static, checked: the slow path of
+    the test the loop and generated code make inline (``_check`` explains or accepts
+    what that test does not pass: a dtype equal but not identical, a value that is no
+    tensor); more or fewer than one result is an error."""
     if len(results) == 1:
         value = results[0]
         if not isinstance(value, torch.Tensor) or (
