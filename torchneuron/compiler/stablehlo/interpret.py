@@ -19,7 +19,9 @@ names and the dtype and shape its results must have. Constants, and every op com
 from constants only (a broadcast scalar, a reshaped mask), are computed on the first run
 and kept; later runs start from them and run only the other steps, a straight loop with
 no table lookups or attribute parsing, each value leaving the run's env after its last
-reader (its memory reused while in cache). None of this touches the program (the compiler's
+reader (its memory reused while in cache); once a block has run from its constants a few
+times, that loop is replaced by one generated straight-line function doing the same
+(``_codegen``: values in locals, no per-step bookkeeping). None of this touches the program (the compiler's
 cost model reads the program, so simulated times never depend on it), and every step
 gives the bits the op-by-op implementations give. Outputs never share storage with an
 input, a kept constant or another output (checked by identity of the tensor owning each
