@@ -9,6 +9,7 @@ Why: from a block's second run on, every executable runs through generated code;
 from __future__ import annotations
 
 import importlib
+import re
 import weakref
 from types import SimpleNamespace
 from typing import Any
@@ -308,3 +309,22 @@ def test_zoo_training_loops_give_the_loops_bits(name, mode, monkeypatch) -> None
     assert len(got) == len(want)
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert _same_bits(a, b), f"{name} {mode}: value {i}"
+
+
+@pytest.mark.parametrize(
+    "inputs,message",
+    [
+        ([torch.ones(2), torch.ones(2, dtype=torch.float64)], "input 1 (%arg1) has dtype"),
+        ([torch.ones(3), torch.ones(2)], "input 0 (%arg0) has shape [3]"),
+        ([torch.ones(2, 1), torch.ones(2)], "input 0 (%arg0) has shape [2, 1]"),
+        ([torch.ones(2)], "takes 2 inputs, got 1"),
+        ([torch.ones(2)] * 3, "takes 2 inputs, got 3"),
+    ],
+)
+def test_inputs_of_another_type_are_refused(inputs, message) -> None:
+    """A static program compares its inputs' dtypes and shapes as two lists at once; any
+    difference still gets the input-by-input check, naming the input."""
+    prepared = prepare(parse_module(_program("2")))
+    assert prepared.run([torch.ones(2), torch.ones(2)])[0].tolist() == [4.0, 4.0]
+    with pytest.raises(StableHLOExecutionError, match=re.escape(message)):
+        prepared.run(inputs)
