@@ -19,7 +19,9 @@ names and the dtype and shape its results must have. Constants, and every op com
 from constants only (a broadcast scalar, a reshaped mask), are computed on the first run
 and kept; later runs start from them and run only the other steps, a straight loop with
 no table lookups or attribute parsing, each value leaving the run's env after its last
-reader (its memory reused while in cache). None of this touches the program (the compiler's
+reader (its memory reused while in cache); once a block has run from its constants a few
+times, that loop is replaced by one generated straight-line function doing the same
+(``_codegen``: values in locals, no per-step bookkeeping). None of this touches the program (the compiler's
 cost model reads the program, so simulated times never depend on it), and every step
 gives the bits the op-by-op implementations give. Outputs never share storage with an
 input, a kept constant or another output (checked by identity of the tensor owning each
@@ -29,6 +31,7 @@ one's storage; under inference mode, whose views do not name their base, by stor
 
 from __future__ import annotations
 
+import operator
 from collections import ChainMap
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from typing import Any
@@ -48,6 +51,7 @@ from . import (  # noqa: F401  (importing registers the op families)
     _specialize_math,
 )
 from ._absorb import absorb_broadcasts, absorb_transposes
+from ._codegen import Generated, generate
 from ._dtypes import TORCH_DTYPES
 from ._fuse import Fused, fuse
 from ._registry import (
@@ -66,6 +70,7 @@ __all__ = ["interpret", "prepare", "Prepared", "OPS", "UnsupportedStableHLOOp",
            "StableHLOExecutionError"]  # fmt: skip
 
 _RETURNS = ("func.return", "stablehlo.return")
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 
 
 def _unsupported(op: Operation) -> OpFn:
@@ -151,10 +156,13 @@ class _Block:
 
     After its first complete run, the values of its hoisted steps (constants and what is
     computed from constants only) are kept in ``consts`` and later runs start from them
-    and run only the other steps (``hot``).
+    and run only the other steps (``hot``); after ``Prepared.codegen_after`` such runs,
+    those run as one generated function (``gen``, see ``_codegen``) unless the block
+    cannot be written so.
     """
 
-    __slots__ = ("steps", "returns", "consts", "hot", "slots", "width")
+    __slots__ = ("steps", "returns", "consts", "hot", "slots", "width", "pinned", "gen",
+                 "generated", "hot_runs")  # fmt: skip
 
     def __init__(
         self, ops: list[Operation], owner: Prepared, unused: frozenset[int] = frozenset()
@@ -163,9 +171,12 @@ class _Block:
         self.returns: tuple[str, ...] | None = None
         self.consts: dict[str, Any] | None = None
         self.hot: list[_Step] = []
+        self.gen: Generated | None = None
+        self.generated = False  # whether ``gen`` was tried (None then: the loop runs it)
+        self.hot_runs = 0  # runs from ``consts`` on the loop, until ``gen`` is tried
         constant: set[str] = set()  # values the same on every run
         end = next((i for i, op in enumerate(ops) if op.name in _RETURNS), None)
-        pinned = region_reads(ops)
+        pinned = self.pinned = region_reads(ops)
         rets = None if end is None else list(ops[end].operands)
         if rets is not None and unused:  # nobody reads these: computing them is waste
             rets = [r for i, r in enumerate(rets) if i not in unused]
@@ -193,6 +204,18 @@ class _Block:
             )
         self.hot = [s for s in self.steps if not s.hoisted]
         _set_drops(self.steps, returns)
+
+    def generate(self, after: int) -> Generated | None:
+        """The hot steps as one straight-line function (``_codegen``), made once, when
+        this is the block's run ``after + 1`` from its kept constants; before that, and
+        when the block cannot be written so, None: the loop runs them."""
+        if not self.generated:
+            if self.hot_runs < after:
+                self.hot_runs += 1
+                return None
+            self.generated = True
+            self.gen = generate(self, _single_result, _check_results)
+        return self.gen
 
 
 def _set_drops(steps: list[_Step], returns: tuple[str, ...] | None) -> None:
@@ -229,6 +252,15 @@ def _set_drops(steps: list[_Step], returns: tuple[str, ...] | None) -> None:
 class Prepared:
     """A module made ready to run many times (see the module docstring)."""
 
+    # whether blocks run as generated code (``_codegen``); False keeps the loop
+    # everywhere (tests compare the two)
+    codegen = True
+    # runs of a block from its kept constants on the loop before it is generated: one
+    # compile costs about as much as 100-300 runs of the loop save (~0.1 ms per step,
+    # against 0.3-0.7 us saved per step and run), so a program run only a few times (a
+    # test's, a one-off call) never pays it; a training loop's is generated in warm-up
+    codegen_after = 3
+
     def __init__(self, module: Module, unused_outputs: Iterable[int] = ()) -> None:
         self.module = module
         # entry results nobody reads (the caller takes those from its inputs): not
@@ -249,6 +281,11 @@ class Prepared:
             else None
             for _, tt, want in self._inputs
         ]  # fmt: skip
+        # when every input is static: the dtypes and shapes the inputs must have, compared
+        # as two lists (C loops: half the time of the loop below over ~100 inputs)
+        self._signature = None if any(e is None for e in self._exact) else (
+            [e[0] for e in self._exact], [e[1] for e in self._exact]  # type: ignore[index]
+        )  # fmt: skip
 
     def block(self, ops: list[Operation]) -> _Block:
         """The prepared form of ``ops`` (a function body or an op's region), built once."""
@@ -262,6 +299,15 @@ class Prepared:
         """Run the entry function on CPU tensors; returns fresh contiguous outputs
         (None for the unused ones)."""
         args = list(inputs)
+        sig = self._signature
+        if sig is None or list(map(_DTYPE, args)) != sig[0] or list(map(_SHAPE, args)) != sig[1]:
+            self._check_inputs(args)
+        with torch.no_grad():  # the simulator executes a program; it never records autograd
+            outs = _Interpreter(self).run_function(self.entry, args)
+        return self._fresh(args, outs)
+
+    def _check_inputs(self, args: list[Any]) -> None:
+        """Each input against its declared type, naming the first that differs."""
         for i, (exact, x) in enumerate(zip(self._exact, args, strict=False)):
             if exact is not None and x.dtype == exact[0] and x.shape == exact[1]:
                 continue  # the common case: a static input of the declared type
@@ -276,9 +322,6 @@ class Prepared:
                 raise StableHLOExecutionError(
                     f"input {i} (%{name}) has shape {list(x.shape)}, the program expects {tt}"
                 )
-        with torch.no_grad():  # the simulator executes a program; it never records autograd
-            outs = _Interpreter(self).run_function(self.entry, args)
-        return self._fresh(args, outs)
 
     def _fresh(self, args: list[Any], outs: list[Any]) -> list[Any]:
         """The outputs made contiguous, each one its own storage (cloned where not).
@@ -383,6 +426,20 @@ class _Interpreter:
     def _run_steps(
         self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
+        prepared = self.prepared
+        gen = None
+        if prepared.codegen and block.consts is not None:
+            gen = block.generate(prepared.codegen_after)
+        if gen is not None:
+            try:
+                return gen.fn(env, self, check_shapes)
+            except (UnsupportedStableHLOOp, StableHLOExecutionError):
+                raise
+            except Exception as e:
+                op = gen.failed_op(e)
+                if op is None:  # not an op's failure: as the loop, not wrapped
+                    raise
+                raise _op_error(e, op) from e
         tensor = torch.Tensor
         consts = block.consts
         if consts is None:
@@ -397,30 +454,22 @@ class _Interpreter:
             except (UnsupportedStableHLOOp, StableHLOExecutionError):
                 raise
             except Exception as e:
-                raise StableHLOExecutionError(
-                    f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
-                ) from e
-            if step.single and len(results) == 1:  # one result: the checks inline
-                value = results[0]
-                if isinstance(value, tensor) and (
-                    value.dtype != step.dtypes[0] or (check_shapes and value.shape != step.shapes[0])
+                raise _op_error(e, op) from e
+            if step.single:  # the common case, one result of static type: tested inline
+                if (
+                    len(results) != 1
+                    or not isinstance(value := results[0], tensor)
+                    or value.dtype is not step.dtypes[0]
+                    or (check_shapes and value.shape != step.shapes[0])
                 ):
-                    _check(op, value, step.checks[0][3], check_shapes)  # explain or accept
+                    value = _single_result(results, step.dtypes[0], step.shapes[0], step,
+                                           check_shapes)  # fmt: skip
                 env[step.results[0]] = value
                 for name in step.drop:
                     del env[name]
                 continue
-            checks = step.checks
-            if len(results) != len(checks):
-                raise StableHLOExecutionError(
-                    f"{_describe(op)} produced {len(results)} results, expected {len(op.results)}"
-                )
-            for (name, dtype, shape, tt), value in zip(checks, results, strict=False):
-                if isinstance(value, tensor) and (
-                    (dtype is not None and value.dtype != dtype)
-                    or (check_shapes and (shape is None or value.shape != shape))
-                ):
-                    _check(op, value, tt, check_shapes)  # the slow path: explain or accept
+            _check_results(op, results, step.checks, check_shapes)
+            for name, value in zip(step.results, results, strict=False):
                 env[name] = value
             for name in step.drop:
                 del env[name]
@@ -435,6 +484,48 @@ class _Interpreter:
         for i, v in zip(block.slots, values, strict=True):
             full[i] = v
         return full
+
+
+def _op_error(e: Exception, op: Operation) -> StableHLOExecutionError:
+    """An op implementation's failure, naming the op (the original kept as the cause)."""
+    return StableHLOExecutionError(
+        f"{type(e).__name__} while running {_describe(op)}: {e}", op=op.name
+    )
+
+
+def _single_result(
+    results: list[Any], dtype: torch.dtype, shape: torch.Size, step: _Step, check_shapes: bool
+) -> Any:
+    """The one result of a step whose result type is static, checked: the slow path of
+    the test the loop and generated code make inline (``_check`` explains or accepts
+    what that test does not pass: a dtype equal but not identical, a value that is no
+    tensor); more or fewer than one result is an error."""
+    if len(results) == 1:
+        value = results[0]
+        if not isinstance(value, torch.Tensor) or (
+            value.dtype is dtype and (not check_shapes or value.shape == shape)
+        ):
+            return value
+        _check(step.op, value, step.checks[0][3], check_shapes)
+        return value
+    _check_results(step.op, results, step.checks, check_shapes)  # raises: a wrong count
+    return None
+
+
+def _check_results(op: Operation, results: list[Any], checks: tuple[Any, ...],
+                   check_shapes: bool) -> None:  # fmt: skip
+    """The general check of an op's results (any count; types not fully static):
+    the count, then each result against its declared dtype and shape."""
+    if len(results) != len(checks):
+        raise StableHLOExecutionError(
+            f"{_describe(op)} produced {len(results)} results, expected {len(op.results)}"
+        )
+    for (_, dtype, shape, tt), value in zip(checks, results, strict=False):
+        if isinstance(value, torch.Tensor) and (
+            (dtype is not None and value.dtype != dtype)
+            or (check_shapes and (shape is None or value.shape != shape))
+        ):
+            _check(op, value, tt, check_shapes)  # the slow path: explain or accept
 
 
 def _describe(op: Operation) -> str:
