@@ -12,7 +12,9 @@ Why ``prepare`` then ``run``: an executable runs the same program every training
 ``_simplify`` turns no-op ops into aliases; ``_fuse`` replaces runs of ops that are one
 torch call (max-pooling forward, ``_fuse_pool``, and backward; ReLU's backward,
 ``_fuse_relu``) or a few (BatchNorm's batch variance, ``_fuse_norm``), or whose result
-is known when no NaN is present (max-pooling's NaN override, ``_fuse_nan``) by one op; ``_absorb``
+is known when no NaN is present (max-pooling's NaN override, ``_fuse_nan``), or that
+form a tree of single-use elementwise arithmetic (an optimizer's update,
+``_fuse_pointwise``) by one op; ``_absorb``
 drops broadcasts that torch's implicit broadcasting does and folds transposes into the
 ``dot_general`` reading them; then each op is resolved to its implementation (``_specialize*``: attributes read once), its operand and result
 names and the dtype and shape its results must have. Constants, and every op computed
