@@ -121,3 +121,19 @@ def test_half_activations_are_computed_in_float32_as_eager(case: str,
     want = fn(x.clone())
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("fn", (F.elu, F.selu, lambda a: F.celu(a, alpha=0.7)),
+                         ids=("elu", "selu", "celu"))
+def test_elu_family_at_infinities_nan_and_zeros_matches_eager(fn: Callable[..., Any],
+                                                              dtype: torch.dtype) -> None:
+    _exact(fn, torch.tensor([INF, -INF, NAN, 0.0, -0.0], dtype=dtype))
+
+
+@pytest.mark.parametrize("fn", (F.elu, F.selu, lambda a: F.celu(a, alpha=0.7)),
+                         ids=("elu", "selu", "celu"))
+def test_float32_elu_family_near_zero_matches_eager(fn: Callable[..., Any]) -> None:
+    x = torch.cat([-torch.logspace(-8, 1, 50), torch.logspace(-8, 1, 50)])
+    (got,) = _compiled(fn, x)
+    torch.testing.assert_close(got, fn(x))

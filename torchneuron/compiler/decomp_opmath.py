@@ -10,6 +10,11 @@ These entries convert to float32, apply the op's float32 lowering and convert ba
 kernels give NaN there (their erf evaluation multiplies inf by 0), while the product
 ``x/2 * (1 + erf(x/sqrt 2))`` the lowering emits gives inf. float64 eager gives inf and
 is left alone.
+
+``elu`` (and ``selu`` / ``celu``) is written out as eager's kernel has it,
+``x > 0 ? x * scale : expm1(x * input_scale) * (alpha * scale)``, with the coefficient
+multiplied in float32 as there: the lowering's ``max(x, 0) * scale + (exp(min(x, 0)) - 1)
+* alpha`` sums two zeros at x = -0.0 and gave 0.0 where eager keeps -0.0.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ __all__ = ["opmath_decompositions"]
 
 aten = torch.ops.aten
 _HALVES = (torch.float16, torch.bfloat16)
-_UPCAST_OPS = (aten.elu.default, aten._log_softmax.default)
+_UPCAST_OPS = (aten._log_softmax.default,)
 
 
 def _gelu_erf(x: torch.Tensor) -> torch.Tensor:
@@ -46,6 +51,19 @@ def _gelu(base: Callable[..., Any] | None) -> Callable[..., Any]:
     return gelu
 
 
+def _elu(x: torch.Tensor, alpha: float = 1.0, scale: float = 1.0,
+         input_scale: float = 1.0) -> Any:
+    if not x.is_floating_point():
+        return NotImplemented
+    opmath = torch.float32 if x.dtype in _HALVES else x.dtype
+    negcoef = (torch.tensor(alpha, dtype=opmath) * torch.tensor(scale, dtype=opmath)).item()
+    poscoef = torch.tensor(scale, dtype=opmath).item()
+    negiptcoef = torch.tensor(input_scale, dtype=opmath).item()
+    y = x.to(opmath)
+    out = torch.where(y > 0, y * poscoef, torch.expm1(y * negiptcoef) * negcoef)
+    return out.to(x.dtype)
+
+
 def _upcast(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     def fn(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if x.dtype not in _HALVES:
@@ -63,4 +81,5 @@ def opmath_decompositions(base: dict[Any, Callable[..., Any]]) -> dict[Any, Call
     keep ``base``'s entry (or the op's own lowering when it has none)."""
     table: dict[Any, Callable[..., Any]] = {op: _upcast(op, base.get(op)) for op in _UPCAST_OPS}
     table[aten.gelu.default] = _gelu(base.get(aten.gelu.default))
+    table[aten.elu.default] = _elu
     return table
