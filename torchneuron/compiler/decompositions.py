@@ -79,6 +79,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
     table.update(fft_decompositions(table))  # complex values only; real: the entry before
+    from torchneuron.compiler.decomp_opmath import opmath_decompositions
+
+    table.update(opmath_decompositions(table))  # half in float32; wraps the entries before
     table.update(shape_decompositions(table))  # wraps the entries above, so last
     from torchneuron.compiler.index_bounds import with_index_checks
 
@@ -102,6 +105,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_pow import POW_DECOMPOSITIONS
     from torchneuron.compiler.decomp_qr import QR_DECOMPOSITIONS
     from torchneuron.compiler.decomp_resample import RESAMPLE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_resize import RESIZE_DECOMPOSITIONS
@@ -118,7 +122,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
-            custom_op_decompositions()]
+            POW_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random
