@@ -137,3 +137,31 @@ def test_float32_elu_family_near_zero_matches_eager(fn: Callable[..., Any]) -> N
     x = torch.cat([-torch.logspace(-8, 1, 50), torch.logspace(-8, 1, 50)])
     (got,) = _compiled(fn, x)
     torch.testing.assert_close(got, fn(x))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.ELU(), lambda: torch.nn.ELU(alpha=0.5, inplace=True), lambda: torch.nn.SELU(),
+    lambda: torch.nn.CELU(alpha=2.0),
+], ids=["elu", "elu-inplace", "selu", "celu"])
+def test_elu_family_trains_under_torch_compile(make: Callable[[], torch.nn.Module]) -> None:
+    """Through Dynamo and AOTAutograd, not only ``compile_graph``: the elu entry once
+    built its coefficients as tensors, which AOTAutograd traced (a stray ``detach_``:
+    every elu and selu graph failed to compile). Forward and gradient equal eager CPU."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+    model = torch.nn.Sequential(lin, make())
+    x = torch.randn(3, 4) * 3
+    want = model(x).sum()
+    want.backward()
+    want_grad = lin.weight.grad.clone()
+    lin.weight.grad = None
+    dev = model.to("neuron")
+    before = torchneuron.compiler.stats()
+    got = torch.compile(dev, backend="neuron")(x.to("neuron")).sum()
+    got.backward()
+    after = torchneuron.compiler.stats()
+    torch.testing.assert_close(got.cpu(), want.detach())
+    torch.testing.assert_close(lin.weight.grad.cpu(), want_grad)
+    assert after["failures"] == before["failures"]  # compiled, not run eagerly
+    assert after["compilations"] > before["compilations"]

@@ -20,6 +20,7 @@ multiplied in float32 as there: the lowering's ``max(x, 0) * scale + (exp(min(x,
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -56,12 +57,23 @@ def _elu(x: torch.Tensor, alpha: float = 1.0, scale: float = 1.0,
     if not x.is_floating_point():
         return NotImplemented
     opmath = torch.float32 if x.dtype in _HALVES else x.dtype
-    negcoef = (torch.tensor(alpha, dtype=opmath) * torch.tensor(scale, dtype=opmath)).item()
-    poscoef = torch.tensor(scale, dtype=opmath).item()
-    negiptcoef = torch.tensor(input_scale, dtype=opmath).item()
+    # the coefficients as the kernel holds them, rounded in plain Python: a tensor made
+    # here would be traced into the graph (AOTAutograd then finds a stray detach_)
+    r = _to_float32 if opmath == torch.float32 else float
+    negcoef = r(r(alpha) * r(scale))  # a float32 product is exact in double, rounded once
+    poscoef = r(scale)
+    negiptcoef = r(input_scale)
     y = x.to(opmath)
     out = torch.where(y > 0, y * poscoef, torch.expm1(y * negiptcoef) * negcoef)
     return out.to(x.dtype)
+
+
+def _to_float32(v: float) -> float:
+    """``v`` rounded to the nearest float32 (ties to even), as a Python float."""
+    try:
+        return struct.unpack("f", struct.pack("f", float(v)))[0]
+    except OverflowError:  # beyond float32's range: the cast gives an infinity
+        return math.copysign(math.inf, v)
 
 
 def _upcast(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:

@@ -4,9 +4,12 @@ ATen's CPU ``pow(tensor, scalar)`` does not call C ``pow`` for these two exponen
 runs ``sqrt`` and ``rsqrt``, which differ from ``pow`` on special bases. ``pow(-inf, 0.5)``
 is inf in C but ``sqrt(-inf)`` is NaN, and ``pow(-0.0, 0.5)`` is 0.0 where ``sqrt`` keeps
 the sign (-0.0); likewise ``rsqrt(-0.0)`` is -inf, not inf. The lowering kept
-``stablehlo.power``, i.e. C's values. The other exponents ATen special-cases (2, 3, -1, -2)
-give C's values on every base, and a tensor exponent always takes C ``pow``, so only these
-two are rewritten. float16 takes C ``pow`` in eager too (bfloat16 does not) and is left alone.
+``stablehlo.power``, i.e. C's values. Only these two are rewritten. ATen also computes
+2, 3, -1 and -2 by products (``x**-2`` as ``1 / (x * x)``), which differ from C's ``pow``
+in the last ulp and where ``x * x`` overflows (float32 ``1e20 ** -2``: eager 0.0, the
+lowering a subnormal); rewriting them would change the programs (and simulated times) of
+every model squaring a value, so they are left as a known difference. A tensor exponent
+always takes C ``pow``. float16 takes C ``pow`` in eager too (bfloat16 does not) and is left alone.
 """
 
 from __future__ import annotations
