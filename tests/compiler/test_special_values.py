@@ -10,6 +10,7 @@ refused at compile time so the graph runs eagerly and eager raises.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -233,3 +234,25 @@ def test_int64_cummax_cummin_compare_exactly(op: Callable[..., Any]) -> None:
     x = torch.tensor([2**62 + 1, 2**62, 2**62 + 3, -2**63, 2**63 - 1, 2**53 + 1, 2**53, 5])
     _matches_eager(lambda p: op(p, 0), x)
     _matches_eager(lambda p: op(p, 0), x.flip(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("op", [lambda a, b: a // b, lambda a, b: a % b, torch.fmod],
+                         ids=["floordiv", "remainder", "fmod"])  # (eager's trunc traps)
+def test_integer_minimum_by_minus_one_matches_eager(op: Callable[..., Any],
+                                                    dtype: torch.dtype) -> None:
+    """The minimum divided by -1 wraps (and its remainder is 0) as in eager; C's integer
+    division traps on it, and the interpreter's divide once killed the process (SIGFPE)."""
+    a = torch.tensor([torch.iinfo(dtype).min, 7, -7, 5], dtype=dtype)
+    b = torch.tensor([-1, -1, 2, -3], dtype=dtype)
+    _matches_eager(op, a, b)
+
+
+@pytest.mark.parametrize("op", [lambda t: 5 // t, lambda t: -0.3 // t,
+                                lambda t: torch.div(5, t, rounding_mode="floor"),
+                                lambda t: torch.div(5, t, rounding_mode="trunc")],
+                         ids=["5//t", "-0.3//t", "div-floor", "div-trunc"])  # fmt: skip
+def test_a_python_number_divided_by_a_tensor_matches_eager(op: Callable[..., Any]) -> None:
+    """A Python number on the left took the old lowering (``5 // 0.1`` gave 50, eager 49)."""
+    _matches_eager(op, torch.tensor([0.1, -math.inf, 0.3, -0.0, 7.0]))
+    _matches_eager(op, torch.tensor([3, -4, 7, 2**40], dtype=torch.int64))

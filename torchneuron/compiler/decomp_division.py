@@ -53,8 +53,18 @@ def _floor_div_floating(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @_register(aten.div.Tensor_mode)
-def div_mode(a: torch.Tensor, b: Any, *, rounding_mode: str | None) -> Any:
-    if rounding_mode is None or not isinstance(a, torch.Tensor) or a.is_complex():
+def div_mode(a: Any, b: Any, *, rounding_mode: str | None) -> Any:
+    if rounding_mode is None:
+        return NotImplemented
+    if not isinstance(a, torch.Tensor):  # a Python number divided by a tensor: ``5 // t``
+        if not isinstance(b, torch.Tensor) or not isinstance(a, (int, float)) \
+                or isinstance(a, bool):
+            return NotImplemented
+        dtype = torch.result_type(a, b)
+        if dtype in (torch.float16, torch.bfloat16, torch.bool) or dtype.is_complex:
+            return NotImplemented  # (how eager rounds a left scalar there: not modelled)
+        a = torch.scalar_tensor(a, dtype=dtype, device=b.device)
+    if a.is_complex():
         return NotImplemented
     work = dtype = torch.result_type(a, b)
     if not isinstance(b, torch.Tensor):

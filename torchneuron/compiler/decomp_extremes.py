@@ -22,6 +22,7 @@ is refused the same way.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +64,9 @@ def argmin(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> An
     return _arg_extreme("argmin", corrections.argmin, x, dim, keepdim)
 
 
-_NAN_BLIND = [False]
+# set while this thread traces the op's own lowering (a background compile traces
+# in another thread: a process-wide flag would leak into it)
+_NAN_BLIND = threading.local()
 
 
 @torch.library.custom_op("torchneuron::nan_blind_max", mutates_args=())
@@ -99,11 +102,11 @@ def nan_blind_max(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor
 def _nan_blind_max_decomposition(x: torch.Tensor, dim: int) -> Any:
     if torch._guards.TracingContext.try_get() is not None:
         return NotImplemented
-    _NAN_BLIND[0] = True
+    _NAN_BLIND.on = True
     try:
         values, index = torch.max(x, dim=dim)
     finally:
-        _NAN_BLIND[0] = False
+        _NAN_BLIND.on = False
     return values, index
 
 
@@ -119,7 +122,7 @@ def _value_and_index(arg: Any, x: torch.Tensor, dim: int, keepdim: bool
 
 @_register(aten.max.dim)
 def max_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
-    if _NAN_BLIND[0]:
+    if getattr(_NAN_BLIND, "on", False):
         return NotImplemented
     return _value_and_index(aten.argmax.default, x, dim, keepdim)
 

@@ -16,6 +16,7 @@ the pass that lowers turns it into ``remainder.Tensor`` with the sign rule stood
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,9 @@ __all__ = ["FMOD_DECOMPOSITIONS"]
 aten = torch.ops.aten
 FMOD_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 _register = registrar(FMOD_DECOMPOSITIONS)
-_RAW = [False]
+# set while this thread traces the op's own lowering (a background compile traces
+# in another thread: a process-wide flag would leak into it)
+_RAW = threading.local()
 
 
 @torch.library.custom_op("torchneuron::c_fmod", mutates_args=())
@@ -56,16 +59,16 @@ def _c_fmod_decomposition(a: torch.Tensor, b: torch.Tensor) -> Any:
     if torch._guards.TracingContext.try_get() is not None:
         return NotImplemented
     dtype = torch.result_type(a, b)
-    _RAW[0] = True
+    _RAW.on = True
     try:
         return aten.remainder.Tensor(a.to(dtype), b.to(dtype))
     finally:
-        _RAW[0] = False
+        _RAW.on = False
 
 
 @_register(aten.remainder.Tensor)
 def remainder(a: torch.Tensor, b: torch.Tensor) -> Any:
     """Raw (C fmod) inside ``c_fmod``; otherwise ``corrections``' Python sign rule."""
-    if _RAW[0]:
+    if getattr(_RAW, "on", False):
         return NotImplemented
     return corrections.remainder(a, b)

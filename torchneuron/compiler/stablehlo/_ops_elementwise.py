@@ -55,7 +55,29 @@ def _divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a / b
     if a.dtype == torch.bool:
         return a
+    minus_one = _signed_minus_one(b)
+    if minus_one is not None:  # x / -1 is -x, wrapping at the minimum (StableHLO's rule)
+        return torch.where(minus_one, -a, torch.div(a, torch.where(minus_one, 1, b),
+                                                    rounding_mode="trunc"))  # fmt: skip
     return torch.div(a, b, rounding_mode="trunc")
+
+
+def _remainder(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if not _is_float(a) and a.dtype != torch.bool:
+        minus_one = _signed_minus_one(b)
+        if minus_one is not None:  # x % -1 is 0
+            return torch.where(minus_one, 0, torch.fmod(a, torch.where(minus_one, 1, b)))
+    return torch.fmod(a, b)
+
+
+def _signed_minus_one(b: torch.Tensor) -> torch.Tensor | None:
+    """Where a signed integer divisor is -1, or None if nowhere. Why: C's integer division
+    traps (SIGFPE, the process dies) on the minimum value divided by -1, and torch's CPU
+    kernels divide in C; so -1 divisors never reach them."""
+    if b.dtype == torch.uint8 or not bool(torch.iinfo(b.dtype).min):
+        return None
+    minus_one = b == -1
+    return minus_one if bool(minus_one.any()) else None
 
 
 def _round_afz(x: torch.Tensor) -> torch.Tensor:
@@ -171,7 +193,7 @@ _binary(
     lambda a, b: torch.logical_and(a, b) if a.dtype == torch.bool else a * b,
 )
 _binary(("stablehlo.divide", "chlo.broadcast_divide"), _divide)
-_binary(("stablehlo.remainder", "chlo.broadcast_remainder"), torch.fmod)
+_binary(("stablehlo.remainder", "chlo.broadcast_remainder"), _remainder)
 _binary(("stablehlo.power", "chlo.broadcast_power"), torch.pow)
 _binary(("stablehlo.maximum", "chlo.broadcast_maximum"), torch.maximum)
 _binary(("stablehlo.minimum", "chlo.broadcast_minimum"), torch.minimum)
