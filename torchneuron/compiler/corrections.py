@@ -25,12 +25,12 @@ Imported for its side effect by ``decompositions.decomposition_table``.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp_registry import Lowering
 from torchneuron.compiler.decompositions import _register
 
 __all__: list[str] = []
@@ -70,7 +70,7 @@ def remainder_scalar_tensor(a: Any, b: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- indexing
 
-_guard = threading.local()
+_guard = Lowering()
 
 
 @_register(aten.index.Tensor)
@@ -80,17 +80,14 @@ def index(x: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> Any:
     Calls ``aten.index.Tensor`` again with the wrapped indices; the thread-local guard
     makes that inner call return NotImplemented here, so tracing records the op itself.
     """
-    if getattr(_guard, "active", False):
+    if _guard.active:
         return NotImplemented
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
         return NotImplemented  # a mask spans several dims; masks are data-dependent anyway
     wrapped = [None if idx is None else torch.where(idx < 0, idx + x.shape[dim], idx)
                for dim, idx in enumerate(indices)]
-    _guard.active = True
-    try:
+    with _guard.inside():
         return aten.index.Tensor(x, wrapped)
-    finally:
-        _guard.active = False
 
 
 # --------------------------------------------------------------------------- pooling

@@ -22,14 +22,13 @@ is refused the same way.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from torchneuron.compiler import corrections
-from torchneuron.compiler.decomp_registry import registrar
+from torchneuron.compiler.decomp_registry import Lowering, registrar
 
 __all__ = ["EXTREMES_DECOMPOSITIONS"]
 
@@ -64,9 +63,7 @@ def argmin(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> An
     return _arg_extreme("argmin", corrections.argmin, x, dim, keepdim)
 
 
-# set while this thread traces the op's own lowering (a background compile traces
-# in another thread: a process-wide flag would leak into it)
-_NAN_BLIND = threading.local()
+_NAN_BLIND = Lowering()  # set while ``nan_blind_max`` lowers through the plain max
 
 
 @torch.library.custom_op("torchneuron::nan_blind_max", mutates_args=())
@@ -102,11 +99,8 @@ def nan_blind_max(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor
 def _nan_blind_max_decomposition(x: torch.Tensor, dim: int) -> Any:
     if torch._guards.TracingContext.try_get() is not None:
         return NotImplemented
-    _NAN_BLIND.on = True
-    try:
+    with _NAN_BLIND.inside():
         values, index = torch.max(x, dim=dim)
-    finally:
-        _NAN_BLIND.on = False
     return values, index
 
 
@@ -122,7 +116,7 @@ def _value_and_index(arg: Any, x: torch.Tensor, dim: int, keepdim: bool
 
 @_register(aten.max.dim)
 def max_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
-    if getattr(_NAN_BLIND, "on", False):
+    if _NAN_BLIND.active:
         return NotImplemented
     return _value_and_index(aten.argmax.default, x, dim, keepdim)
 

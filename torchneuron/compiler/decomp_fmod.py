@@ -16,23 +16,20 @@ the pass that lowers turns it into ``remainder.Tensor`` with the sign rule stood
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from torchneuron.compiler import corrections
-from torchneuron.compiler.decomp_registry import registrar
+from torchneuron.compiler.decomp_registry import Lowering, registrar
 
 __all__ = ["FMOD_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
 FMOD_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 _register = registrar(FMOD_DECOMPOSITIONS)
-# set while this thread traces the op's own lowering (a background compile traces
-# in another thread: a process-wide flag would leak into it)
-_RAW = threading.local()
+_RAW = Lowering()  # set while ``c_fmod`` lowers through the raw remainder
 
 
 @torch.library.custom_op("torchneuron::c_fmod", mutates_args=())
@@ -59,16 +56,13 @@ def _c_fmod_decomposition(a: torch.Tensor, b: torch.Tensor) -> Any:
     if torch._guards.TracingContext.try_get() is not None:
         return NotImplemented
     dtype = torch.result_type(a, b)
-    _RAW.on = True
-    try:
+    with _RAW.inside():
         return aten.remainder.Tensor(a.to(dtype), b.to(dtype))
-    finally:
-        _RAW.on = False
 
 
 @_register(aten.remainder.Tensor)
 def remainder(a: torch.Tensor, b: torch.Tensor) -> Any:
     """Raw (C fmod) inside ``c_fmod``; otherwise ``corrections``' Python sign rule."""
-    if getattr(_RAW, "on", False):
+    if _RAW.active:
         return NotImplemented
     return corrections.remainder(a, b)

@@ -2,15 +2,19 @@
 
 Each ``decomp_*.py`` module owns a dict from aten ops to the functions that rewrite them
 (``decompositions.decomposition_table`` merges them); this builds the decorator that
-files a function under several ops at once.
+files a function under several ops at once. ``Lowering`` is the per-thread flag a
+decomposition sets while it calls the op it rewrites, so that inner call takes the op's
+own lowering instead of the decomposition again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["registrar"]
+__all__ = ["registrar", "Lowering"]
 
 Decomposition = Callable[..., Any]
 
@@ -29,3 +33,28 @@ def registrar(table: dict[Any, Decomposition]) -> Callable[..., Callable[[Decomp
         return wrap
 
     return register
+
+
+class Lowering:
+    """Set while this thread lowers an op through its own lowering (``with flag.inside():``);
+    the op's decomposition returns NotImplemented while ``flag.active``.
+
+    Per thread: adaptive eager compiles in a background thread, and a process-wide flag
+    would hand that thread's trace the inner lowering too. The previous value comes
+    back on exit, so the flag nests."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @property
+    def active(self) -> bool:
+        return getattr(self._local, "on", False)
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        prior = self.active
+        self._local.on = True
+        try:
+            yield
+        finally:
+            self._local.on = prior

@@ -74,7 +74,7 @@ def _signed_minus_one(b: torch.Tensor) -> torch.Tensor | None:
     """Where a signed integer divisor is -1, or None if nowhere. Why: C's integer division
     traps (SIGFPE, the process dies) on the minimum value divided by -1, and torch's CPU
     kernels divide in C; so -1 divisors never reach them."""
-    if b.dtype == torch.uint8 or not bool(torch.iinfo(b.dtype).min):
+    if torch.iinfo(b.dtype).min == 0:  # unsigned: no -1
         return None
     minus_one = b == -1
     return minus_one if bool(minus_one.any()) else None
