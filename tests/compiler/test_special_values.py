@@ -256,3 +256,20 @@ def test_a_python_number_divided_by_a_tensor_matches_eager(op: Callable[..., Any
     """A Python number on the left took the old lowering (``5 // 0.1`` gave 50, eager 49)."""
     _matches_eager(op, torch.tensor([0.1, -math.inf, 0.3, -0.0, 7.0]))
     _matches_eager(op, torch.tensor([3, -4, 7, 2**40], dtype=torch.int64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", [lambda t: t // torch.tensor(0.1, device=t.device),
+                                lambda t: 5 // t],
+                         ids=["by-0d-float32", "number-by-half"])  # fmt: skip
+def test_half_floor_division_by_a_wider_operand_matches_or_is_refused(
+        op: Callable[..., Any], dtype: torch.dtype) -> None:  # fmt: skip
+    """Eager keeps the wider operand when floor-dividing a half tensor; that is not
+    lowered exactly, so the graph is refused and runs eagerly (``[1, -0.5, 7] //
+    tensor(0.1)`` compiled gave [10, -6, 70], eager [9, -5, 69]), through
+    ``compile_graph`` and through ``torch.compile`` (where the refusal must not escape)."""
+    x = torch.tensor([1.0, -0.5, 7.0, 0.3, -2.5]).to(dtype)
+    _matches_eager(op, x, refused_ok=True)
+    torch._dynamo.reset()
+    got = torch.compile(op, backend="neuron")(x.to("neuron")).cpu()
+    _bits_equal(got, op(x))

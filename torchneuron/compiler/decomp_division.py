@@ -23,12 +23,32 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decomp_registry import registrar
+from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["DIVISION_DECOMPOSITIONS"]
 
 aten = torch.ops.aten
 DIVISION_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
 _register = registrar(DIVISION_DECOMPOSITIONS)
+_HALVES = (torch.float16, torch.bfloat16)
+
+
+def _refuse_half_floor(op: str) -> Any:
+    """NotImplemented while AOTAutograd traces (a raise there escapes ``torch.compile``;
+    the op stays a node), else raises the refusal for ``prepare``."""
+    if torch._guards.TracingContext.try_get() is not None:
+        return NotImplemented
+    raise _half_floor_error(op)
+
+
+def _half_floor_error(op: str) -> PrepareError:
+    """Floor division of a float16/bfloat16 result with an operand eager keeps wider (a
+    Python number on the left, a 0-d tensor of another float dtype): how eager's kernel
+    rounds those is not modelled (``[1, -0.5, 7] // tensor(0.1)`` in float16: eager
+    [9, -5, 69], the plain lowering [10, -6, 70]), so the graph runs eagerly."""
+    return PrepareError(
+        f"{op}: floor division of a float16/bfloat16 tensor by a wider scalar operand is "
+        "not lowered exactly; this region runs eagerly.", op=op, reason="half-floor-division")
 
 
 def _is_integer(t: Any) -> bool:
@@ -61,12 +81,18 @@ def div_mode(a: Any, b: Any, *, rounding_mode: str | None) -> Any:
                 or isinstance(a, bool):
             return NotImplemented
         dtype = torch.result_type(a, b)
-        if dtype in (torch.float16, torch.bfloat16, torch.bool) or dtype.is_complex:
-            return NotImplemented  # (how eager rounds a left scalar there: not modelled)
+        if dtype in _HALVES and rounding_mode == "floor":
+            return _refuse_half_floor("aten.div.Tensor_mode")
+        if dtype in (*_HALVES, torch.bool) or dtype.is_complex:
+            return NotImplemented
         a = torch.scalar_tensor(a, dtype=dtype, device=b.device)
     if a.is_complex():
         return NotImplemented
     work = dtype = torch.result_type(a, b)
+    if dtype in _HALVES and rounding_mode == "floor" and any(
+        isinstance(t, torch.Tensor) and t.dim() == 0 and t.dtype != dtype for t in (a, b)
+    ):  # fmt: skip
+        return _refuse_half_floor("aten.div.Tensor_mode")
     if not isinstance(b, torch.Tensor):
         if not isinstance(b, (int, float)) or isinstance(b, bool):
             return NotImplemented
