@@ -58,6 +58,7 @@ __all__ = ["AdaptiveEagerMode", "Runtime"]
 log = logging.getLogger("torchneuron.adaptive_eager")
 aten = torch.ops.aten
 _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
+_inference_mode = torch.is_inference_mode_enabled
 # A segment this long without a sync is searched for its period (then at each doubling):
 # short sync-bounded steps are never cut by a chance repetition of a few ops.
 _PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
@@ -132,6 +133,15 @@ class Runtime:
         index = a._device_index if type(a) is NeuronTensor else _device_index(args, kwargs)
         if index is None:
             return func(*args, **kwargs)
+        if _inference_mode() and func.is_view and isinstance(a, torch.Tensor) \
+                and not a.is_inference():
+            # A view of a normal tensor is a normal tensor, in inference mode too, and
+            # PyTorch gives it its base's version counter after we return: a deferred
+            # (pending) wrapper made in inference mode would be an inference tensor,
+            # which has none ("Cannot set version_counter for inference tensor"). As the
+            # eager path does, make it outside inference mode, grad mode kept off.
+            with torch.inference_mode(False), torch.no_grad():
+                return self.on_op(func, args, kwargs)
         with self.lock:
             self.index = index
             # only these two copy host data in (the check's first step, without its call)
