@@ -45,6 +45,7 @@ from torchneuron.adaptive_eager.growing import Growing
 from torchneuron.adaptive_eager.lift import Lifter, block_identity, may_lift
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
+from torchneuron.adaptive_eager.refused import RefusedOps
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.replay import MISMATCH, Replay
 from torchneuron.adaptive_eager.signature import Unsupported, meta_of, region_key
@@ -123,6 +124,7 @@ class Runtime:
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
         self.growing = Growing(self.reasons)  # ops whose shapes change every step: eager
+        self.refused = RefusedOps()  # ops the compiler refuses in any region: eager
         self.index = 0
         self.wall_stall_s = 0.0
 
@@ -165,6 +167,8 @@ class Runtime:
             if _is_read(func, args, kwargs):
                 self.end_segment()
                 return func(*args, **kwargs)
+            if self.refused and func in self.refused:
+                return self.refused_op(func, args, kwargs)
             try:
                 static, _template, tensors = static_of(func, args, kwargs)
             except Unsupported:
@@ -203,6 +207,16 @@ class Runtime:
         self.counts["ops_between_regions"] += 1
         self.growing.ran_between(func, static)
         return run_eagerly(func, args, kwargs, tensors)
+
+    def refused_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """An op the compiler refused in an earlier region (``refused``): the segment
+        ends before it, and it runs eagerly, unrecorded, so that the next op is a start
+        point."""
+        self.end_segment(boundary=False)
+        core = get_core(self.index)
+        core.host(core.profile.record_ns, "between-regions")  # as if recorded
+        self.counts["ops_between_regions"] += 1
+        return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                tensors: list[torch.Tensor]) -> Any:
@@ -607,6 +621,9 @@ class Runtime:
             region.to(State.ABORTED, Reason.COMPILE_FAILED, f"{type(err).__name__}: {err}")
             self.reasons[Reason.COMPILE_FAILED.value] += 1
             self.counts["compile_failures"] += 1
+            if self.refused.learn(err):
+                log.info("%s runs eagerly between regions from now on: %s",
+                         getattr(err, "op", None), getattr(err, "reason", None))
             return
         region.executable = exe
         region.to(State.READY)
