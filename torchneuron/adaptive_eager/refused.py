@@ -51,12 +51,6 @@ class RefusedOps:
     def __init__(self) -> None:
         self.ops: dict[Any, str] = {}  # overload -> "aten.x (reason)"
 
-    def __bool__(self) -> bool:
-        return bool(self.ops)
-
-    def __contains__(self, func: Any) -> bool:
-        return func in self.ops
-
     def learn(self, err: BaseException) -> bool:
         """Learn the op a compile error blames, if the refusal is the op's own."""
         op, reason = getattr(err, "op", None), getattr(err, "reason", None)
