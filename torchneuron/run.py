@@ -1,10 +1,11 @@
 """``python -m torchneuron.run script.py [args]``: run a script under adaptive eager.
 
 Enables adaptive eager before the script starts (nothing in the script changes) and
-prints ``adaptive_eager.explain()`` and the simulated device time when it ends.
-The script runs as ``python script.py`` would run it: as ``__main__``, with its own
-``sys.argv`` and its folder first on ``sys.path`` (so it imports its sibling modules),
-and its exit status is the command's.
+prints ``adaptive_eager.explain()``, the simulated device time and, when nothing
+replayed, why, when it ends. The script runs as ``python script.py`` would run it: as
+``__main__``, with its own ``sys.argv`` and its folder first on ``sys.path`` (so it
+imports its sibling modules), and its exit status is the command's. ``-m module``
+runs a module as ``python -m module`` would.
 """
 
 from __future__ import annotations
@@ -15,13 +16,53 @@ import sys
 
 __all__ = ["main"]
 
+_USAGE = ("usage: python -m torchneuron.run script.py [args...]\n"
+          "       python -m torchneuron.run -m module [args...]\n"
+          "Runs the script (or module) with torchneuron.adaptive_eager enabled and prints "
+          "a summary\n(explain(), the simulated time, why nothing replayed) on stderr.")
+
+
+def _seconds(ns: int) -> str:
+    return f"{ns / 1e9:.3f} s"
+
+
+def summary(now_ns: int) -> str:
+    """explain(), the simulated time, and a hint when no region replayed."""
+    from torchneuron import adaptive_eager as ae
+    from torchneuron.adaptive_eager.region import State
+
+    lines = [ae.explain(), f"simulated host time on neuron:0: {now_ns} ns ({_seconds(now_ns)})"]
+    s = ae.stats()
+    if s["replays"] == 0 and s["ops_recorded"]:
+        pending = [r.ready_at_ns for r in ae.regions()
+                   if r.state is State.COMPILING and r.ready_at_ns is not None]
+        if pending:
+            lines.append(
+                f"nothing replayed: {len(pending)} region(s) still compiling when the script "
+                f"ended (the first ready at {_seconds(min(pending))} simulated, the script "
+                f"ended at {_seconds(now_ns)}); run more steps, or run again with the compile "
+                "cache on (TORCHNEURON_CACHE not 0) to start from the compiled regions.")
+        elif not s["compilations"]:
+            lines.append("nothing replayed: no region repeated often enough to compile (a "
+                         "loop replays from about its 3rd step, from about its 9th without a "
+                         "sync such as loss.item(); see explain() above).")
+    return "\n".join(lines)
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m torchneuron.run script.py [args...]\n"
-              "Runs script.py with torchneuron.adaptive_eager enabled and prints a summary.")
+        print(_USAGE)
         return 0 if argv else 2
+    module = None
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print(f"torchneuron.run: -m needs a module name\n{_USAGE}", file=sys.stderr)
+            return 2
+        module, argv = argv[1], argv[1:]
+    elif not os.path.isfile(argv[0]):
+        print(f"torchneuron.run: can't open file {argv[0]!r}: no such file", file=sys.stderr)
+        return 2
     import torchneuron
     from torchneuron.hardware import get_core
 
@@ -30,14 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     # ``python script.py`` puts the script's folder first on sys.path (``python -m`` put
     # the current directory there, kept behind it in case torchneuron came from it):
     # a script importing its sibling modules needs it.
-    sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
+    if module is None:
+        sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
     try:
-        runpy.run_path(argv[0], run_name="__main__")
+        if module is None:
+            runpy.run_path(argv[0], run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:
         torchneuron.adaptive_eager.disable()
-        print(torchneuron.adaptive_eager.explain(), file=sys.stderr)
-        core = get_core(0)
-        print(f"simulated host time on neuron:0: {core.now} ns", file=sys.stderr)
+        print(summary(get_core(0).now), file=sys.stderr)
     return 0
 
 

@@ -104,7 +104,9 @@ def stats() -> dict[str, Any]:
         "ops_recorded": c["ops_recorded"],
         "ops_deferred": c["ops_deferred"],
         # ops whose shapes change every step (a growing KV cache), run eagerly between regions
+        # and ops the compiler refused in a region (``refused``), run there too
         "ops_between_regions": c["ops_between_regions"],
+        "refused_ops": _runtime.refused.describe(),
         "regions_detected": c["regions_detected"],
         "compilations": c["compilations"],
         "compile_failures": c["compile_failures"],
@@ -129,6 +131,8 @@ def explain() -> str:
     lines = [head]
     for reason, n in s["fallback_reasons"].items():
         lines.append(f"  fallback {reason} x{n}: {Reason(reason).message}")
+    for op, why in s["refused_ops"].items():
+        lines.append(f"  {op} runs eagerly between regions: the compiler refused it ({why})")
     for r in _runtime.regions.values():
         if r.times_seen >= 2 or r.state is not State.RECORDING:
             lines.append(r.explain())

@@ -45,6 +45,7 @@ from torchneuron.adaptive_eager.growing import Growing
 from torchneuron.adaptive_eager.lift import Lifter, block_identity, may_lift
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
+from torchneuron.adaptive_eager.refused import RefusedOps
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.replay import MISMATCH, Replay
 from torchneuron.adaptive_eager.signature import Unsupported, meta_of, region_key
@@ -58,6 +59,7 @@ __all__ = ["AdaptiveEagerMode", "Runtime"]
 log = logging.getLogger("torchneuron.adaptive_eager")
 aten = torch.ops.aten
 _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
+_inference_mode = torch.is_inference_mode_enabled
 # A segment this long without a sync is searched for its period (then at each doubling):
 # short sync-bounded steps are never cut by a chance repetition of a few ops.
 _PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
@@ -122,6 +124,7 @@ class Runtime:
         self.counts: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
         self.growing = Growing(self.reasons)  # ops whose shapes change every step: eager
+        self.refused = RefusedOps()  # ops the compiler refuses in any region: eager
         self.index = 0
         self.wall_stall_s = 0.0
 
@@ -132,6 +135,15 @@ class Runtime:
         index = a._device_index if type(a) is NeuronTensor else _device_index(args, kwargs)
         if index is None:
             return func(*args, **kwargs)
+        if _inference_mode() and func.is_view and isinstance(a, torch.Tensor) \
+                and not a.is_inference():
+            # A view of a normal tensor is a normal tensor, in inference mode too, and
+            # PyTorch gives it its base's version counter after we return: a deferred
+            # (pending) wrapper made in inference mode would be an inference tensor,
+            # which has none ("Cannot set version_counter for inference tensor"). As the
+            # eager path does, make it outside inference mode, grad mode kept off.
+            with torch.inference_mode(False), torch.no_grad():
+                return self.on_op(func, args, kwargs)
         with self.lock:
             self.index = index
             # only these two copy host data in (the check's first step, without its call)
@@ -155,6 +167,9 @@ class Runtime:
             if _is_read(func, args, kwargs):
                 self.end_segment()
                 return func(*args, **kwargs)
+            refused = self.refused.ops  # a plain dict: no Python call per op
+            if refused and func in refused:
+                return self.refused_op(func, args, kwargs)
             try:
                 static, _template, tensors = static_of(func, args, kwargs)
             except Unsupported:
@@ -193,6 +208,16 @@ class Runtime:
         self.counts["ops_between_regions"] += 1
         self.growing.ran_between(func, static)
         return run_eagerly(func, args, kwargs, tensors)
+
+    def refused_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """An op the compiler refused in an earlier region (``refused``): the segment
+        ends before it, and it runs eagerly, unrecorded, so that the next op is a start
+        point."""
+        self.end_segment(boundary=False)
+        core = get_core(self.index)
+        core.host(core.profile.record_ns, "between-regions")  # as if recorded
+        self.counts["ops_between_regions"] += 1
+        return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
                tensors: list[torch.Tensor]) -> Any:
@@ -597,6 +622,9 @@ class Runtime:
             region.to(State.ABORTED, Reason.COMPILE_FAILED, f"{type(err).__name__}: {err}")
             self.reasons[Reason.COMPILE_FAILED.value] += 1
             self.counts["compile_failures"] += 1
+            if self.refused.learn(err):
+                log.info("%s runs eagerly between regions from now on: %s",
+                         getattr(err, "op", None), getattr(err, "reason", None))
             return
         region.executable = exe
         region.to(State.READY)
