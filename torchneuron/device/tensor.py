@@ -157,11 +157,21 @@ class NeuronTensor(torch.Tensor):
         clone's ``__dict__`` with a deep copy of ours: the clone would lose its own buffer
         and memory token for uncounted copies of ours (and a copy of the whole simulated
         core the token points at). Here the clone keeps its internals; only attributes a
-        user or ``nn.Parameter`` set (``_is_param``) are deep-copied."""
+        user or ``nn.Parameter`` set (``_is_param``) are deep-copied.
+
+        A parameter (a neuron tensor with ``_is_param``: ``nn.Parameter`` of a subclass)
+        is copied as ``nn.Parameter.__deepcopy__`` copies one: values and
+        ``requires_grad`` only, no ``.grad`` nor other attributes, so a deep-copied model
+        (EMA weights, a frozen reference) starts without gradients as on the CPU."""
         if not self.is_leaf:
             return torch.Tensor.__deepcopy__(self, memo)  # raises PyTorch's error
         if id(self) in memo:
             return memo[id(self)]
+        if getattr(self, "_is_param", False):
+            param = torch.nn.Parameter(self.data.clone(memory_format=torch.preserve_format),
+                                       self.requires_grad)
+            memo[id(self)] = param
+            return param
         with torch.no_grad():
             new = self.clone()
         if self.requires_grad:
