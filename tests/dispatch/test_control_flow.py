@@ -98,3 +98,27 @@ def test_compiled_cond_is_counted_as_run_eagerly() -> None:
     out = torch.compile(_pick, backend="neuron")(x.to("neuron"))
     assert torch.equal(out.cpu(), _pick(x))
     assert torchneuron.compiler.stats()["failures_by_stage"] == {"prepare:control-flow": 1}
+
+
+def _doubling(x: torch.Tensor, limit: torch.Tensor) -> tuple:
+    from torch._higher_order_ops.while_loop import while_loop
+
+    return while_loop(lambda i, x: (i < 3) & (x.sum() < limit),
+                      lambda i, x: (i + 1, x * 2 + 1), (torch.zeros((), dtype=torch.int64,
+                                                                    device=x.device), x))
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_while_loop_as_cpu(compile: bool) -> None:
+    """Dynamo's aliasing check of while_loop's inputs refused tensor subclasses, and
+    PyTorch had no while_loop rule for them ("get_tensor_storages does not support
+    traceable wrapper subclasses")."""
+    x0 = torch.randn(4, generator=torch.Generator().manual_seed(0))
+    for limit in (100.0, -100.0):
+        res = {}
+        for dev in ("cpu", "neuron"):
+            fn = _compiled(_doubling, dev) if compile else _doubling
+            res[dev] = fn(x0.to(dev), torch.tensor(limit).to(dev))
+        for c, n in zip(res["cpu"], res["neuron"], strict=True):
+            assert n.device.type == "neuron"
+            torch.testing.assert_close(n.cpu(), c, rtol=0, atol=0)

@@ -1,4 +1,4 @@
-"""``torch.cond`` over neuron tensors, run as PyTorch runs it over CPU tensors.
+"""``torch.cond`` and ``while_loop`` over neuron tensors, run as PyTorch runs them on CPU.
 
 Why: in eager mode ``torch.cond`` first traces itself with Dynamo (which checks that
 both branches return tensors of the same kind), then runs the chosen branch. PyTorch's
@@ -12,6 +12,8 @@ Two rules fix both: under a fake mode, ``cond`` runs PyTorch's own fake rule on 
 wrapped buffers (the branches see neuron tensors again, so their ops dispatch as
 usual); on real neuron tensors, it runs the branch the predicate picks, which is what
 PyTorch's CPU kernel does (autograd above it is PyTorch's ``CondAutogradOp``).
+``while_loop`` needs only the second kind (its fake rule takes wrappers), and Dynamo's
+aliasing check of its inputs learns to read a wrapper's storage (``dynamo/hop_storages``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import torch
 from torch._higher_order_ops.cond import cond_op
+from torch._higher_order_ops.while_loop import while_loop_dense, while_loop_op
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
@@ -107,3 +110,5 @@ def install() -> None:
     cond_op.python_key_table[FakeTensorMode] = _fake_cond
     cond_op.py_impl(NeuronTensor)(_neuron_cond)
     cond_op._dispatch_cache.clear()
+    # while_loop: PyTorch's CPU kernel (cond_fn read each turn, body_fn run) as it is
+    while_loop_op.py_impl(NeuronTensor)(while_loop_dense)
