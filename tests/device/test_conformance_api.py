@@ -9,6 +9,7 @@ torchneuron), scripted and lazy modules moved to the device, pinned memory and
 
 from __future__ import annotations
 
+import gc
 import io
 import subprocess
 import sys
@@ -278,6 +279,7 @@ def test_format_spec_formats_a_0_dim_tensors_value_like_cpu() -> None:
 
 
 def test_memory_summary_and_mem_get_info_like_cuda() -> None:
+    gc.collect()  # garbage of earlier tests freed mid-test would move the free bytes
     before_free, total = torch.neuron.mem_get_info()
     x = torch.ones(1 << 18, device="neuron")  # 1 MiB
     free, total_after = torch.neuron.mem_get_info()
@@ -304,3 +306,14 @@ def test_safetensors_saves_neuron_tensors_and_sees_shared_storage(tmp_path: Path
     loaded = st.load_file(tmp_path / "m.safetensors")
     for name, value in model.state_dict().items():
         assert torch.equal(loaded[name], value.cpu())
+
+
+def test_data_parallel_refuses_with_what_to_do() -> None:
+    """``nn.DataParallel`` needs CUDA's multi-device kernels (``torch._C._scatter``); it
+    failed with ``AttributeError: module 'torch._C' has no attribute '_scatter'``."""
+    model = nn.Linear(2, 2).to("neuron")
+    with pytest.raises(NotImplementedError, match=r"nn\.DataParallel .* one device"):
+        nn.DataParallel(model)(torch.ones(4, 2, device="neuron"))
+    with pytest.raises(NotImplementedError, match=r"nn\.DataParallel"):
+        nn.DataParallel(model, device_ids=[0])(torch.ones(4, 2, device="neuron"))
+    assert model(torch.ones(4, 2, device="neuron")).shape == (4, 2)

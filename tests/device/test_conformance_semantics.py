@@ -9,6 +9,8 @@ way as CUDA's) and compares.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -144,3 +146,35 @@ def test_device_tensor_indexed_with_cpu_indices_still_works() -> None:
     n[i] = torch.tensor([7.0, 8.0], device=NEURON)
     a[i] = torch.tensor([7.0, 8.0])
     torch.testing.assert_close(n.cpu(), a)
+
+
+# --- deepcopy ----------------------------------------------------------------------------
+
+
+def test_deepcopy_of_parameters_and_models_as_on_the_cpu() -> None:
+    """``nn.Parameter.__deepcopy__`` copies values and ``requires_grad`` only; a neuron
+    parameter (a subclass tensor with ``_is_param``) also copied ``.grad`` and user
+    attributes, so a deep-copied model (EMA weights) kept the live model's gradients."""
+    def run(dev: torch.device | str) -> list:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).to(dev)
+        model(torch.randn(5, 4).to(dev)).sum().backward()
+        frozen = nn.Parameter(torch.ones(2, device=dev), requires_grad=False)
+        frozen.tag = "x"
+        plain = torch.ones(2, device=dev, requires_grad=True)
+        plain.grad = torch.full((2,), 3.0, device=dev)
+        copies = copy.deepcopy([model, frozen, plain])
+        m2, f2, p2 = copies
+        return ([(isinstance(p, nn.Parameter), p.requires_grad, p.grad is None, p.detach().cpu())
+                 for p in m2.parameters()]
+                + [(isinstance(f2, nn.Parameter), f2.requires_grad, hasattr(f2, "tag")),
+                   (p2.requires_grad, p2.grad.cpu()), m2[1].running_mean.cpu()])
+
+    def same(a: object, b: object) -> bool:
+        if isinstance(a, torch.Tensor):
+            return torch.allclose(a, b)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return a == b
+
+    assert same(run(NEURON), run("cpu"))

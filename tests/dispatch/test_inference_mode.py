@@ -8,6 +8,7 @@ buffers they saw a CPU and a neuron tensor and raised a mixed-device error.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -62,5 +63,40 @@ def test_views_of_normal_tensors_inside_inference_mode() -> None:
         views[1].add_(1)  # writes through to y, bumping the shared version counter
         return ([v.is_inference() for v in views] + [fresh.is_inference(), y._version]
                 + [t.cpu().tolist() for t in (*views, out, y)])
+
+    assert run("neuron") == run("cpu")
+
+
+_COMPOSITES = {
+    "reshape": lambda w: w.reshape(12), "flatten": lambda w: w.flatten(),
+    "mT": lambda w: w.mT, "T": lambda w: w.T, "view_as": lambda w: w.view_as(w),
+    "expand_as": lambda w: w.expand_as(w), "unflatten": lambda w: w.unflatten(1, (2, 2)),
+    "swapaxes": lambda w: w.swapaxes(0, 1), "movedim": lambda w: w.movedim(0, 1),
+    "to_double": lambda w: w.double(), "contiguous_copy": lambda w: w.t().contiguous(),
+    "contiguous_self": lambda w: w.contiguous(), "narrow": lambda w: w.narrow(0, 0, 1),
+}
+
+
+@pytest.mark.parametrize("op", list(_COMPOSITES), ids=list(_COMPOSITES))
+@pytest.mark.parametrize("base", ["leaf", "parameter", "non-leaf"])
+def test_composite_views_of_requires_grad_tensors_inside_inference_mode(op: str, base: str) -> None:
+    """A composite op that can return a view (``reshape``, ``mT``, ``to``, ``contiguous``)
+    reaches the device whole under inference mode (its autograd-key decomposition is
+    skipped). Run whole, ``w.reshape(12)`` was no view and did not require grad, where
+    the CPU's is a view that does (and whose backward reaches nothing); ``w.double()``
+    was no inference tensor, where the CPU's is one."""
+    def run(dev: str) -> tuple:
+        w0 = torch.arange(12.0, device=dev).view(3, 4)
+        w0 = nn.Parameter(w0) if base == "parameter" else w0.requires_grad_()
+        w = w0 * 1 if base == "non-leaf" else w0
+        with torch.inference_mode():
+            v = _COMPOSITES[op](w)
+            inside = (v.requires_grad, v.is_inference(), v._is_view(), v.is_leaf, v.dtype)
+        try:
+            v.sum().backward()
+            after: tuple = ("backward ran", None if w0.grad is None else w0.grad.cpu().tolist())
+        except RuntimeError as e:
+            after = ("raised", str(e))
+        return inside, v.requires_grad, v.cpu().tolist(), after
 
     assert run("neuron") == run("cpu")

@@ -14,6 +14,7 @@ from torchneuron.device import random as _random
 from torchneuron.device._registration import register
 from torchneuron.device.accelerator import install_accelerator_bridge
 from torchneuron.device.conversion import install_module_conversion
+from torchneuron.device.parallel import install_data_parallel_refusal
 from torchneuron.device.serialization import register_serialization
 from torchneuron.device.tensor import NeuronTensor, neuron_device, set_op_handler
 
@@ -50,6 +51,7 @@ register_serialization()
 install_module_conversion()
 _random.install_generator()
 install_accelerator_bridge()
+install_data_parallel_refusal()
 NeuronTensor.tolist = _tolist  # type: ignore[method-assign]
 NeuronTensor.numpy = _numpy  # type: ignore[method-assign, assignment]
 torch.serialization.add_safe_globals([_rebuild_neuron_tensor])

@@ -74,7 +74,8 @@ def set_op_handler(handler: OpHandler) -> None:
 
 
 # Per-wrapper state that a copy gets fresh from its own construction, never copied.
-_INTERNAL_ATTRS = frozenset({"_buffer", "_pending", "_device_index", "_memory_token"})
+_INTERNAL_ATTRS = frozenset({"_buffer", "_pending", "_device_index", "_memory_token",
+                             "_restrided"})
 
 
 class NeuronTensor(torch.Tensor):
@@ -156,11 +157,21 @@ class NeuronTensor(torch.Tensor):
         clone's ``__dict__`` with a deep copy of ours: the clone would lose its own buffer
         and memory token for uncounted copies of ours (and a copy of the whole simulated
         core the token points at). Here the clone keeps its internals; only attributes a
-        user or ``nn.Parameter`` set (``_is_param``) are deep-copied."""
+        user or ``nn.Parameter`` set (``_is_param``) are deep-copied.
+
+        A parameter (a neuron tensor with ``_is_param``: ``nn.Parameter`` of a subclass)
+        is copied as ``nn.Parameter.__deepcopy__`` copies one: values and
+        ``requires_grad`` only, no ``.grad`` nor other attributes, so a deep-copied model
+        (EMA weights, a frozen reference) starts without gradients as on the CPU."""
         if not self.is_leaf:
             return torch.Tensor.__deepcopy__(self, memo)  # raises PyTorch's error
         if id(self) in memo:
             return memo[id(self)]
+        if getattr(self, "_is_param", False):
+            param = torch.nn.Parameter(self.data.clone(memory_format=torch.preserve_format),
+                                       self.requires_grad)
+            memo[id(self)] = param
+            return param
         with torch.no_grad():
             new = self.clone()
         if self.requires_grad:
@@ -198,6 +209,21 @@ class NeuronTensor(torch.Tensor):
         torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
         self._buffer, self._pending, self._device_index = buffer, None, new._device_index
         buffers.track(self, buffer, new._device_index)
+
+    def _view_func_unsafe(self, new_base: torch.Tensor, symint_visitor_fn: Any = None,
+                          tensor_visitor_fn: Any = None) -> torch.Tensor:
+        """This view rebuilt over ``new_base``: how Dynamo fakes a view of a tensor subclass.
+
+        Why: autograd's view function replays the view op that made the tensor
+        (``t[2:]``); after ``resize_``, ``set_``, an ``out=`` op or an in-place view op
+        (``t_``, ``unsqueeze_``) changed the view's sizes or strides, eager dispatch
+        rewrote the wrapper's metadata and the replay no longer matches it, so every
+        torch.compile frame taking such a view failed in Dynamo ("Expected cond to be
+        True"). Dense CPU views are faked with ``as_strided`` of their metadata; such a
+        view (``_restrided``, set by dispatch) is rebuilt the same way."""
+        if self.__dict__.get("_restrided"):
+            return new_base.as_strided(self.size(), self.stride(), self.storage_offset())
+        return super()._view_func_unsafe(new_base, symint_visitor_fn, tensor_visitor_fn)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         if self._buffer is not None and type(self._buffer) is not torch.Tensor:

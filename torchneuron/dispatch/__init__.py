@@ -7,7 +7,14 @@ fallback for ops the device cannot run, and op tracking. Imports
 """
 
 from torchneuron.device.tensor import set_op_handler
-from torchneuron.dispatch import autocast, factory, host_args, kernel_over_composite
+from torchneuron.dispatch import (
+    autocast,
+    control_flow,
+    factory,
+    host_args,
+    kernel_over_composite,
+    value_checks,
+)
 from torchneuron.dispatch.eager import run_op, wrap
 from torchneuron.dispatch.tracking import (
     executed_ops,
@@ -38,3 +45,5 @@ def install() -> None:
     host_args.install()
     autocast.install()
     kernel_over_composite.install()
+    control_flow.install()
+    value_checks.install()

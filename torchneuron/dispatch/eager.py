@@ -37,6 +37,7 @@ _inference_mode_enabled = torch.is_inference_mode_enabled
 # ``_has_compatible_shallow_copy_type(cpu_param, neuron_param)`` and failed with a
 # mixed-device error, although the answer (False: swap the parameter) needs no device.
 _SHALLOW_COPY_TYPE = aten._has_compatible_shallow_copy_type.default
+_AD_INPLACE_OR_VIEW = torch._C.DispatchKey.ADInplaceOrView
 
 
 def wrap(buffer: torch.Tensor, index: int) -> NeuronTensor:
@@ -68,6 +69,8 @@ def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -
                 )
             finally:
                 torch._C._set_meta_in_tls_dispatch_include(meta_in_tls)
+        if wrapper._is_view():
+            wrapper._restrided = True  # its view function no longer rebuilds it (see tensor.py)
     if storage_ptr is not None and b.untyped_storage().data_ptr() != storage_ptr:
         buffers.track(wrapper, b, index)  # the storage has grown or been replaced
 
@@ -163,6 +166,16 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
         return func.decompose(*args, **kwargs)
     rec = record(func)
     if rec.is_view and _inference_mode_enabled() and not args[0].is_inference():
+        if rec.composite:
+            # ``reshape``, ``mT``, ``to``, ``contiguous`` arrive whole here, since the
+            # autograd keys (where CPU tensors decompose them) are excluded; run as one
+            # op, the result was never a view (CPU: a view that requires grad when its
+            # base does) or never an inference tensor (CPU: ``w.double()`` is one).
+            # Decomposed as the CPU does, each inner op takes its own path.
+            with _view_tracking():
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         # A view of a normal tensor is a normal tensor, in inference mode too: PyTorch
         # then shares the base's version counter with it, which an inference tensor (a
         # wrapper made in inference mode) does not have ("Cannot set version_counter
@@ -170,6 +183,14 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
         with torch.inference_mode(False):
             return _run_op(rec, func, args, kwargs, index)
     return _run_op(rec, func, args, kwargs, index)
+
+
+def _view_tracking() -> Any:
+    """Dispatch with the ADInplaceOrView key back on, which PyTorch turns off while a
+    ``__torch_dispatch__`` runs: the views a decomposition makes are then recorded as
+    views of their base (``_base``, ``requires_grad``), as on the CPU."""
+    exclude = torch._C._dispatch_tls_local_exclude_set().remove(_AD_INPLACE_OR_VIEW)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
 
 
 def _run_op(rec: OpRecord, func: Any, args: tuple, kwargs: dict, index: int | None) -> Any:

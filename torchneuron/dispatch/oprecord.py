@@ -42,7 +42,7 @@ class OpRecord:
 
     __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
                  "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason",
-                 "is_view")  # fmt: skip
+                 "is_view", "composite")  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -51,6 +51,11 @@ class OpRecord:
         self.written = self.facts.written
         self.fused = FUSED_CELL_KERNELS.get(func) or _nested_refusal(self.name)
         self.is_view = bool(getattr(func, "is_view", False))
+        # a CompositeImplicitAutograd kernel and no view tracking of its own (reshape,
+        # flatten, mT, to, contiguous; not narrow): it reaches the device undecomposed
+        # only when the autograd keys are excluded, and then nothing records its views
+        self.composite = isinstance(func, torch._ops.OpOverload) and _has_kernel(
+            func, "CompositeImplicitAutograd") and not _has_kernel(func, "ADInplaceOrView")
         self.host_results = host_args.host_results(func)
         self.cross_device = func in CROSS_DEVICE_OPS
         self.is_copy = func is aten.copy_.default
@@ -79,6 +84,10 @@ class OpRecord:
         self.kernel = launches_kernel(func)
         # why it runs on the host whatever its arguments (None: unless their dtypes say so)
         self.host_reason = host_op_reason(self.name)
+
+
+def _has_kernel(func: Any, key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
 
 
 _records: dict[int, OpRecord] = {}

@@ -375,8 +375,27 @@ def _outputs_view_one_intermediate(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+def _control_flow(gm: torch.fx.GraphModule) -> str | None:
+    """The name of a control-flow higher-order op in ``gm`` (``torch.cond``), or None.
+
+    The neuron compiler lowers straight-line graphs only; eager runs such an op by
+    reading the predicate and running one branch (``dispatch.control_flow``)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(
+                node.target, torch._ops.HigherOrderOperator) and node.target.name() in (
+                "cond", "while_loop"):
+            return node.target.name()
+    return None
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
+    flow = _control_flow(gm)
+    if flow is not None:
+        record_failure("dynamo", "prepare", "control-flow",
+                       f"torch.{flow} has data-dependent control flow, which the neuron "
+                       "compiler does not lower, so the graph runs eagerly on the device")
+        return gm.forward
     _user_level_index_checks(gm)
     defect = _rewrite_multilabel_margin_loss(gm)
     if defect is not None:

@@ -28,6 +28,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -57,40 +58,60 @@ def _register(trace_rules: ModuleType) -> None:
 
 
 class _ThenRegister(importlib.abc.Loader):
-    """The real loader of the skip-list module, then our registration."""
+    """The real loader of a Dynamo module, then our hook on it."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, after: Callable[[ModuleType], None]) -> None:
         self._inner = inner
+        self._after = after
 
     def create_module(self, spec: Any) -> ModuleType | None:
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
-        _register(module)
+        self._after(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_data, ... for tracebacks
         return getattr(self._inner, name)
 
 
 class _WaitForDynamo(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps the loader of Dynamo's skip-list module once."""
+    """Finds nothing itself; wraps the loader of each awaited Dynamo module once."""
+
+    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self._hooks = hooks
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != _TRACE_RULES:
+        after = self._hooks.pop(fullname, None)
+        if after is None:
             return None
-        sys.meta_path.remove(self)
+        if not self._hooks:
+            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenRegister(spec.loader)
+            spec.loader = _ThenRegister(spec.loader, after)
         return spec
+
+
+def _hooks() -> dict[str, Callable[[ModuleType], None]]:
+    """Dynamo modules and what to do right after each has loaded: the skip list, and
+    ``hop_storages``' patch (neuron tensors through ``while_loop``'s aliasing check)."""
+    from torchneuron.dynamo import hop_storages
+
+    return {_TRACE_RULES: _register, hop_storages.MODULE: hop_storages.patch}
 
 
 def skip_runtime_when_dynamo_loads() -> None:
     """Put the runtime packages on Dynamo's skip list now, or as soon as it loads
-    (idempotent)."""
-    loaded = sys.modules.get(_TRACE_RULES)
-    if loaded is not None and not getattr(loaded.__spec__, "_initializing", False):
-        _register(loaded)
-    elif not any(isinstance(f, _WaitForDynamo) for f in sys.meta_path):
-        sys.meta_path.insert(0, _WaitForDynamo())
+    (idempotent); the same for the other hooks."""
+    if any(isinstance(f, _WaitForDynamo) for f in sys.meta_path):
+        return
+    pending = {}
+    for name, after in _hooks().items():
+        loaded = sys.modules.get(name)
+        if loaded is not None and not getattr(loaded.__spec__, "_initializing", False):
+            after(loaded)
+        else:
+            pending[name] = after
+    if pending:
+        sys.meta_path.insert(0, _WaitForDynamo(pending))
