@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torchneuron.run: -m needs a module name\n{_USAGE}", file=sys.stderr)
             return 2
         module, argv = argv[1], argv[1:]
-    elif not os.path.isfile(argv[0]):
+    elif not os.path.exists(argv[0]):
         print(f"torchneuron.run: can't open file {argv[0]!r}: no such file", file=sys.stderr)
         return 2
     import torchneuron

@@ -76,7 +76,7 @@ def test_amp_autocast_with_grad_scaler_replays_around_the_scalers_ops() -> None:
     assert_same(eager, adaptive, rtol=1.6e-2, atol=1e-3, exact=("scale",))
     s = ae.stats()
     assert s["replays"] > 0, ae.explain()
-    assert "aten._amp_update_scale" in s["refused_ops"], s
+    assert any(k.startswith("aten._amp_update_scale") for k in s["refused_ops"]), s
     assert "runs eagerly between regions" in ae.explain()
 
 

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from torchneuron.adaptive_eager import background, hostdata
+from torchneuron.adaptive_eager import background, hops, hostdata
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.runtime import AdaptiveEagerMode, Runtime
@@ -40,6 +40,7 @@ def enable() -> None:
     global _mode
     if _mode is not None:
         return
+    hops.install(AdaptiveEagerMode)
     _mode = AdaptiveEagerMode(_runtime)
     _mode.__enter__()
     hostdata.install()

@@ -13,54 +13,56 @@ numbers are eager's; only fusion across it is lost.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 __all__ = ["RefusedOps"]
 
-# Reasons that belong to the op, not to the region, its dtypes or the worker
+# Reasons that belong to the op, not to the region, its dtypes, its layouts or the worker
 _OP_REASONS = frozenset({
     "no-lowering", "random-op-with-tensor-values", "random-op-multi-output",
-    "random-op-unsupported-arg", "random-op-layout", "dynamic-output-shape",
-    "data-dependent",
+    "random-op-unsupported-arg", "dynamic-output-shape", "data-dependent",
 })
-_MAX_OPS = 16  # a bound, so that a compiler refusing everything cannot shatter the stream
+_MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream
 
 
-def _overloads(op: str) -> list[Any]:
-    """Every overload of aten op ``op`` ("aten.multinomial.default", "aten.hypot",
-    "aten::x") and of its in-place / out-of-place twin: the compiler sees the functional
-    op (``_amp_update_scale``) where the stream has the in-place one (``_amp_update_scale_``)."""
-    parts = op.replace("::", ".").split(".")
-    if len(parts) < 2 or parts[0] != "aten":
-        return []
-    name = parts[1]
-    found = []
-    for n in dict.fromkeys((name, name.rstrip("_"), name.rstrip("_") + "_")):
-        packet = getattr(torch.ops.aten, n, None)
-        if packet is None:
-            continue
-        found.extend(getattr(packet, o) for o in packet.overloads())
-    return found
+def _name(func: Any) -> str:
+    """``aten.x`` for overloads of ``x`` and ``x_`` alike: the compiler names the
+    functional op (``_amp_update_scale``) where the stream has the in-place one."""
+    return "aten." + str(getattr(func, "_opname", "")).rstrip("_")
 
 
 class RefusedOps:
     """Aten overloads to run between regions, each with the compiler's reason."""
 
     def __init__(self) -> None:
-        self.ops: dict[Any, str] = {}  # overload -> "aten.x (reason)"
+        self.ops: dict[Any, str] = {}  # overload -> "aten.x.overload (reason)"
+        self.names: set[str] = set()
 
-    def learn(self, err: BaseException) -> bool:
-        """Learn the op a compile error blames, if the refusal is the op's own."""
+    def learn(self, err: BaseException, region_ops: Iterable[Any]) -> bool:
+        """Learn the overloads of the op a compile error blames that the failed region
+        holds (not their siblings: ``bernoulli.p`` compiles where ``bernoulli.default``
+        of computed probabilities does not), if the refusal is the op's own."""
         op, reason = getattr(err, "op", None), getattr(err, "reason", None)
-        if not op or reason not in _OP_REASONS or len(self.ops) >= _MAX_OPS:
+        if not op or reason not in _OP_REASONS:
             return False
-        funcs = [f for f in _overloads(str(op)) if f not in self.ops]
+        parts = str(op).replace("::", ".").split(".")
+        if len(parts) < 2 or parts[0] != "aten":
+            return False
+        name = "aten." + parts[1].rstrip("_")
+        if name not in self.names and len(self.names) >= _MAX_OPS:
+            return False
+        funcs = [f for f in dict.fromkeys(region_ops)
+                 if isinstance(f, torch._ops.OpOverload) and _name(f) == name
+                 and f not in self.ops]
         for f in funcs:
-            self.ops[f] = f"{op} ({reason})"
+            self.ops[f] = f"{f} ({reason})"
+        if funcs:
+            self.names.add(name)
         return bool(funcs)
 
     def describe(self) -> dict[str, str]:
-        """The compiler's op name -> its reason, one entry per refused op."""
+        """Each refused overload -> the compiler's reason."""
         return {text.split(" (")[0]: text.split(" (", 1)[1][:-1] for text in self.ops.values()}

@@ -52,6 +52,7 @@ from torchneuron.adaptive_eager.signature import Unsupported, meta_of, region_ke
 from torchneuron.compiler.launch import compile_latency_ns
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch.opfacts import op_facts
+from torchneuron.dispatch.oprecord import record
 from torchneuron.hardware import get_core, program_compile_latency_ns, settings
 
 __all__ = ["AdaptiveEagerMode", "Runtime"]
@@ -135,15 +136,19 @@ class Runtime:
         index = a._device_index if type(a) is NeuronTensor else _device_index(args, kwargs)
         if index is None:
             return func(*args, **kwargs)
+        composite_view = False
         if _inference_mode() and func.is_view and isinstance(a, torch.Tensor) \
                 and not a.is_inference():
-            # A view of a normal tensor is a normal tensor, in inference mode too, and
-            # PyTorch gives it its base's version counter after we return: a deferred
-            # (pending) wrapper made in inference mode would be an inference tensor,
-            # which has none ("Cannot set version_counter for inference tensor"). As the
-            # eager path does, make it outside inference mode, grad mode kept off.
-            with torch.inference_mode(False), torch.no_grad():
-                return self.on_op(func, args, kwargs)
+            composite_view = record(func).composite
+            if not composite_view:
+                # A view of a normal tensor is a normal tensor, in inference mode too,
+                # and PyTorch gives it its base's version counter after we return: a
+                # deferred (pending) wrapper made in inference mode would be an inference
+                # tensor, which has none ("Cannot set version_counter for inference
+                # tensor"). As the eager path does, make it outside inference mode,
+                # grad mode kept off.
+                with torch.inference_mode(False), torch.no_grad():
+                    return self.on_op(func, args, kwargs)
         with self.lock:
             self.index = index
             # only these two copy host data in (the check's first step, without its call)
@@ -164,7 +169,9 @@ class Runtime:
                         rp.side_exit(rp.exit_reason or (
                             Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
                             else Reason.GUARD_MISMATCH))
-            if _is_read(func, args, kwargs):
+            if composite_view or _is_read(func, args, kwargs):
+                # (``reshape``, ``mT``, ``to`` of a normal tensor in inference mode: eager
+                # decomposes them as the CPU does, so their views are recorded as views)
                 self.end_segment()
                 return func(*args, **kwargs)
             refused = self.refused.ops  # a plain dict: no Python call per op
@@ -622,7 +629,7 @@ class Runtime:
             region.to(State.ABORTED, Reason.COMPILE_FAILED, f"{type(err).__name__}: {err}")
             self.reasons[Reason.COMPILE_FAILED.value] += 1
             self.counts["compile_failures"] += 1
-            if self.refused.learn(err):
+            if self.refused.learn(err, (sig[0] for sig in region.sigs)):
                 log.info("%s runs eagerly between regions from now on: %s",
                          getattr(err, "op", None), getattr(err, "reason", None))
             return

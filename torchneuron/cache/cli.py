@@ -267,15 +267,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # a bad --filter, size or age
         print(f"torchneuron-cache {args.command}: {e}", file=sys.stderr)
         return USAGE
+    except BrokenPipeError:  # `torchneuron-cache ls | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
     except (OSError, tarfile.TarError) as e:  # export/import: a missing or unreadable file
         where = getattr(args, "file", None) or getattr(e, "filename", None) or root
         why = ("not a tar archive (write one with `torchneuron-cache export`)"
                if isinstance(e, tarfile.TarError) else e.strerror or e)
         print(f"torchneuron-cache {args.command}: cannot use {where}: {why}", file=sys.stderr)
         return FAILED
-    except BrokenPipeError:  # `torchneuron-cache ls | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return OK
     finally:
         disk.counters.flush()
 

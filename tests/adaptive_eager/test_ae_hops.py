@@ -1,0 +1,52 @@
+"""``torch.cond`` and ``while_loop`` inside an inference loop under adaptive eager: the
+branch taken and the loop's turns follow the data as in plain eager, the ops around them
+still replay (before, the mode had no rule for them and every call raised)."""
+
+from __future__ import annotations
+
+import torch
+from torch._higher_order_ops.while_loop import while_loop
+
+import torchneuron.adaptive_eager as ae
+from tests.adaptive_eager.harness import assert_same, run
+
+
+def _sin_of_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a @ b).sin()
+
+
+def _cos_of_shift(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a - 1).cos()
+
+
+def _small(i: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+    return acc.abs().sum() < 40
+
+
+def _grow(i: torch.Tensor, acc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return i + 1, acc * 1.5 + 0.25
+
+
+def _loop(device: str) -> dict:
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 8, generator=g).to(device)
+    outs, turns = [], []
+    with torch.no_grad():
+        for step in range(8):
+            x = torch.randn(4, 8, generator=g).to(device) * (1 if step % 3 else -1)
+            h = torch.tanh(x @ w) + 0.5 * x  # the same ops every step: a region
+            y = torch.cond(h.sum() > 0, _sin_of_product, _cos_of_shift, (h, w))
+            zero = torch.zeros((), dtype=torch.int64, device=device)
+            i, acc = while_loop(_small, _grow, (zero, y))
+            outs.append(acc * 2)
+            turns.append(i)
+    return {"outs": torch.stack(outs), "turns": torch.stack(turns)}
+
+
+def test_cond_and_while_loop_give_plain_eagers_results_and_the_rest_replays() -> None:
+    cpu = run(_loop, "cpu")
+    eager = run(_loop, "neuron")
+    adaptive = run(_loop, "neuron", adaptive=True)
+    assert_same(cpu, eager, exact=("turns",))
+    assert_same(eager, adaptive, exact=("turns",))
+    assert ae.stats()["replays"] > 0
