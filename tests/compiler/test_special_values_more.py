@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron  # noqa: F401  (registers the backend and device)
-from torchneuron.compiler import compile_graph
+from torchneuron.compiler import CompileError, compile_graph
 
 NAN, INF = float("nan"), float("inf")
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -56,6 +56,10 @@ def _special(dtype: torch.dtype) -> torch.Tensor:
                                       INF, -INF, NAN))
 def test_pow_by_a_scalar_on_special_bases_matches_eager(exponent: float,
                                                         dtype: torch.dtype) -> None:
+    if dtype == torch.bfloat16 and exponent == -0.5:  # refused: see test_exact_pow
+        with pytest.raises(CompileError):
+            _compiled(lambda a: a ** exponent, _special(dtype))
+        return
     _exact(lambda a: a ** exponent, _special(dtype))
 
 

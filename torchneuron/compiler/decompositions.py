@@ -107,9 +107,11 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pow import POW_DECOMPOSITIONS
     from torchneuron.compiler.decomp_qr import QR_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_relu import RELU_DECOMPOSITIONS
     from torchneuron.compiler.decomp_resample import RESAMPLE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_resize import RESIZE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_tie_order import TIE_ORDER_DECOMPOSITIONS
     from torchneuron.compiler.decomp_zeta import ZETA_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
@@ -122,7 +124,8 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             RESAMPLE_DECOMPOSITIONS, RESIZE_DECOMPOSITIONS, BESSEL_DECOMPOSITIONS,
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
-            POW_DECOMPOSITIONS, custom_op_decompositions()]
+            POW_DECOMPOSITIONS, RELU_DECOMPOSITIONS, TIE_ORDER_DECOMPOSITIONS,
+            custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random

@@ -1,0 +1,79 @@
+"""Ties in sorting and selection ops: compiled indices equal eager's, or the graph is refused.
+
+Eager's ``topk``, ``kthvalue`` and unstable ``sort`` / ``argsort`` order equal values by
+their algorithm (rows of 40 values in 0..3: tied indices neither ascending nor alike
+between the ops; -0.0 and 0.0 in the algorithm's order), which the lowering cannot
+reproduce: they are refused and run eagerly. Stable sorts, ``max`` / ``min`` with a
+dimension and ``argmax`` / ``argmin`` (the first index of the extreme) compile and match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tests.compiler.exact import INF, NAN, matches_eager, torch_compile_matches_eager
+from torchneuron.compiler import CompileError, compile_graph
+
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+          torch.int32, torch.uint8, torch.int8)
+
+
+def _rows(dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 4, (6, 40), generator=g).to(dtype)
+    if dtype.is_floating_point:
+        x[0, ::3] = -0.0
+        x[1, 5], x[1, 17] = NAN, NAN
+        x[2, :] = 1.0
+        x[3, ::2] = INF
+        x[4, 7] = -INF
+        x[5, ::5], x[5, 1::5] = 0.0, -0.0
+    return x
+
+
+REFUSED: dict[str, Callable[[torch.Tensor], Any]] = {
+    "topk": lambda a: torch.topk(a, 3, 1),
+    "topk_smallest": lambda a: torch.topk(a, 3, 1, largest=False),
+    "topk_all": lambda a: torch.topk(a, 40, 1),
+    "kthvalue": lambda a: torch.kthvalue(a, 5, 1),
+    "sort": lambda a: torch.sort(a, 1),
+    "sort_descending": lambda a: torch.sort(a, 1, descending=True),
+    "argsort": lambda a: torch.argsort(a, 1),
+    "msort": torch.msort,
+}
+EXACT: dict[str, Callable[[torch.Tensor], Any]] = {
+    "sort_stable": lambda a: torch.sort(a, dim=1, stable=True),
+    "sort_stable_descending": lambda a: torch.sort(a, dim=1, descending=True, stable=True),
+    "argsort_stable": lambda a: torch.argsort(a, dim=1, stable=True),
+    "max_dim": lambda a: torch.max(a, 1),
+    "min_dim": lambda a: torch.min(a, 1),
+    "argmax": lambda a: torch.argmax(a, 1),
+    "argmin": lambda a: torch.argmin(a, 1),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_tie_ordering_ops_are_refused_and_run_eagerly(case: str, dtype: torch.dtype) -> None:
+    x = _rows(dtype)
+    with pytest.raises(CompileError, match="tie"):
+        compile_graph(REFUSED[case], [x])
+    torch_compile_matches_eager(REFUSED[case], x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", sorted(EXACT))
+def test_stable_sorts_and_extremes_with_ties_match_eager(case: str, dtype: torch.dtype) -> None:
+    matches_eager(EXACT[case], _rows(dtype))
+
+
+def test_torch_compile_stable_sort_compiles_and_matches_eager() -> None:
+    x = _rows(torch.float32)
+    torch_compile_matches_eager(lambda a: torch.sort(a, dim=1, stable=True), x)
+    torch_compile_matches_eager(lambda a: torch.sort(a * 2, dim=1, stable=True).values.sum(1), x,
+                                grad=True)
+    compile_graph(lambda a: torch.sort(a, dim=1, stable=True), [x])  # not refused
