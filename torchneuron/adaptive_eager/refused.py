@@ -24,6 +24,7 @@ __all__ = ["RefusedOps"]
 _OP_REASONS = frozenset({
     "no-lowering", "random-op-with-tensor-values", "random-op-multi-output",
     "random-op-unsupported-arg", "dynamic-output-shape", "data-dependent",
+    "tie-order", "clamp-tensor-signed-zero",
 })
 _MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream
 
