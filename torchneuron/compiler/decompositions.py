@@ -98,6 +98,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
     from torchneuron.compiler.decomp_extremes import EXTREMES_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_fma import FMA_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fmod import FMOD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_half_mean import HALF_MEAN_DECOMPOSITIONS
@@ -125,7 +126,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             POW_DECOMPOSITIONS, RELU_DECOMPOSITIONS, TIE_ORDER_DECOMPOSITIONS,
-            custom_op_decompositions()]
+            FMA_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random
