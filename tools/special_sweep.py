@@ -18,7 +18,9 @@ reassociation). A graph the compiler refuses runs eagerly (counted by
 
 Severity of a mismatch, worst first: ``nan`` (NaN positions differ), ``inf``, ``int``,
 ``value`` (beyond tolerance), ``meta`` (shape or dtype), ``error`` (compiled raised where
-eager did not), ``zero-sign``, ``ulp`` (elementwise within tolerance, not bit-equal).
+eager did not), ``overflow`` (a reduction or matmul on the ``big`` variant: +-max and 1e30
+overflow or cancel depending on the summation order, which is not reproduced), ``zero-sign``,
+``ulp`` (elementwise within tolerance, not bit-equal).
 
     python tools/special_sweep.py [--only a,b] [--shard I/N] [--samples K]
         [--dtypes float32,...] [--variants plain,nan,...] [--json out.json]
@@ -61,7 +63,7 @@ VARIANTS: dict[str, tuple[tuple[Any, ...], int]] = {
     "int": (("imax", "imin", 0, -1), 3),
 }
 HALF_VARIANTS = ("plain", "nan", "inf", "big")
-SEVERITY = ("nan", "inf", "int", "value", "meta", "error", "zero-sign", "ulp")
+SEVERITY = ("nan", "inf", "int", "value", "meta", "error", "overflow", "zero-sign", "ulp")
 # elementwise besides OpInfo's ufunc classes: exact bits expected
 ELEMENTWISE = {"where", "masked_fill", "lerp", "addcmul", "addcdiv", "nn.functional.hardswish",
                "nn.functional.hardsigmoid", "nn.functional.silu", "nn.functional.mish",
@@ -247,6 +249,17 @@ class _Sample:
         self.fn, self.tensors = fn, tensors
 
 
+def _spread(samples: list[Any], k: int) -> list[Any]:
+    """``k`` samples spread over the list, first and last included (OpInfo puts the
+    unusual arguments, like ``add``'s alpha, last)."""
+    n = len(samples)
+    if k <= 0 or n <= k:
+        return samples
+    if k == 1:
+        return samples[:1]
+    return [samples[i] for i in sorted({round(j * (n - 1) / (k - 1)) for j in range(k)})]
+
+
 def run_op(op: Any, dtypes: list[str], variants: list[str], max_samples: int,
            timeout: int) -> dict[str, Any]:
     counts: collections.Counter[str] = collections.Counter()
@@ -257,7 +270,8 @@ def run_op(op: Any, dtypes: list[str], variants: list[str], max_samples: int,
         if dtype not in supported:
             continue
         try:
-            samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:max_samples]
+            samples = _spread(list(op.sample_inputs("cpu", dtype, requires_grad=False)),
+                              max_samples)
         except Exception:  # noqa: BLE001
             continue
         if dtype.is_floating_point:
@@ -271,6 +285,9 @@ def run_op(op: Any, dtypes: list[str], variants: list[str], max_samples: int,
                     outcome, detail = run_case(op, sample, variant, timeout)
                 except Exception as e:  # noqa: BLE001 - the tool's own failure is a finding
                     outcome, detail = "error", f"internal {type(e).__name__}: {e}"[:200]
+                if variant == "big" and outcome in ("nan", "inf", "value") \
+                        and not _is_elementwise(op):
+                    outcome = "overflow"
                 counts[outcome] += 1
                 if outcome in SEVERITY:
                     key = f"{dname}/{variant}"
@@ -309,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", "--ops", default="", help="comma-separated OpInfo names")
     ap.add_argument("--shard", default="", help="I/N: every N-th op starting at I")
-    ap.add_argument("--samples", type=int, default=2, help="samples per op and dtype")
+    ap.add_argument("--samples", type=int, default=3,
+                    help="samples per op and dtype, spread over OpInfo's list (0: all)")
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--timeout", type=int, default=120, help="seconds per case")
