@@ -398,7 +398,23 @@ def eq_tensor(a: torch.Tensor, b: Any) -> torch.Tensor:
 
 @_register(aten.hypot.default)
 def hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.sqrt(a * a + b * b)
+    """As eager's (Sleef's) hypot: no overflow (``sqrt(a*a + b*b)`` gave inf at 1e30 in
+    float32), inf when either side is infinite, even with a NaN other side. float32 and
+    narrower: the exact sum of squares in float64, rounded once to float32 (eager's
+    correctly rounded float32 result, then its dtype); float64: scaled by the larger side,
+    within an ulp."""
+    dtype = torch.result_type(a, b)
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    x, y = a.to(dtype).abs().double(), b.to(dtype).abs().double()
+    if dtype == torch.float64:
+        big, small = torch.maximum(x, y), torch.minimum(x, y)
+        q = torch.where(big == 0, torch.zeros_like(big), small / big)
+        r = big * torch.sqrt(1 + q * q)
+    else:
+        r = torch.sqrt(x * x + y * y)
+    r = torch.where((x == math.inf) | (y == math.inf), math.inf, r)  # float64 constants:
+    return r if dtype == torch.float64 else r.to(torch.float32).to(dtype)  # (bfloat16's need ml_dtypes)
 
 
 @_register(aten.logsumexp.default)
