@@ -295,7 +295,27 @@ def run_op(op: Any, dtypes: list[str], variants: list[str], max_samples: int,
                                            "repro": _repro(op, sample, variant, detail, timeout)})
     worst = min((f["severity"] for f in found.values()), key=SEVERITY.index, default=None)
     return {"status": worst or ("pass" if counts["pass"] else "untested"),
-            "counts": dict(counts), "mismatches": found}
+            "counts": dict(counts), "mismatches": found, "elementwise": _is_elementwise(op)}
+
+
+def _reclassify(results: dict[str, dict[str, Any]]) -> None:
+    """Results written before 'overflow' existed: a non-elementwise op's nan / inf / value
+    on the big variant becomes 'overflow' (as ``run_op`` now files it)."""
+    old = [n for n, r in results.items() if "elementwise" not in r and r.get("mismatches")]
+    if not old:
+        return
+    import torch.testing._internal.common_methods_invocations as cmi
+
+    by_id = {op_id(op): op for op in cmi.op_db}
+    for n in old:
+        r = results[n]
+        r["elementwise"] = n in by_id and _is_elementwise(by_id[n])
+        for key, m in r["mismatches"].items():
+            if key.endswith("/big") and m["severity"] in ("nan", "inf", "value") \
+                    and not r["elementwise"]:
+                m["severity"] = "overflow"
+        r["status"] = min((m["severity"] for m in r["mismatches"].values()),
+                          key=SEVERITY.index)
 
 
 def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
@@ -344,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                 data = json.load(f)
             results.update(data["ops"])
             seconds += data["seconds"]
+        _reclassify(results)
         summary = report(results, seconds)
     else:
         warnings.filterwarnings("ignore")
