@@ -93,6 +93,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
     from torchneuron.compiler.decomp_bessel import BESSEL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_cumulative import CUMULATIVE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_custom import custom_op_decompositions
     from torchneuron.compiler.decomp_division import DIVISION_DECOMPOSITIONS
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
@@ -126,7 +127,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             POW_DECOMPOSITIONS, RELU_DECOMPOSITIONS, TIE_ORDER_DECOMPOSITIONS,
-            FMA_DECOMPOSITIONS, custom_op_decompositions()]
+            FMA_DECOMPOSITIONS, CUMULATIVE_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random
