@@ -103,6 +103,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_fmod import FMOD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_half_mean import HALF_MEAN_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_half_scalar import HALF_SCALAR_DECOMPOSITIONS
     from torchneuron.compiler.decomp_index import INDEX_DECOMPOSITIONS
     from torchneuron.compiler.decomp_lu import LU_DECOMPOSITIONS
     from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
@@ -127,7 +128,8 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             POW_DECOMPOSITIONS, RELU_DECOMPOSITIONS, TIE_ORDER_DECOMPOSITIONS,
-            FMA_DECOMPOSITIONS, CUMULATIVE_DECOMPOSITIONS, custom_op_decompositions()]
+            FMA_DECOMPOSITIONS, CUMULATIVE_DECOMPOSITIONS, HALF_SCALAR_DECOMPOSITIONS,
+            custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random
