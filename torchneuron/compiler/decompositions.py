@@ -91,6 +91,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 
 def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     """Decompositions kept in their own modules (one family of ops each)."""
+    from torchneuron.compiler.decomp_addc import ADDC_DECOMPOSITIONS
     from torchneuron.compiler.decomp_bessel import BESSEL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_conv import CONV_DECOMPOSITIONS
     from torchneuron.compiler.decomp_cumulative import CUMULATIVE_DECOMPOSITIONS
@@ -99,7 +100,6 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_elementwise import ELEMENTWISE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
     from torchneuron.compiler.decomp_extremes import EXTREMES_DECOMPOSITIONS
-    from torchneuron.compiler.decomp_fma import FMA_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fmod import FMOD_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_half_mean import HALF_MEAN_DECOMPOSITIONS
@@ -128,7 +128,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             EMBEDDING_BAG_DECOMPOSITIONS, ZETA_DECOMPOSITIONS, EXTREMES_DECOMPOSITIONS,
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             POW_DECOMPOSITIONS, RELU_DECOMPOSITIONS, TIE_ORDER_DECOMPOSITIONS,
-            FMA_DECOMPOSITIONS, CUMULATIVE_DECOMPOSITIONS, HALF_SCALAR_DECOMPOSITIONS,
+            ADDC_DECOMPOSITIONS, CUMULATIVE_DECOMPOSITIONS, HALF_SCALAR_DECOMPOSITIONS,
             custom_op_decompositions()]
 
 
