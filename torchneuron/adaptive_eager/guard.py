@@ -60,6 +60,9 @@ class Output:
     ik: tuple[int, int] | None  # (op, output) of the value, one tuple object per region
     meta: tuple | None  # (sizes, strides, offset, dtype) of the pending tensor
     nbytes: int  # storage bytes of a new value (0 for views)
+    # ``tensor.pending_layout`` of ``meta`` on device ``layout_index``, made at first use
+    layout: dict | None = None
+    layout_index: int = -1
 
 
 @dataclass(slots=True)

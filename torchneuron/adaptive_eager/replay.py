@@ -34,7 +34,7 @@ from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler import index_bounds
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
-from torchneuron.device.tensor import NeuronTensor, pending_tensor
+from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
 from torchneuron.dispatch import run_op, wrap
 from torchneuron.hardware import get_core
 
@@ -119,6 +119,13 @@ def _guards(region: Any) -> list[OpGuard]:
         for g in guards:
             g.bind = dataflow.generate(g.flow, _Value, Replay._bind)
     return guards
+
+
+def _layout(out: Output, index: int) -> None:
+    """Prepare ``out``'s pending tensors on device ``index`` (``tensor.pending_layout``):
+    the layout's keyword arguments are built once per output, not once per replay."""
+    out.layout = pending_layout(*out.meta, index)  # type: ignore[misc]
+    out.layout_index = index
 
 
 class _Value:
@@ -282,7 +289,10 @@ class Replay:
                 value = _Value(self, out.ik)  # type: ignore[arg-type]
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
                 self.bytes += out.nbytes
-                return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+                index = self.index
+                if out.layout_index != index:
+                    _layout(out, index)
+                return pending_of(out.meta[0], out.layout, index, value)  # type: ignore[index, arg-type]
             struct = g.struct
             if struct == "single":
                 out = g.outputs[0]
@@ -310,7 +320,10 @@ class Replay:
         value = _Value(self, out.ik)  # type: ignore[arg-type]
         self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
         self.bytes += out.nbytes
-        return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+        index = self.index
+        if out.layout_index != index:
+            _layout(out, index)
+        return pending_of(out.meta[0], out.layout, index, value)  # type: ignore[index, arg-type]
 
     def _bind(self, tensors: list[torch.Tensor], flow: tuple) -> bool:
         """Whether the op's tensor arguments are the values the recorded dataflow says
