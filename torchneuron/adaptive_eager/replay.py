@@ -18,6 +18,7 @@ arguments, exactly as eager would have run them, and pending tensors get those r
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from typing import Any
 
@@ -119,6 +120,27 @@ def _guards(region: Any) -> list[OpGuard]:
         for g in guards:
             g.bind = dataflow.generate(g.flow, _Value, Replay._bind)
     return guards
+
+
+_NAN = float("nan")  # what ``float(repr(x))`` gives for every NaN x
+
+
+def _accept(got: list[tuple[int, Any]], values: dict[int, float],
+            dtypes: list[torch.dtype]) -> bool:
+    """``lift.accept`` of the floats a guard found where the region lifted scalars: each
+    (n, value) from the generated flat check holds the float itself, which is what
+    ``float(repr(value))`` gives back (repr round-trips every float but NaN, whose sign
+    and payload it drops: those become the plain NaN); (n, repr) from the general walk
+    is parsed as ``lift.accept`` parses it. Stores the values."""
+    for n, a in got:
+        if type(a) is str:
+            a = float(a)
+        elif a != a:
+            a = _NAN
+        if math.isfinite(a) and abs(a) > (lift._MAX.get(dtypes[n]) or torch.finfo(dtypes[n]).max):
+            return False
+        values[n] = a
+    return True
 
 
 def _layout(out: Output, index: int) -> None:
@@ -261,7 +283,7 @@ class Replay:
                     return MISMATCH
                 write_at = None  # the call's arity is not known to be the recorded one
             else:
-                if got and not lift.accept(got, self.scalars, self.plan.lifted):
+                if got and not _accept(got, self.scalars, self.plan.lifted):
                     return MISMATCH
                 write_at = g.write_at
             if not g.bind(self, tensors):  # ``_bind``, generated for this op's flow
