@@ -44,6 +44,10 @@ __all__ = ["Replay", "MISMATCH"]
 MISMATCH = object()
 
 
+_STORAGE = torch.Tensor.untyped_storage
+_DATA_PTR = torch.UntypedStorage.data_ptr
+
+
 def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
     """Whether aliasing between inputs would change the region's meaning.
 
@@ -52,7 +56,9 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
     first write (autograd's saved ``weight.t()`` read in backward, then the optimizer's
     in-place update of ``weight``): otherwise a write through one would be missed by the
     other, so the region runs eagerly."""
-    ptrs = [b.untyped_storage().data_ptr() for b in inputs]
+    ptrs = list(map(_DATA_PTR, map(_STORAGE, inputs)))  # (loops in C)
+    if len(set(ptrs)) == len(ptrs):  # the common case: no two inputs share storage
+        return False
     sharing: dict[int, list[int]] = {}  # storage -> the slots on it: linear, not pairwise
     for a, p in enumerate(ptrs):
         sharing.setdefault(p, []).append(a)
