@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import torchneuron  # noqa: F401
-from torchneuron.adaptive_eager import guard, lift, signature
+from torchneuron.adaptive_eager import guard, lift, replay, signature
 from torchneuron.adaptive_eager.recorder import static_of
 from torchneuron.adaptive_eager.signature import Unsupported, describe, rebuild, region_key
 
@@ -159,9 +159,9 @@ def test_guard_takes_any_float_where_a_scalar_is_lifted() -> None:
     g = guard._guard(0, sig, set())
     got: list = []
     assert guard.match(g, (x, x), {"alpha": -2.5}, [], got) is not None
-    assert got == [(0, "-2.5")]
+    assert got == [(0, -2.5)] and type(got[0][1]) is float  # the value (replay._accept)
     values: dict = {}
-    assert lift.accept(got, values, [torch.float32]) and values == {0: -2.5}
+    assert replay._accept(got, values, [torch.float32]) and values == {0: -2.5}
     assert not lift.accept([(0, "1e39")], {}, [torch.float32])  # beyond float32: eager raises
     for alpha in (2, True, None):
         assert guard.match(g, (x, x), {"alpha": alpha}, [], []) is None

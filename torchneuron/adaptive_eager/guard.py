@@ -60,6 +60,9 @@ class Output:
     ik: tuple[int, int] | None  # (op, output) of the value, one tuple object per region
     meta: tuple | None  # (sizes, strides, offset, dtype) of the pending tensor
     nbytes: int  # storage bytes of a new value (0 for views)
+    # ``tensor.pending_layout`` of ``meta`` on device ``layout_index``, made at first use
+    layout: dict | None = None
+    layout_index: int = -1
 
 
 @dataclass(slots=True)
@@ -276,8 +279,9 @@ def match(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
     """The argument template of a call that ``static_of`` describes exactly as ``g``'s
     recorded op (its tensor arguments appended to ``tensors`` in the same order), or
     None if this quick check cannot tell (the caller then checks the general way).
-    A float where the region lifted scalar n is appended to ``lifted`` as (n, its repr):
-    the call matches only if ``lift.accept`` takes those values too."""
+    A float where the region lifted scalar n is appended to ``lifted`` as (n, its repr)
+    (the generated flat check appends the float itself): the call matches only if
+    ``lift.accept`` (``replay._accept``) takes those values too."""
     if lifted is None:
         lifted = []
     check = g.check
@@ -340,8 +344,10 @@ def _generate(g: OpGuard) -> Any:
                 ns[c] = e[2]
                 code.append(f"    if type(a) is not float or a != {c}: return None")
         elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
+            # the float itself, not its repr (``replay._accept`` reads it as
+            # ``float(repr(a))`` would: formatting and parsing it cost ~1.5 us)
             code += ["    if type(a) is not float: return None",
-                     f"    lifted.append(({int(e[1])}, repr(a)))"]
+                     f"    lifted.append(({int(e[1])}, a))"]
         elif kind == _GENERAL:  # a dtype, layout, memory format or device
             ns[c] = e
             code.append(f"    if _arg({c}, a, tensors, lifted) is _FAIL: return None")

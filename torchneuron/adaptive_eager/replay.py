@@ -18,6 +18,7 @@ arguments, exactly as eager would have run them, and pending tensors get those r
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from typing import Any
 
@@ -34,13 +35,17 @@ from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler import index_bounds
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
-from torchneuron.device.tensor import NeuronTensor, pending_tensor
+from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
 from torchneuron.dispatch import run_op, wrap
 from torchneuron.hardware import get_core
 
 __all__ = ["Replay", "MISMATCH"]
 
 MISMATCH = object()
+
+
+_STORAGE = torch.Tensor.untyped_storage
+_DATA_PTR = torch.UntypedStorage.data_ptr
 
 
 def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
@@ -51,7 +56,9 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
     first write (autograd's saved ``weight.t()`` read in backward, then the optimizer's
     in-place update of ``weight``): otherwise a write through one would be missed by the
     other, so the region runs eagerly."""
-    ptrs = [b.untyped_storage().data_ptr() for b in inputs]
+    ptrs = list(map(_DATA_PTR, map(_STORAGE, inputs)))  # (loops in C)
+    if len(set(ptrs)) == len(ptrs):  # the common case: no two inputs share storage
+        return False
     sharing: dict[int, list[int]] = {}  # storage -> the slots on it: linear, not pairwise
     for a, p in enumerate(ptrs):
         sharing.setdefault(p, []).append(a)
@@ -119,6 +126,34 @@ def _guards(region: Any) -> list[OpGuard]:
         for g in guards:
             g.bind = dataflow.generate(g.flow, _Value, Replay._bind)
     return guards
+
+
+_NAN = float("nan")  # what ``float(repr(x))`` gives for every NaN x
+
+
+def _accept(got: list[tuple[int, Any]], values: dict[int, float],
+            dtypes: list[torch.dtype]) -> bool:
+    """``lift.accept`` of the floats a guard found where the region lifted scalars: each
+    (n, value) from the generated flat check holds the float itself, which is what
+    ``float(repr(value))`` gives back (repr round-trips every float but NaN, whose sign
+    and payload it drops: those become the plain NaN); (n, repr) from the general walk
+    is parsed as ``lift.accept`` parses it. Stores the values."""
+    for n, a in got:
+        if type(a) is str:
+            a = float(a)
+        elif a != a:
+            a = _NAN
+        if math.isfinite(a) and abs(a) > (lift._MAX.get(dtypes[n]) or torch.finfo(dtypes[n]).max):
+            return False
+        values[n] = a
+    return True
+
+
+def _layout(out: Output, index: int) -> None:
+    """Prepare ``out``'s pending tensors on device ``index`` (``tensor.pending_layout``):
+    the layout's keyword arguments are built once per output, not once per replay."""
+    out.layout = pending_layout(*out.meta, index)  # type: ignore[misc]
+    out.layout_index = index
 
 
 class _Value:
@@ -254,7 +289,7 @@ class Replay:
                     return MISMATCH
                 write_at = None  # the call's arity is not known to be the recorded one
             else:
-                if got and not lift.accept(got, self.scalars, self.plan.lifted):
+                if got and not _accept(got, self.scalars, self.plan.lifted):
                     return MISMATCH
                 write_at = g.write_at
             if not g.bind(self, tensors):  # ``_bind``, generated for this op's flow
@@ -282,7 +317,10 @@ class Replay:
                 value = _Value(self, out.ik)  # type: ignore[arg-type]
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
                 self.bytes += out.nbytes
-                return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+                index = self.index
+                if out.layout_index != index:
+                    _layout(out, index)
+                return pending_of(out.meta[0], out.layout, index, value)  # type: ignore[index, arg-type]
             struct = g.struct
             if struct == "single":
                 out = g.outputs[0]
@@ -310,7 +348,10 @@ class Replay:
         value = _Value(self, out.ik)  # type: ignore[arg-type]
         self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
         self.bytes += out.nbytes
-        return pending_tensor(*out.meta, self.index, value)  # type: ignore[misc]
+        index = self.index
+        if out.layout_index != index:
+            _layout(out, index)
+        return pending_of(out.meta[0], out.layout, index, value)  # type: ignore[index, arg-type]
 
     def _bind(self, tensors: list[torch.Tensor], flow: tuple) -> bool:
         """Whether the op's tensor arguments are the values the recorded dataflow says

@@ -101,6 +101,28 @@ class Generated:
         return "\n".join(out)
 
 
+def _inline_reshape(step: StepLike) -> bool:
+    """Whether ``step`` is a specialized ``reshape`` to a static shape that keeps its
+    operand's declared dtype (``_specialize._reshape``): the generated code calls
+    ``x.reshape(shape)`` itself, as that step does, and leaves out the test of its
+    result, which is proven: ``reshape`` returns that shape or raises, and keeps the
+    dtype of its operand, whose own dtype was tested where it was made (a step's result,
+    an input, a constant)."""
+    to = getattr(step.fn, "reshape_to", None)
+    op = step.op
+    return (
+        to is not None and step.single and len(step.operands) == 1
+        and len(op.operand_types) == 1 and step.shapes[0] == torch.Size(to)
+        and op.operand_types[0].dtype == op.result_types[0].dtype
+    )  # fmt: skip
+
+
+def _after(step: StepLike, body: list[str], live: dict[str, str], key: Callable[[str], str],
+           pinned: set[str]) -> None:
+    """A step's results that a nested region reads by name, written to the env."""
+    body += [f"env[{key(r)}] = {live[r]}" for r in step.results if r in pinned]
+
+
 def generate(
     block: BlockLike,
     single: Callable[..., Any],
@@ -158,6 +180,21 @@ def generate(
         args = [read(o) for o in step.operands]
         if any(a is None for a in args):
             return None
+        if _inline_reshape(step):  # the call itself: its result needs no test (below)
+            if step.results[0] in live or step.results[0] in const_names:
+                return None  # made twice
+            v = live[step.results[0]] = f"v{count}"
+            count += 1
+            ns[f"R{i}"] = step.fn.reshape_to  # type: ignore[attr-defined]
+            body.append(f"{v} = {args[0]}.reshape(R{i})")
+            lines[len(body) + 1] = i
+            _after(step, body, live, key, pinned)
+            if any(name not in live for name in step.drop):
+                return None
+            if step.drop:
+                body.append(f"del {', '.join(live.pop(name) for name in step.drop)}")
+            body += [f"del env[{key(name)}]" for name in step.drop if name in pinned]
+            continue
         ns[f"f{i}"], ns[f"o{i}"], ns[f"p{i}"] = step.fn, step.op, step
         body.append(f"r = f{i}(o{i}, [{', '.join(args)}], run)")  # type: ignore[arg-type]
         lines[len(body) + 1] = i  # +1: the ``def`` line comes first

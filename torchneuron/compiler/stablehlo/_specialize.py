@@ -70,6 +70,7 @@ def _reshape(op: Operation) -> OpFn | None:
     def reshape(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         return [args[0].reshape(shape)]
 
+    reshape.reshape_to = shape  # type: ignore[attr-defined]  # (``_codegen`` inlines the call)
     return reshape
 
 

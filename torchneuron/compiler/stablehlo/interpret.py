@@ -338,20 +338,22 @@ class Prepared:
         of an inference tensor passed in or kept as a constant) have no ``_base``: then
         the storages themselves are compared (``_fresh_by_storage``).
         """
-        if self.inference_constants or torch.is_inference_mode_enabled() or any(
-            isinstance(x, torch.Tensor) and x.is_inference() for x in args
-        ):  # fmt: skip
+        if self.inference_constants or torch.is_inference_mode_enabled() or _any_inference(args):
             return self._fresh_by_storage(args, outs)
+        # each input's owner: a view's base, else the input itself (a view's own id is
+        # added too, harmlessly: no output's owner is a view); ``map`` keeps the loop in C
         known = set(self.constant_ids)
-        for x in args:
-            known.add(id(x._base if x._is_view() else x))
+        known.update(map(id, args))
+        known.update(map(id, map(_BASE, args)))
         result: list[Any] = []
         for o in outs:
             if o is None:  # an unused output: not computed
                 result.append(o)
                 continue
             o = o.contiguous()
-            owner = o._base if o._is_view() else o
+            owner = o._base  # (an attribute read: cheaper than asking ``_is_view()``)
+            if owner is None:
+                owner = o
             if id(owner) in known:
                 o = owner = o.clone()
             known.add(id(owner))
@@ -371,6 +373,18 @@ class Prepared:
                 known.add(_storage(o))
             result.append(o)
         return result
+
+
+_BASE = operator.attrgetter("_base")  # None for a tensor that is not a view
+_IS_INFERENCE = torch.Tensor.is_inference
+
+
+def _any_inference(args: list[Any]) -> bool:
+    """Whether an input is an inference tensor (a loop in C when all are tensors)."""
+    try:
+        return any(map(_IS_INFERENCE, args))
+    except TypeError:  # an input that is no tensor
+        return any(isinstance(x, torch.Tensor) and x.is_inference() for x in args)
 
 
 def _storage(t: torch.Tensor) -> int:
