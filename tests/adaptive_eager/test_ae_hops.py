@@ -50,3 +50,30 @@ def test_cond_and_while_loop_give_plain_eagers_results_and_the_rest_replays() ->
     assert_same(cpu, eager, exact=("turns",))
     assert_same(eager, adaptive, exact=("turns",))
     assert ae.stats()["replays"] > 0
+
+
+
+def _train(device: str) -> dict:
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
+    opt = torch.optim.SGD([w], lr=0.05)
+    losses = []
+    for step in range(4):
+        x = torch.randn(4, 8, generator=g).to(device) * (1 if step % 3 else -1)
+        y = torch.cond(x.sum() > 0, _sin_of_product, _cos_of_shift, (torch.tanh(x @ w), w))
+        loss = y.square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return {"losses": torch.stack(losses), "w": w.detach()}
+
+
+def test_after_disable_cond_with_gradients_still_works() -> None:
+    """``torch.cond`` traced by Dynamo with the mode on the stack had left Dynamo unable
+    to trace a later ``cond`` with gradients, on any device, even after ``disable()``."""
+    want = run(_train, "cpu")
+    run(_loop, "neuron", adaptive=True)
+    assert not hasattr(torch.cond, "__torchneuron_original__")  # unwrapped again
+    assert_same(want, run(_train, "cpu"), rtol=0, atol=0)
+    assert_same(want, run(_train, "neuron"))

@@ -40,7 +40,7 @@ def enable() -> None:
     global _mode
     if _mode is not None:
         return
-    hops.install(AdaptiveEagerMode)
+    hops.install(AdaptiveEagerMode, _runtime)
     _mode = AdaptiveEagerMode(_runtime)
     _mode.__enter__()
     hostdata.install()
@@ -56,6 +56,7 @@ def disable() -> None:
     _runtime.flush()
     _core.remove_sync_listener(_on_sync)
     hostdata.uninstall()
+    hops.uninstall()
     mode, _mode = _mode, None
     mode.__exit__(None, None, None)
     log.info("adaptive eager disabled")

@@ -1,22 +1,47 @@
-"""``torch.cond`` and ``while_loop`` under adaptive eager: a boundary, then eager.
+"""``torch.cond`` and ``while_loop`` under adaptive eager: a boundary, then plain eager.
 
-Why: a higher-order op reaches a dispatch mode as one call with Python callables in it,
-and PyTorch refuses it unless the mode has a rule for it ("no rule registered for
-HigherOrderOperator cond"), so every ``torch.cond`` failed once adaptive eager was
-enabled. Which branch runs, and how often a loop turns, depends on a value read from the
-device: that is a host sync, the same boundary as ``.item()``. The rule ends the
-segment (and any replay, its deferred prefix run first) and runs the op as plain eager
-does, the mode stood aside, so the branches' ops are neither recorded nor deferred.
+Why: which branch runs, and how often a loop turns, depends on a value read from the
+device: a host sync, the same boundary as ``.item()``. Eager ``torch.cond`` first runs
+itself through Dynamo and then reaches dispatch modes as one higher-order op, which a
+mode must have a rule for ("no rule registered for HigherOrderOperator cond"); tracing it
+with a mode on the stack also left Dynamo's caches unable to trace a later ``cond`` with
+gradients, even after ``disable()``. So, while adaptive eager is on, ``torch.cond`` is
+wrapped: the segment (and any replay, its deferred prefix run first) ends, and ``cond``
+runs with the mode stood aside, exactly as plain eager runs it, gradients included.
+
+``while_loop`` (no ``torch`` attribute to wrap) and a ``cond`` bound before ``enable()``
+reach the mode as higher-order ops: a rule there does the same, without gradients.
+Dynamo refuses to start while FX traces (``error_on_nested_fx_trace``), and FX's flag is
+process-wide, so a region compiling in the background thread made those fail at
+random; the check is off while adaptive eager is on, and restored by ``disable()``.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import torch
 from torch._higher_order_ops.cond import cond_op
 from torch._higher_order_ops.while_loop import while_loop_op
+from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["install"]
+__all__ = ["install", "uninstall"]
+
+_saved: dict[str, Any] = {}
+
+
+def _wrap_cond(original: Any, runtime: Any) -> Any:
+    @functools.wraps(original)
+    def cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any = ()) -> Any:
+        if torch.compiler.is_compiling():  # inside torch.compile: Dynamo's own cond
+            return original(pred, true_fn, false_fn, operands)
+        runtime.on_sync(runtime.index, "cond")
+        with _disable_current_modes():
+            return original(pred, true_fn, false_fn, operands)
+
+    cond.__torchneuron_original__ = original  # type: ignore[attr-defined]
+    return cond
 
 
 def _eager_after_sync(hop: Any) -> Any:
@@ -31,18 +56,24 @@ def _eager_after_sync(hop: Any) -> Any:
     return rule
 
 
-def install(mode_class: type) -> None:
-    """Register the rules for ``mode_class`` (idempotent).
-
-    Eager ``cond`` / ``while_loop`` first run themselves through Dynamo, which refuses
-    to start while FX traces ("Detected that you are using FX to symbolically trace a
-    dynamo-optimized function"), and FX's tracing flag is process-wide: a region
-    compiling in the background thread made the user's ``cond`` fail at random. With
-    ``error_on_nested_fx_trace`` off, Dynamo then calls the function as it is, which
-    reaches the rule below just the same."""
+def install(mode_class: type, runtime: Any) -> None:
+    """Wrap ``torch.cond`` and register the mode's rules (idempotent)."""
     import torch._dynamo
 
-    torch._dynamo.config.error_on_nested_fx_trace = False
     for hop in (cond_op, while_loop_op):
         if mode_class not in hop.python_key_table:
             hop.py_impl(mode_class)(_eager_after_sync(hop))
+    if not _saved:
+        _saved["cond"] = torch.cond
+        _saved["nested"] = torch._dynamo.config.error_on_nested_fx_trace
+        torch.cond = _wrap_cond(torch.cond, runtime)
+        torch._dynamo.config.error_on_nested_fx_trace = False
+
+
+def uninstall() -> None:
+    """Put back what ``install`` changed."""
+    if _saved:
+        import torch._dynamo
+
+        torch.cond = _saved.pop("cond")
+        torch._dynamo.config.error_on_nested_fx_trace = _saved.pop("nested")

@@ -822,6 +822,10 @@ class AdaptiveEagerMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         prior = _set_eval_frame(None)  # what ``torch._dynamo.disable`` does around a call
         try:
+            if not types and (not kwargs or "device" not in kwargs):
+                # no neuron tensor (``types`` lists the arguments' subclasses) and no
+                # device to create on: a host op (an optimizer's CPU step count)
+                return func(*args, **(kwargs or {}))
             return self.runtime.on_op(func, args, kwargs or {})
         finally:
             _set_eval_frame(prior)

@@ -54,7 +54,7 @@ def _operands(s: Any, t1: Any, t2: Any, value: Any
     v = float(value)
     if opmath == torch.float32:  # Scalar.to<float>(): the value rounded once, in Python
         v = struct.unpack("f", struct.pack("f", v))[0] if abs(v) < 3.5e38 else v
-    return dtype, opmath, v, [t.to(opmath) for t in (s, t1, t2)]
+    return dtype, opmath, v, [t.to(dtype).to(opmath) for t in (s, t1, t2)]  # eager: common dtype first
 
 
 @_register(aten.addcdiv.default)

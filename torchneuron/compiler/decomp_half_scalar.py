@@ -33,18 +33,24 @@ def _scalar32(t: Any, s: Any) -> torch.Tensor | None:
         return None
     if isinstance(s, (int, float)) and not isinstance(s, bool):
         return torch.full((), float(s), dtype=torch.float32, device=t.device)
-    if isinstance(s, torch.Tensor) and s.dim() == 0 and s.is_floating_point() \
+    if isinstance(s, torch.Tensor) and s.dim() == 0 and not s.is_complex() \
             and s.dtype != t.dtype and t.dim() > 0 and torch.result_type(t, s) == t.dtype:
-        return s.to(torch.float32)
+        return s.to(torch.float32)  # a 0-d float or integer tensor: read at float32 too
     return None
 
 
 @_register(aten.mul.Tensor)
 def mul(a: Any, b: Any) -> Any:
-    for t, s in ((a, b), (b, a)):
-        s32 = _scalar32(t, s)
+    # eager reads the scalar at float32 only in second place (``is_cpu_scalar(2)``); a
+    # 0-d tensor first is rounded to the half type, as the plain lowering does. A Python
+    # number always reaches ATen second.
+    s32 = _scalar32(a, b)
+    if s32 is not None:
+        return (a.to(torch.float32) * s32).to(a.dtype)
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        s32 = _scalar32(b, a)
         if s32 is not None:
-            return (t.to(torch.float32) * s32).to(t.dtype)
+            return (b.to(torch.float32) * s32).to(b.dtype)
     return NotImplemented
 
 
