@@ -35,7 +35,7 @@ def _outcome(classes: list[int], num_classes: int, dev: str, mode: str) -> tuple
 @pytest.mark.parametrize("mode", list(_MODES))
 @pytest.mark.parametrize(("classes", "num_classes"), [
     ([0, 5], 3), ([0, 3], 3), ([0, -1], 3), ([2, -1], -1), ([0, 2, 1], 3), ([[1, 0], [2, 2]], -1),
-    ([], 3),
+    ([], 3), ([], 0), ([], -2),
 ])
 def test_one_hot_values_and_errors_as_cpu(classes: list, num_classes: int, mode: str) -> None:
     assert _outcome(classes, num_classes, "neuron", mode) == _outcome(classes, num_classes, "cpu", mode)

@@ -36,7 +36,7 @@ def _one_hot(self: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
     """CPU's checks, in CPU's order, then PyTorch's composite for the device."""
     if self.dtype != torch.int64:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
-    if self.numel() == 0 and num_classes == -1:
+    if self.numel() == 0 and num_classes <= 0:
         raise RuntimeError("Can not infer total number of classes from empty tensor.")
     values = _host_values(self)
     if values is not None:
