@@ -245,6 +245,19 @@ def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]
             "counts": dict(counts), "samples": n_samples, "seconds": seconds, "ops": results}
 
 
+def read_shards(paths: list[str], combine: Any = max) -> tuple[dict[str, dict[str, Any]], float]:
+    """The per-op results of shard JSON files, and their seconds combined (``max``: shards
+    that ran side by side; ``sum``: one after another)."""
+    results: dict[str, dict[str, Any]] = {}
+    seconds = 0.0
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        results.update(data["ops"])
+        seconds = combine(seconds, data["seconds"])
+    return results, seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", "--ops", default="", help="comma-separated OpInfo names")
@@ -256,13 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.merge:
-        results: dict[str, dict[str, Any]] = {}
-        seconds = 0.0
-        for path in args.merge:
-            with open(path) as f:
-                data = json.load(f)
-            results.update(data["ops"])
-            seconds = max(seconds, data["seconds"])
+        results, seconds = read_shards(args.merge, max)
         summary = report(results, seconds)
     else:
         warnings.filterwarnings("ignore")

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from lowering_coverage import UNSPECIFIED, _describe, _sample_fn, _select
+from lowering_coverage import UNSPECIFIED, _describe, _sample_fn, _select, read_shards
 from opinfo_device import _time_limit, op_id
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -357,13 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.merge:
-        results: dict[str, dict[str, Any]] = {}
-        seconds = 0.0
-        for path in args.merge:
-            with open(path) as f:
-                data = json.load(f)
-            results.update(data["ops"])
-            seconds += data["seconds"]
+        results, seconds = read_shards(args.merge, lambda a, b: a + b)
         _reclassify(results)
         summary = report(results, seconds)
     else:
