@@ -74,8 +74,7 @@ def set_op_handler(handler: OpHandler) -> None:
 
 
 # Per-wrapper state that a copy gets fresh from its own construction, never copied.
-_INTERNAL_ATTRS = frozenset({"_buffer", "_pending", "_device_index", "_memory_token",
-                             "_restrided"})
+_INTERNAL_ATTRS = frozenset({"_buffer", "_pending", "_device_index", "_memory_token"})
 
 
 class NeuronTensor(torch.Tensor):
@@ -209,21 +208,6 @@ class NeuronTensor(torch.Tensor):
         torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
         self._buffer, self._pending, self._device_index = buffer, None, new._device_index
         buffers.track(self, buffer, new._device_index)
-
-    def _view_func_unsafe(self, new_base: torch.Tensor, symint_visitor_fn: Any = None,
-                          tensor_visitor_fn: Any = None) -> torch.Tensor:
-        """This view rebuilt over ``new_base``: how Dynamo fakes a view of a tensor subclass.
-
-        Why: autograd's view function replays the view op that made the tensor
-        (``t[2:]``); after ``resize_``, ``set_``, an ``out=`` op or an in-place view op
-        (``t_``, ``unsqueeze_``) changed the view's sizes or strides, eager dispatch
-        rewrote the wrapper's metadata and the replay no longer matches it, so every
-        torch.compile frame taking such a view failed in Dynamo ("Expected cond to be
-        True"). Dense CPU views are faked with ``as_strided`` of their metadata; such a
-        view (``_restrided``, set by dispatch) is rebuilt the same way."""
-        if self.__dict__.get("_restrided"):
-            return new_base.as_strided(self.size(), self.stride(), self.storage_offset())
-        return super()._view_func_unsafe(new_base, symint_visitor_fn, tensor_visitor_fn)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         if self._buffer is not None and type(self._buffer) is not torch.Tensor:

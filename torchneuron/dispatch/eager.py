@@ -69,8 +69,6 @@ def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -
                 )
             finally:
                 torch._C._set_meta_in_tls_dispatch_include(meta_in_tls)
-        if wrapper._is_view():
-            wrapper._restrided = True  # its view function no longer rebuilds it (see tensor.py)
     if storage_ptr is not None and b.untyped_storage().data_ptr() != storage_ptr:
         buffers.track(wrapper, b, index)  # the storage has grown or been replaced
 
