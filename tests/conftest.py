@@ -47,6 +47,18 @@ def _fresh_op_tracking() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _fx_tracing_flag_clear() -> Iterator[None]:
+    """FX's process-wide "tracing" flag is clear after every test: a test that leaves it
+    set fails here, by name, instead of every later ``torch.compile`` in the run."""
+    yield
+    import torch.fx._symbolic_trace as fx_symbolic_trace
+
+    if fx_symbolic_trace._is_fx_tracing_flag:
+        fx_symbolic_trace._is_fx_tracing_flag = False
+        pytest.fail("this test left FX's tracing flag set (two traces overlapped?)")
+
+
+@pytest.fixture(autouse=True)
 def _own_compile_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test compiles into an empty cache of its own (the default store follows, and so
     do processes the test starts). A cache hit skips the modeled compile latency, so two

@@ -59,6 +59,7 @@ def disable() -> None:
     hops.uninstall()
     mode, _mode = _mode, None
     mode.__exit__(None, None, None)
+    background.drain()  # no background trace outlives the mode (see background.drain)
     log.info("adaptive eager disabled")
 
 

@@ -19,7 +19,7 @@ from torchneuron.cache import default_store
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.pipeline import compile_graph, load_cached
 
-__all__ = ["lookup", "submit", "wait", "shutdown"]
+__all__ = ["drain", "lookup", "submit", "wait", "shutdown"]
 
 _executor: ThreadPoolExecutor | None = None
 
@@ -60,6 +60,16 @@ def wait(future: Future) -> tuple[Any, BaseException | None, float]:
     except Exception as e:  # a CompileError, or anything else: refuse the region
         exe, err = None, e
     return exe, err, time.perf_counter() - t0
+
+
+def drain() -> None:
+    """Wait until every compile submitted so far has finished (their results are kept).
+
+    ``disable()`` calls it: after adaptive eager stops, the program's own ``torch.compile``
+    must not meet a region still tracing here (FX's tracing flag is process-wide).
+    """
+    if _executor is not None:
+        _executor.submit(lambda: None).result()  # one worker, first in first out
 
 
 def shutdown() -> None:

@@ -14,6 +14,8 @@ reach the mode as higher-order ops: a rule there does the same, without gradient
 Dynamo refuses to start while FX traces (``error_on_nested_fx_trace``), and FX's flag is
 process-wide, so a region compiling in the background thread made those fail at
 random; the check is off while adaptive eager is on, and restored by ``disable()``.
+``cond`` also saves and restores that flag around its trace: it runs under
+``fx_trace.TRACE_LOCK``, so no background trace interleaves and leaves the flag set.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from torch._higher_order_ops.cond import cond_op
 from torch._higher_order_ops.while_loop import while_loop_op
 from torch.utils._python_dispatch import _disable_current_modes
 
+from torchneuron.compiler.fx_trace import TRACE_LOCK
+
 __all__ = ["install", "uninstall"]
 
 _saved: dict[str, Any] = {}
@@ -37,7 +41,7 @@ def _wrap_cond(original: Any, runtime: Any) -> Any:
         if torch.compiler.is_compiling():  # inside torch.compile: Dynamo's own cond
             return original(pred, true_fn, false_fn, operands)
         runtime.on_sync(runtime.index, "cond")
-        with _disable_current_modes():
+        with _disable_current_modes(), TRACE_LOCK:  # cond traces its branches
             return original(pred, true_fn, false_fn, operands)
 
     cond.__torchneuron_original__ = original  # type: ignore[attr-defined]
@@ -51,7 +55,8 @@ def _eager_after_sync(hop: Any) -> Any:
     def rule(mode: Any, *args: Any, **kwargs: Any) -> Any:
         runtime = mode.runtime
         runtime.on_sync(runtime.index, hop.name())
-        return hop(*args, **kwargs)  # the mode is popped while its rule runs
+        with TRACE_LOCK:  # the higher-order op traces its functions
+            return hop(*args, **kwargs)  # the mode is popped while its rule runs
 
     return rule
 

@@ -40,6 +40,7 @@ from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_compl
 from torchneuron.compiler.decomp_fft import refuse_unlowered_ffts
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.fx_trace import TRACE_LOCK
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.index_bounds import IndexCheck, lift_index_checks, raise_out_of_range
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
@@ -156,6 +157,12 @@ def prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None =
     None. ``already_aten`` only documents intent: an aten-level graph is still retraced,
     because retracing is what applies our decompositions and the clean-up.
     """
+    with TRACE_LOCK:  # FX's tracing flag is process-wide (see fx_trace.py)
+        return _prepare(fn_or_gm, example_inputs)
+
+
+def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
+             ) -> PreparedGraph:
     if example_inputs is None:
         example_inputs = _inputs_from_meta(fn_or_gm)
     example = list(example_inputs)

@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
+from torchneuron.compiler.fx_trace import TRACE_LOCK
 from torchneuron.compiler.index_bounds import (
     INDEX_BOUNDS,
     USER_LEVEL_CHECKS,
@@ -230,13 +231,14 @@ def _retarget_factories(gm: torch.fx.GraphModule, src: str, dst: str, wrap: bool
 def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     index = _device_index(example_inputs)
     _retarget_factories(gm, "neuron", "cpu", wrap=True)
-    return aot_autograd(
-        fw_compiler=_compile_graph_for(index, "forward"),
-        bw_compiler=_compile_graph_for(index, "backward"),
-        inference_compiler=_compile_graph_for(index, "inference"),
-        decompositions=decomposition_table(),
-        keep_inference_input_mutations=True,
-    )(gm, example_inputs)
+    with TRACE_LOCK:  # AOTAutograd's trace must not overlap a background one (fx_trace.py)
+        return aot_autograd(
+            fw_compiler=_compile_graph_for(index, "forward"),
+            bw_compiler=_compile_graph_for(index, "backward"),
+            inference_compiler=_compile_graph_for(index, "inference"),
+            decompositions=decomposition_table(),
+            keep_inference_input_mutations=True,
+        )(gm, example_inputs)
 
 
 def _is_symbolic(x: Any) -> bool:
