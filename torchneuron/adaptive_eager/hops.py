@@ -14,13 +14,15 @@ reach the mode as higher-order ops: a rule there does the same, without gradient
 Dynamo refuses to start while FX traces (``error_on_nested_fx_trace``), and FX's flag is
 process-wide, so a region compiling in the background thread made those fail at
 random; the check is off while adaptive eager is on, and restored by ``disable()``.
-``cond`` also saves and restores that flag around its trace: it runs under
-``fx_trace.TRACE_LOCK``, so no background trace interleaves and leaves the flag set.
+``cond`` also saves and restores that flag around its trace, and its backward traces
+again: both run under ``fx_trace.TRACE_LOCK`` (``materialize_as_graph`` is wrapped while
+adaptive eager is on), so no background trace interleaves and leaves the flag set.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 import torch
@@ -61,6 +63,25 @@ def _eager_after_sync(hop: Any) -> Any:
     return rule
 
 
+def _materializers() -> list[Any]:
+    """The modules whose ``materialize_as_graph`` traces a branch or a backward: ``cond``'s
+    backward traces its gradient functions when ``loss.backward()`` runs, outside any
+    wrapper of ours, so the function itself is wrapped to take the trace lock."""
+    # by module name: ``torch._higher_order_ops.cond`` as an attribute is the function
+    names = ("utils", "cond", "while_loop")
+    modules = [importlib.import_module(f"torch._higher_order_ops.{n}") for n in names]
+    return [m for m in modules if hasattr(m, "materialize_as_graph")]
+
+
+def _locked(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with TRACE_LOCK:
+            return fn(*args, **kwargs)
+
+    return locked
+
+
 def install(mode_class: type, runtime: Any) -> None:
     """Wrap ``torch.cond`` and register the mode's rules (idempotent)."""
     import torch._dynamo
@@ -73,6 +94,9 @@ def install(mode_class: type, runtime: Any) -> None:
         _saved["nested"] = torch._dynamo.config.error_on_nested_fx_trace
         torch.cond = _wrap_cond(torch.cond, runtime)
         torch._dynamo.config.error_on_nested_fx_trace = False
+        _saved["materialize"] = [(m, m.materialize_as_graph) for m in _materializers()]
+        for m, fn in _saved["materialize"]:
+            m.materialize_as_graph = _locked(fn)
 
 
 def uninstall() -> None:
@@ -82,3 +106,5 @@ def uninstall() -> None:
 
         torch.cond = _saved.pop("cond")
         torch._dynamo.config.error_on_nested_fx_trace = _saved.pop("nested")
+        for m, fn in _saved.pop("materialize"):
+            m.materialize_as_graph = fn
