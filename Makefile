@@ -22,8 +22,9 @@ $(BENCH_STAMP): $(STAMP)
 
 setup: $(STAMP)
 
+# One pytest worker per core (pytest-xdist; each test is independent of the others).
 test: $(STAMP)
-	TORCHNEURON_COMPILE_LATENCY=0 $(PY) -m pytest
+	TORCHNEURON_COMPILE_LATENCY=0 $(PY) -m pytest -n auto --dist worksteal
 
 demo: $(STAMP)
 	$(PY) examples/quickstart.py

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from torchneuron.cache import default_store
+from torchneuron.compiler.fx_trace import wait_for
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.pipeline import compile_graph, load_cached
 
@@ -55,7 +56,7 @@ def wait(future: Future) -> tuple[Any, BaseException | None, float]:
     """(executable or None, the compile error or None, wall seconds the caller waited)."""
     t0 = time.perf_counter()
     try:
-        exe = future.result()
+        exe = wait_for(future)  # the caller may hold the trace lock (a ``cond``)
         err = None
     except Exception as e:  # a CompileError, or anything else: refuse the region
         exe, err = None, e

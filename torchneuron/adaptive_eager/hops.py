@@ -14,15 +14,18 @@ reach the mode as higher-order ops: a rule there does the same, without gradient
 Dynamo refuses to start while FX traces (``error_on_nested_fx_trace``), and FX's flag is
 process-wide, so a region compiling in the background thread made those fail at
 random; the check is off while adaptive eager is on, and restored by ``disable()``.
-``cond`` also saves and restores that flag around its trace, and its backward traces
-again: both run under ``fx_trace.TRACE_LOCK`` (``materialize_as_graph`` is wrapped while
-adaptive eager is on), so no background trace interleaves and leaves the flag set.
+Every eager higher-order op also saves and restores that flag around its trace, and
+``cond``'s backward traces again: while adaptive eager is on, both run under
+``fx_trace.TRACE_LOCK`` (``_set_compilation_env`` and ``materialize_as_graph`` are
+wrapped), so no background trace interleaves and leaves the flag set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -63,14 +66,17 @@ def _eager_after_sync(hop: Any) -> Any:
     return rule
 
 
-def _materializers() -> list[Any]:
-    """The modules whose ``materialize_as_graph`` traces a branch or a backward: ``cond``'s
-    backward traces its gradient functions when ``loss.backward()`` runs, outside any
-    wrapper of ours, so the function itself is wrapped to take the trace lock."""
+def _tracing_functions() -> list[tuple[Any, str]]:
+    """(module, name) of the functions through which higher-order ops trace on the main
+    thread outside any wrapper of ours: ``materialize_as_graph`` (``cond``'s backward
+    traces its gradient functions when ``loss.backward()`` runs) and
+    ``_set_compilation_env`` (every eager ``cond``/``while_loop``/``scan``, however the
+    user imported it, saves FX's flag there and puts the saved value back)."""
     # by module name: ``torch._higher_order_ops.cond`` as an attribute is the function
     names = ("utils", "cond", "while_loop")
     modules = [importlib.import_module(f"torch._higher_order_ops.{n}") for n in names]
-    return [m for m in modules if hasattr(m, "materialize_as_graph")]
+    return [(m, f) for m in modules for f in ("materialize_as_graph", "_set_compilation_env")
+            if hasattr(m, f)]
 
 
 def _locked(fn: Any) -> Any:
@@ -78,6 +84,16 @@ def _locked(fn: Any) -> Any:
     def locked(*args: Any, **kwargs: Any) -> Any:
         with TRACE_LOCK:
             return fn(*args, **kwargs)
+
+    return locked
+
+
+def _locked_context(fn: Any) -> Any:
+    @functools.wraps(fn)
+    @contextlib.contextmanager
+    def locked(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with TRACE_LOCK, fn(*args, **kwargs) as value:
+            yield value
 
     return locked
 
@@ -94,9 +110,9 @@ def install(mode_class: type, runtime: Any) -> None:
         _saved["nested"] = torch._dynamo.config.error_on_nested_fx_trace
         torch.cond = _wrap_cond(torch.cond, runtime)
         torch._dynamo.config.error_on_nested_fx_trace = False
-        _saved["materialize"] = [(m, m.materialize_as_graph) for m in _materializers()]
-        for m, fn in _saved["materialize"]:
-            m.materialize_as_graph = _locked(fn)
+        _saved["tracing"] = [(m, f, getattr(m, f)) for m, f in _tracing_functions()]
+        for m, f, fn in _saved["tracing"]:
+            setattr(m, f, _locked_context(fn) if f == "_set_compilation_env" else _locked(fn))
 
 
 def uninstall() -> None:
@@ -106,5 +122,5 @@ def uninstall() -> None:
 
         torch.cond = _saved.pop("cond")
         torch._dynamo.config.error_on_nested_fx_trace = _saved.pop("nested")
-        for m, fn in _saved.pop("materialize"):
-            m.materialize_as_graph = fn
+        for m, f, fn in _saved.pop("tracing"):
+            setattr(m, f, fn)

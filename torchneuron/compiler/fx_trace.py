@@ -10,13 +10,31 @@ background thread, so the traces that torchneuron starts (``prepare``, AOTAutogr
 the Dynamo backend, ``torch.cond`` run eagerly under adaptive eager) take this lock and
 never overlap. A trace the user starts on their own (``make_fx``, ``torch.export``)
 while a region compiles in the background is not covered.
+
+A thread that holds the lock and must wait for the background thread (adaptive eager
+publishing a compiled region from inside ``cond``'s eager path) waits with ``wait_for``,
+which lets go of the lock meanwhile: the background compile needs it to finish.
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
+from typing import Any
 
-__all__ = ["TRACE_LOCK"]
+__all__ = ["TRACE_LOCK", "wait_for"]
 
 TRACE_LOCK = threading.RLock()
 """Held for the whole of one trace; re-entrant, since a trace may start another."""
+
+_released = threading.Condition(TRACE_LOCK)
+
+
+def wait_for(future: Future) -> Any:
+    """``future.result()``, letting go of ``TRACE_LOCK`` while waiting if this thread holds
+    it (all its levels, taken back before returning), so that it cannot deadlock."""
+    if TRACE_LOCK._is_owned():  # type: ignore[attr-defined]
+        with _released:
+            while not future.done():
+                _released.wait(0.005)
+    return future.result()
