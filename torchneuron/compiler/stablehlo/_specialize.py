@@ -182,7 +182,9 @@ def _simple(kind: str, dims: list[int]) -> OpFn:
         r = _fast_reduce(kind, x, dims)
         if r is None:
             return reduce_tensors(op, [x], [init], dims, run)
-        return [combine(r, init.to(r.dtype)).to(x.dtype)]
+        # (``to`` a tensor's own dtype returns it: asked only when it would convert)
+        out = combine(r, init if init.dtype is r.dtype else init.to(r.dtype))
+        return [out if out.dtype is x.dtype else out.to(x.dtype)]
 
     return simple
 
