@@ -10,7 +10,8 @@ run is recognised and replaced by one ``Fused`` op computing the run's results f
 strided views of the input (one compare and two selects per window position, no
 copies; forward) or with one ``scatter_add_`` (backward). ``_fuse_norm`` adds
 BatchNorm's batch variance (the same torch calls, in one step); ``_fuse_relu`` ReLU's
-backward (``threshold_backward``); ``_fuse_nan`` max-pooling's NaN override (two selects
+backward (``threshold_backward``); ``_fuse_clamp`` ReLU itself and one-sided clamps
+(``relu`` / ``clamp_min`` / ``clamp_max``); ``_fuse_nan`` max-pooling's NaN override (two selects
 that give their third operands when the input has no NaN; a fused op with two results);
 ``_fuse_pool_flat`` the native pool with the lookup of its flat index (tried first);
 ``_fuse_pointwise`` trees of single-use elementwise arithmetic (an optimizer's update),
@@ -37,6 +38,7 @@ from typing import Any
 
 import torch
 
+from ._fuse_clamp import clamp_bound
 from ._fuse_nan import nan_override
 from ._fuse_norm import batch_variance
 from ._fuse_pointwise import pointwise_tree
@@ -483,6 +485,7 @@ _FUSIONS: tuple[Callable[[_Graph, Body, int], tuple[Fused, list[int]] | None], .
     _one_hot_lookup,
     batch_variance,
     relu_backward,
+    clamp_bound,
     nan_override,
 )
 

@@ -79,7 +79,9 @@ def pool_with_flat_index(
         else:
             v, flat = _max_pool2d(x.contiguous(memory_format=layout), kernel, [sh, sw])
             v, flat = v.contiguous(), flat.contiguous()
-        if not bool((v > init).all()):
+        # every maximum beats ``init`` (and none is NaN): the smallest does (``min``
+        # propagates NaN, which beats nothing); one reduction, no mask of ``v``'s size
+        if v.numel() and not bool(v.min() > init):
             return None
         return v, flat
 

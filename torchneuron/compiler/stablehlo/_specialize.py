@@ -182,7 +182,9 @@ def _simple(kind: str, dims: list[int]) -> OpFn:
         r = _fast_reduce(kind, x, dims)
         if r is None:
             return reduce_tensors(op, [x], [init], dims, run)
-        return [combine(r, init.to(r.dtype)).to(x.dtype)]
+        # (``to`` a tensor's own dtype returns it: asked only when it would convert)
+        out = combine(r, init if init.dtype is r.dtype else init.to(r.dtype))
+        return [out if out.dtype is x.dtype else out.to(x.dtype)]
 
     return simple
 
@@ -307,11 +309,23 @@ def _scatter(op: Operation) -> OpFn | None:
         acc *= s
     strides.reverse()
     bounds = torch.tensor(shape, dtype=torch.int64)
+    lows = torch.zeros(r, dtype=torch.int64)
+    highs = bounds - 1
     weights = torch.tensor(strides, dtype=torch.int64)
 
     def element_scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         x, indices, updates = args
-        idx = indices.to(torch.int64)
+        idx = indices if indices.dtype is torch.int64 else indices.to(torch.int64)
+        if torch.equal(idx.clamp(lows, highs), idx):  # the usual case: every index in range
+            # (the flat positions by ``matmul``: integer products, exact in any order;
+            # the same positions in the same order as below, without the reshapes)
+            out = x.clone(memory_format=torch.contiguous_format)
+            flat, linear = out.view(-1), idx @ weights
+            if replace:
+                flat.index_put_((linear,), updates)
+            else:
+                flat.index_add_(0, linear.reshape(-1), updates.reshape(-1))
+            return [out]
         ok = ((idx >= 0) & (idx < bounds)).all(-1)
         linear = (idx * weights).sum(-1)
         out = x.clone().reshape(-1)

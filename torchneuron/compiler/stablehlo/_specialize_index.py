@@ -75,15 +75,21 @@ def _gather(op: Operation) -> OpFn | None:
         and sizes == [1] * r and not list(dn["offset_dims"]) and out_shape == batch
         and ivd == len(idx_t.shape) - 1
     ):  # fmt: skip
+        lows = torch.zeros(r, dtype=torch.int64)
         highs = torch.tensor([s - 1 for s in shape], dtype=torch.int64)
         strides = torch.tensor([int(torch.Size(shape[d + 1:]).numel()) for d in range(r)],
                                dtype=torch.int64)  # fmt: skip
+        if not all(s >= 1 for s in shape):
+            return None  # nothing to take from: the generic path says so
 
         def take_elements(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+            # (integer products summed by ``matmul``: exact, in any order; ``take``
+            # reads ``x`` in row-major order whatever its strides, as a flat view does)
             x, idx = args
-            i = idx.to(torch.int64).clamp(min=0).minimum(highs)
-            flat = (i * strides).sum(-1)
-            return [x.reshape(-1)[flat.reshape(-1)].reshape(out_shape)]
+            if idx.dtype is not torch.int64:
+                idx = idx.to(torch.int64)
+            flat = idx.clamp(lows, highs) @ strides  # clamped into range, as StableHLO says
+            return [torch.take(x, flat)]  # (the index's batch shape is the result's)
 
         return take_elements
     return None

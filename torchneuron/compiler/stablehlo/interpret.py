@@ -11,7 +11,7 @@ Why ``prepare`` then ``run``: an executable runs the same program every training
 (``unused_outputs``: ``Executable``'s outputs that are views of its inputs) are dropped;
 ``_simplify`` turns no-op ops into aliases; ``_fuse`` replaces runs of ops that are one
 torch call (max-pooling forward, ``_fuse_pool``, and backward; ReLU's backward,
-``_fuse_relu``) or a few (BatchNorm's batch variance, ``_fuse_norm``), or whose result
+``_fuse_relu``; ReLU and one-sided clamps, ``_fuse_clamp``) or a few (BatchNorm's batch variance, ``_fuse_norm``), or whose result
 is known when no NaN is present (max-pooling's NaN override, ``_fuse_nan``), or that
 form a tree of single-use elementwise arithmetic (an optimizer's update,
 ``_fuse_pointwise``) by one op; ``_absorb``
