@@ -657,8 +657,10 @@ class Runtime:
         if region.mismatch is not None:
             region.to(State.BLACKLISTED, Reason.VERIFY_MISMATCH, str(region.mismatch))
             self.reasons[Reason.VERIFY_MISMATCH.value] += 1
-        elif region.state is State.REPLAYING:
-            region.to(State.READY)
+        else:
+            region.record_replay()
+            if region.state is State.REPLAYING:
+                region.to(State.READY)
 
     def replay_exited(self, rp: Replay, reason: Reason) -> None:
         region = rp.region
