@@ -15,10 +15,13 @@ STEPS = 30
 EXIT = ae.Reason.GUARD_MISMATCH
 
 
-def _loop(diverges, log: ReplayLog | None = None):
+def _loop(diverges, log: ReplayLog | None = None, early: bool = False,
+          shift: int | None = None):
     """An MLP trained with SGD and momentum, ``loss.item()`` each step; in the steps where
-    ``diverges(step)``, its output is rolled by ``step`` rows mid-step: a shift no earlier
-    step used, so the step's region side-exits there and no variant can learn it."""
+    ``diverges(step)``, its output (``early``: its first layer's, two ops into the step)
+    is rolled by ``step`` rows: a shift no earlier step used, so the step's region
+    side-exits there, and no region can learn what follows (``shift``: by that many rows,
+    the same op each time)."""
     def loop(device: str) -> dict:
         torch.manual_seed(0)
         m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
@@ -29,9 +32,12 @@ def _loop(diverges, log: ReplayLog | None = None):
         for step in range(STEPS):
             x = torch.randn(8, 16, generator=g).to(device)
             y = torch.randn(8, 4, generator=g).to(device)
-            out = m(x)
-            if diverges(step):
-                out = out.roll(step, 0)
+            h = m[0](x)
+            if early and diverges(step):
+                h = h.roll(step if shift is None else shift, 0)
+            out = m[2](m[1](h))
+            if not early and diverges(step):
+                out = out.roll(step if shift is None else shift, 0)
             loss = F.mse_loss(out, y)
             opt.zero_grad()
             loss.backward()
@@ -43,18 +49,19 @@ def _loop(diverges, log: ReplayLog | None = None):
     return loop
 
 
-def _check(diverges) -> ReplayLog:
-    cpu = run(_loop(diverges), "cpu")
-    eager = run(_loop(diverges), "neuron")
+def _check(diverges, early: bool = False, shift: int | None = None) -> ReplayLog:
+    cpu = run(_loop(diverges, early=early, shift=shift), "cpu")
+    eager = run(_loop(diverges, early=early, shift=shift), "neuron")
     log = ReplayLog()
-    adaptive = run(_loop(diverges, log), "neuron", adaptive=True)
+    adaptive = run(_loop(diverges, log, early, shift), "neuron", adaptive=True)
     assert_same(eager, adaptive)
     assert_same(cpu, adaptive)
     return log
 
 
-def test_a_region_that_exits_every_5th_step_keeps_replaying_the_others() -> None:
-    log = _check(lambda step: step % 5 == 4)
+@pytest.mark.parametrize("early", [False, True])
+def test_a_region_that_exits_every_5th_step_keeps_replaying_the_others(early: bool) -> None:
+    log = _check(lambda step: step % 5 == 4, early)
     first = log.steps[0]
     assert first <= 4, log.steps
     others = [s for s in range(first, STEPS) if s % 5 != 4]
@@ -67,12 +74,21 @@ def test_a_region_that_exits_every_5th_step_keeps_replaying_the_others() -> None
 
 
 def test_a_region_that_exits_every_time_is_still_backed_off() -> None:
-    _check(lambda step: step >= 6)
+    _check(lambda step: step >= 6, early=True)
     s = ae.stats()
     assert s["fallback_reasons"].get(ae.Reason.BACKED_OFF.value, 0) > 0, ae.explain()
     exited = [r for r in ae.regions() if r.exits]
     assert exited and all(r.backoffs >= 1 or r.state is State.BLACKLISTED for r in exited), \
         ae.explain()
+
+
+def test_exits_at_the_same_op_again_end_there_as_a_variant() -> None:
+    # the same roll every 5th step: the second exit there makes the region's ops before
+    # it a variant, and later rolling steps end as that variant instead of exiting
+    log = _check(lambda step: step % 5 == 4, shift=3)
+    s = ae.stats()
+    assert s["side_exits"] == 2 and s["variant_switches"] >= 3, ae.explain()
+    assert set(range(log.steps[0], STEPS)) - set(log.steps) <= {4, 9}, log.steps
 
 
 def _ready() -> Region:

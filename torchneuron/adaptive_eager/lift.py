@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
+__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "skeleton", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
            "MARK"]
 
 aten = torch.ops.aten
@@ -138,6 +138,12 @@ def blind_key(entry: Any) -> int:
     subs = {w: ("float", None) for w, _ in fl if liftable(entry.func, w, entry.static) is not None}
     static = (_replace(entry.static[0], subs),) + entry.static[1:] if subs else entry.static
     return hash((entry.func, static, entry.outs))
+
+
+def skeleton(sigs: tuple) -> tuple:
+    """``sigs`` with every top-level float value blanked: instances of a region that
+    agree here differ at most in floats the lifter may lift."""
+    return _skeleton(sigs)[0]
 
 
 def may_lift(sigs: tuple) -> bool:
