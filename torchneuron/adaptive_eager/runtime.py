@@ -42,7 +42,13 @@ from torchneuron.adaptive_eager.capture import (
     plan_region,
 )
 from torchneuron.adaptive_eager.growing import Growing
-from torchneuron.adaptive_eager.lift import Lifter, block_identity, may_lift, skeleton
+from torchneuron.adaptive_eager.lift import (
+    Lifter,
+    block_identity,
+    floats_only_differ,
+    may_lift,
+    skeleton,
+)
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.refused import RefusedOps
@@ -781,12 +787,18 @@ class Runtime:
         # predictably goes on elsewhere there. Its first ops become a variant of their
         # own; if they do not pay, such exits are not forgiven by good replays, so the
         # region backs off and the stream is recorded from its start (where the other
-        # variant is learned). (An op never met before, a new shift say, is forgiven.)
+        # variant is learned; a float that changed is learned that way, lifted). An op
+        # never met there before, a new shift say, is forgiven.
         again = False
         if reason is Reason.GUARD_MISMATCH and rp.exit_op is not None:
             again = region.exit_ops.get(rp.pos) == rp.exit_op
             region.exit_ops[rp.pos] = rp.exit_op
-            if again and region.exit_positions[rp.pos] == 1 and self.exit_variant(region, rp.pos):
+            func, static = rp.exit_op
+            recorded = region.sigs[rp.pos] if rp.pos < len(region) else None
+            new_float = recorded is not None and recorded[0] is func \
+                and floats_only_differ(static, recorded[1])
+            if again and region.exit_positions[rp.pos] == 1 and not new_float \
+                    and self.exit_variant(region, rp.pos):
                 again = False
         region.record_exit(reason, rp.pos,
                            exits_before_backoff=_setting("ae_exits_before_blacklist"),
