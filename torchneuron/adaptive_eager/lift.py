@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
+__all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "skeleton", "floats_only_differ", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
            "MARK"]
 
 aten = torch.ops.aten
@@ -138,6 +138,23 @@ def blind_key(entry: Any) -> int:
     subs = {w: ("float", None) for w, _ in fl if liftable(entry.func, w, entry.static) is not None}
     static = (_replace(entry.static[0], subs),) + entry.static[1:] if subs else entry.static
     return hash((entry.func, static, entry.outs))
+
+
+def skeleton(sigs: tuple) -> tuple:
+    """``sigs`` with every top-level float value blanked: instances of a region that
+    agree here differ at most in floats the lifter may lift."""
+    return _skeleton(sigs)[0]
+
+
+def floats_only_differ(static: tuple, recorded: tuple) -> bool:
+    """Whether an op's static description differs from a recorded one (``lifted`` marks
+    and all) in top-level float values alone: a scalar the lifter learns to lift."""
+    def blank(desc: Any) -> tuple:
+        args, kws = _top(desc)
+        subs = {("a", p): None for p, d in enumerate(args) if d[0] in ("float", MARK)}
+        subs.update({("k", k): None for k, d in kws if d[0] in ("float", MARK)})
+        return _replace(desc, subs)
+    return static[1:3] == recorded[1:3] and blank(static[0]) == blank(recorded[0])
 
 
 def may_lift(sigs: tuple) -> bool:

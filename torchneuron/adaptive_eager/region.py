@@ -2,7 +2,8 @@
 
 One file holds every state and every allowed transition (LuaJIT drives its trace
 compiler the same way from ``lj_trace.c``). Refusals end in ``ABORTED`` with a reason;
-repeated side exits back a region off for a growing number of starts, then blacklist it.
+side exits that outnumber good replays back a region off for a growing number of starts,
+then blacklist it.
 Every transition happens on the main thread, at a point fixed by the op stream, so the
 simulated clock never depends on thread timing.
 """
@@ -80,10 +81,14 @@ class Region:
         self.first_replay_ns: int | None = None
         self.exits: Counter[Reason] = Counter()
         self.exit_positions: Counter[int] = Counter()
+        self.exit_ops: dict[int, Any] = {}  # position -> the op last met there at an exit
         self.exits_since_backoff = 0
         self.recaptures = 0  # captured again with more outputs (``Runtime.recapture``)
-        self.backoffs = 0
+        self.backoffs = 0  # back-offs not yet forgiven (``record_replay``)
         self.skip_starts = 0
+        self.good_streak = 0  # good replays since the last side exit
+        self.kept_exits = 0  # exits since the last back-off good replays do not forgive
+        self.forgive_after = 0  # good replays in a row that forgive a back-off
 
     def __len__(self) -> int:
         return len(self.sigs)
@@ -98,23 +103,47 @@ class Region:
             self.reason, self.detail = reason, detail
 
     def record_exit(self, reason: Reason, position: int, *, exits_before_backoff: int,
-                    backoff_starts: int, max_backoffs: int = 3) -> None:
-        """Count a side exit; back off after repeated exits, blacklist after repeated
-        back-offs. Leaves the region READY (or BLACKLISTED)."""
+                    backoff_starts: int, max_backoffs: int = 3, kept: bool = False) -> None:
+        """Count a side exit; back off once exits outnumber good replays by
+        ``exits_before_backoff`` (``record_replay`` takes one off per good replay), and
+        blacklist after repeated back-offs. A region that exits now and then between good
+        replays keeps replaying; one that exits every time is backed off after that many
+        starts. ``kept``: an exit good replays do not forgive (a predictable one, see
+        ``Runtime.replay_exited``). Leaves the region READY (or BLACKLISTED)."""
         self.exits[reason] += 1
         self.exit_positions[position] += 1
         self.exits_since_backoff += 1
+        if kept:  # (the first at this op, forgiven, counts again)
+            self.kept_exits += 2 if self.kept_exits == 0 else 1
+            self.exits_since_backoff = max(self.exits_since_backoff, self.kept_exits)
+        self.good_streak = 0
         if self.state is State.REPLAYING:
             self.to(State.READY)
         if self.exits_since_backoff < exits_before_backoff:
             return
-        self.exits_since_backoff = 0
+        self.exits_since_backoff = self.kept_exits = 0
         self.backoffs += 1
         if self.backoffs > max_backoffs:
             self.to(State.BLACKLISTED, Reason.BLACKLISTED)
             return
         self.skip_starts = backoff_starts * (2 ** (self.backoffs - 1))
+        self.forgive_after = self.skip_starts
         self.reason, self.detail = Reason.BACKED_OFF, f"skipping {self.skip_starts} starts"
+
+    def record_replay(self) -> None:
+        """A good replay: it takes one side exit off the count (exits decay, so only
+        exits that outnumber replays back the region off), and a run of good replays as
+        long as the last back-off forgives that back-off (so exits in bursts far apart
+        never add up to a blacklist)."""
+        if self.exits_since_backoff > self.kept_exits:
+            self.exits_since_backoff -= 1
+        if self.backoffs:
+            self.good_streak += 1
+            if self.good_streak >= self.forgive_after:
+                self.backoffs -= 1
+                self.good_streak = 0
+                if self.reason is Reason.BACKED_OFF:
+                    self.reason, self.detail = None, ""
 
     def explain(self) -> str:
         exe = self.executable

@@ -237,6 +237,7 @@ class Replay:
         self.done = False
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
+        self.exit_op: Any = None  # the op that mismatched, described (``Runtime.on_op``)
         self.scalars: dict[int, float] = {}  # lifted scalar n -> this replay's value
         # deferred op -> the user's line that issued it, for ops that may raise at the end
         self.issued: dict[int, issued.Issued | None] = {}

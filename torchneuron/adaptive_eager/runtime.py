@@ -42,7 +42,13 @@ from torchneuron.adaptive_eager.capture import (
     plan_region,
 )
 from torchneuron.adaptive_eager.growing import Growing
-from torchneuron.adaptive_eager.lift import Lifter, block_identity, may_lift
+from torchneuron.adaptive_eager.lift import (
+    Lifter,
+    block_identity,
+    floats_only_differ,
+    may_lift,
+    skeleton,
+)
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import Segment, outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.refused import RefusedOps
@@ -61,9 +67,11 @@ log = logging.getLogger("torchneuron.adaptive_eager")
 aten = torch.ops.aten
 _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
 _inference_mode = torch.is_inference_mode_enabled
-# A segment this long without a sync is searched for its period (then at each doubling):
-# short sync-bounded steps are never cut by a chance repetition of a few ops.
-_PERIOD_CHECKS = tuple(2 ** n for n in range(8, 20))
+# A segment this long without a sync is searched for its period (then four times per
+# doubling: 320, 384, 448, 512, 640, ...): short sync-bounded steps are never cut by a
+# chance repetition of a few ops, and a loop that never syncs is found about one step
+# after its third copy.
+_PERIOD_CHECKS = frozenset(2 ** n + j * 2 ** (n - 2) for n in range(8, 20) for j in range(4))
 _MIN_PERIOD = 4  # ops
 _REPEATS = 3  # a period must repeat this many times back to back
 _RECAPTURES = 2  # recaptures of a region for values held at its end that it lacks
@@ -120,6 +128,7 @@ class Runtime:
         self.longest_epoch = 0  # ops of the longest epoch that ended
         self.at_boundary = False  # closing a segment that ended at a boundary
         self.block_keys: dict[tuple, dict[str, int]] = {}  # start -> block key -> epoch seen
+        self.block_inputs: dict[str, set[int]] = {}  # block region key -> its last inputs' vids
         self.lifter = Lifter()
         self.replay: Replay | None = None
         self.counts: Counter[str] = Counter()
@@ -166,9 +175,12 @@ class Runtime:
                     if out is not MISMATCH:
                         return out
                     if not rp.done:
-                        rp.side_exit(rp.exit_reason or (
+                        reason = rp.exit_reason or (
                             Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
-                            else Reason.GUARD_MISMATCH))
+                            else Reason.GUARD_MISMATCH)
+                        if reason is Reason.GUARD_MISMATCH:
+                            rp.exit_op = _described(func, args, kwargs)
+                        rp.side_exit(reason)
             if composite_view or _is_read(func, args, kwargs):
                 # (``reshape``, ``mT``, ``to`` of a normal tensor in inference mode: eager
                 # decomposes them as the CPU does, so their views are recorded as views)
@@ -273,16 +285,20 @@ class Runtime:
         """Ops seen so far, recorded or replayed (side-exited ops aside)."""
         return self.counts["ops_recorded"] + self.counts["ops_deferred"]
 
-    def _sync_free(self, copies: int, copies_count: bool = True) -> bool:
+    def _sync_free(self, copies: int, copies_count: bool = True, carried: bool = False) -> bool:
         """Whether the stream runs without boundaries, so that each sighting counts: a
         block repeated ``copies >= _LOOP_COPIES`` times back to back (a loop's body), or
         a stream that has gone 4x longer than any step before and at least
         ``ae_max_region_ops`` ops without a boundary. (Until then, the first step of a
         loop that syncs once per step looks the same as a stream that never syncs.)
         ``copies_count``: False for copies alike in liftable floats, which the first step
-        of such a loop shows (AdamW's update of each layer): those need 4x the copies."""
+        of such a loop shows (AdamW's update of each layer): those need 4x the copies.
+        ``carried``: the copies share an input tensor they update (``_carried``): a loop's
+        iterations as soon as the period is found (``_REPEATS`` copies)."""
         if self.at_boundary:
             return False
+        if carried and copies >= _REPEATS:
+            return True
         if copies >= (_LOOP_COPIES if copies_count else 4 * _LOOP_COPIES):
             return True
         run = self._pos() - self.epoch_pos
@@ -358,9 +374,11 @@ class Runtime:
         lifted, also_seen = self.lifter.lift(sigs)  # changing float scalars as inputs
         # copies with liftable floats all alike: layers of one step (AdamW's update of
         # each), not yet known to be a loop's body
-        alike = block is not None and lifted is None and may_lift(sigs)
+        carried = block is not None and self._carried(sigs, windows)
+        alike = block is not None and lifted is None and may_lift(sigs) and not carried
         region = self.note(lifted or sigs, s, e, periodic, seen, windows=windows,
-                           block=block is not None, exact=exact, earlier=also_seen, alike=alike)
+                           block=block is not None, exact=exact, earlier=also_seen, alike=alike,
+                           carried=carried)
         if region is not None:
             if cut and not region.cut:
                 region.cut = True
@@ -376,10 +394,26 @@ class Runtime:
                 self.note(sigs[:n], s, s + n, False, 1, prefix=True)
         return region
 
+    def _carried(self, sigs: tuple, windows: list[tuple[int, int]]) -> bool:
+        """Whether back-to-back copies of a block share an input tensor (the parameters,
+        optimizer state or accumulator a loop updates in place): iterations of a loop
+        that never syncs, whose floats stay alike because they are constants (SGD's lr,
+        momentum), not the layers of one step, each with tensors of its own (AdamW's
+        per-parameter update, whose bias corrections change next step). The previous
+        sighting stands in for the copy before the first window."""
+        seg = self.segment
+        sets = [set(seg.relative(a, b)[1]) for a, b in windows]
+        key = region_key(sigs)
+        prev = self.block_inputs.get(key)
+        self.block_inputs[key] = sets[-1]
+        if prev is not None:
+            sets.insert(0, prev)
+        return len(sets) > 1 and all(x & y for x, y in zip(sets, sets[1:], strict=False))
+
     def note(self, sigs: tuple, s: int, e: int, periodic: bool, seen: int,
              prefix: bool = False, windows: list[tuple[int, int]] | None = None,
              block: bool = False, exact: bool = True, earlier: int = 0,
-             alike: bool = False) -> Region | None:
+             alike: bool = False, carried: bool = False) -> Region | None:
         """Count a sighting of the region of ``sigs`` (window [s, e) of the segment); make
         it hot once seen often enough, at a sighting whose live values are ``exact``.
         ``earlier``: it also stands for that many sightings in earlier steps (a newly
@@ -408,7 +442,7 @@ class Runtime:
         # counts: its periods are its steps.
         same_step = region.epoch == self.epoch
         sync_free = self._sync_free(region.in_step + seen if block and same_step else seen,
-                                    copies_count=not alike)
+                                    copies_count=not alike, carried=carried)
         if sync_free:
             region.hot_count += seen
         elif not same_step:
@@ -425,6 +459,19 @@ class Runtime:
         """Capture the region from window [s, e) and compile it. Its graph returns the
         values that may be used after any of ``windows`` (its instances in the segment:
         the copies of a repeated block need the same outputs)."""
+        seg = self.segment
+
+        def inputs_and_live() -> tuple[list[tuple], set[tuple[int, int]]]:
+            _, slot_vids = seg.relative(s, e)
+            return (_input_metas(seg, s, e, len(slot_vids)),
+                    set().union(*(seg.live_at(a, b) for a, b in windows)))
+
+        self.capture(region, inputs_and_live)
+
+    def capture(self, region: Region, inputs_and_live: Any) -> None:
+        """Make the region hot and compile it, unless the variants from its start are at
+        their cap or a replay would not pay; ``inputs_and_live()``: its input slots'
+        metadata and the values live after it (the graph's outputs)."""
         region.to(State.HOT)
         core = get_core(self.index)
         region.hot_at_ns = core.now
@@ -441,11 +488,8 @@ class Runtime:
             region.to(State.ABORTED, Reason.NO_GAIN, f"predicted saving {gain} ns per replay")
             self.reasons[Reason.NO_GAIN.value] += 1
             return
-        seg = self.segment
-        _, slot_vids = seg.relative(s, e)
-        metas = _input_metas(seg, s, e, len(slot_vids))
         try:
-            live = set().union(*(seg.live_at(a, b) for a, b in windows))
+            metas, live = inputs_and_live()
             plan = plan_region(region.sigs, len(metas), metas, live)
             gm = build_graph(region.sigs, plan)
         except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
@@ -453,6 +497,35 @@ class Runtime:
             self.reasons[Reason.CAPTURE_FAILED.value] += 1
             return
         self.compile_region(region, plan, gm, core)
+
+    def exit_variant(self, region: Region, k: int) -> bool:
+        """Replays of ``region`` side-exit at its op ``k`` again: the stream goes on
+        elsewhere after its first ``k`` ops (the last of identical layers is followed by
+        the final norm, not by the next layer). Compile those ``k`` ops as a variant of
+        their own, so that a replay that stops there ends as it (``finish_as_variant``)
+        instead of running the ops deferred so far eagerly. Its outputs: the values the
+        region's later ops read and the region's outputs among them (a value the program
+        holds besides is added by a recapture at its first replay). Returns whether the
+        variant is compiling or ready (not refused: too short to pay, say)."""
+        sigs = region.sigs[:k]
+        key = region_key(sigs)
+        plan = region.plan
+        if key in self.regions:
+            return self.regions[key].state in (State.COMPILING, State.READY, State.REPLAYING)
+        variants = self.by_start.setdefault(_start_key(sigs[0]), [])
+        if k < 2 or plan is None or len(variants) >= _setting("ae_max_variants") * 4:
+            return False
+        new = self.regions[key] = Region(key, sigs)
+        variants.append(new)
+        self.counts["regions_detected"] += 1
+        new.times_seen = new.hot_count = region.exit_positions[k]
+        n_in = 1 + max((r[1] for sig in sigs for r in sig[2] if r[0] == "x"), default=-1)
+        live = {(r[1], r[2]) for sig in region.sigs[k:] for r in sig[2] if r[0] == "v" and r[1] < k}
+        live |= {v for v in plan.outputs if v[0] < k}
+        log.info("region %s: side exits at op %d: its first %d ops become variant %s",
+                 region.key, k, k, key)
+        self.capture(new, lambda: (list(plan.input_metas[:n_in]), live))
+        return new.state in (State.COMPILING, State.READY)
 
     def compile_region(self, region: Region, plan: Any, gm: Any, core: Any) -> None:
         """Take the region's executable from the cache, or compile it in the background
@@ -487,14 +560,15 @@ class Runtime:
         seg = self.segment
         keys = seg.keys()
         n = len(keys)
+        end = keys[n - 1]
         for p in range(_MIN_PERIOD, n // _REPEATS + 1):
-            if all(keys[n - p:] == keys[n - (r + 1) * p:n - r * p] for r in range(1, _REPEATS)):
+            # (each copy ends with the same op: a cheap test before the slices)
+            if all(keys[n - 1 - r * p] == end for r in range(1, _REPEATS)) and all(
+                    keys[n - p:] == keys[n - (r + 1) * p:n - r * p] for r in range(1, _REPEATS)):
                 start = repeats.run_start(keys, n, p)
                 f = start + (n - start) // p * p  # the end of the last whole copy
                 last, _ = seg.relative(f - p, f)
-                k = 1
-                while f - (k + 1) * p >= start and seg.relative(f - (k + 1) * p, f - k * p)[0] == last:
-                    k += 1
+                k = self._copies_before(last, start, f, p)
                 block_key = _block_key(last)
                 if self._changes_by_step(block_key):
                     break  # left to the split at the segment's end
@@ -508,6 +582,38 @@ class Runtime:
                 return
         if n >= _setting("ae_max_region_ops"):
             self.end_segment(boundary=False)
+
+    def _copies_before(self, last: tuple, start: int, f: int, p: int) -> int:
+        """How many whole copies of period ``p`` back to back end at ``f`` as one region
+        with the last (``last``): the copies identical to it, and the copies before those
+        that differ from it only in floats the lifter lifts (AdamW's steps, whose bias
+        corrections change): shown to the lifter oldest first, they count as sightings of
+        the lifted region now, not one step at a time in the steps after."""
+        seg = self.segment
+        k = 1
+        while f - (k + 1) * p >= start and seg.relative(f - (k + 1) * p, f - k * p)[0] == last:
+            k += 1
+        total = (f - start) // p
+        if k == total:
+            return k
+        ident = skeleton(last)
+        run = []  # nearest first
+        for j in range(k, total):
+            sigs, _ = seg.relative(f - (j + 1) * p, f - j * p)
+            if skeleton(sigs) != ident:
+                break
+            run.append(sigs)
+        for sigs in reversed(run):
+            self.lifter.lift(sigs)
+        self.lifter.lift(last)
+        lifted = self.lifter.known(last)
+        if lifted is None:
+            return k
+        for sigs in run:
+            if self.lifter.known(sigs) != lifted:
+                break
+            k += 1
+        return k
 
     def try_cut(self, n: int) -> bool:
         """The segment is exactly a region that ends a piece (``close_split``): count it
@@ -657,8 +763,10 @@ class Runtime:
         if region.mismatch is not None:
             region.to(State.BLACKLISTED, Reason.VERIFY_MISMATCH, str(region.mismatch))
             self.reasons[Reason.VERIFY_MISMATCH.value] += 1
-        elif region.state is State.REPLAYING:
-            region.to(State.READY)
+        else:
+            region.record_replay()
+            if region.state is State.REPLAYING:
+                region.to(State.READY)
 
     def replay_exited(self, rp: Replay, reason: Reason) -> None:
         region = rp.region
@@ -675,9 +783,26 @@ class Runtime:
         if reason is Reason.LIVE_VALUE_NOT_OUTPUT and rp.missing and region.recaptures < _RECAPTURES:
             self.recapture(region, rp.missing)
             return
+        # a mismatch with the op the region met at this position before: the stream
+        # predictably goes on elsewhere there. Its first ops become a variant of their
+        # own; if they do not pay, such exits are not forgiven by good replays, so the
+        # region backs off and the stream is recorded from its start (where the other
+        # variant is learned; a float that changed is learned that way, lifted). An op
+        # never met there before, a new shift say, is forgiven.
+        again = False
+        if reason is Reason.GUARD_MISMATCH and rp.exit_op is not None:
+            again = region.exit_ops.get(rp.pos) == rp.exit_op
+            region.exit_ops[rp.pos] = rp.exit_op
+            func, static = rp.exit_op
+            recorded = region.sigs[rp.pos] if rp.pos < len(region) else None
+            new_float = recorded is not None and recorded[0] is func \
+                and floats_only_differ(static, recorded[1])
+            if again and region.exit_positions[rp.pos] == 1 and not new_float \
+                    and self.exit_variant(region, rp.pos):
+                again = False
         region.record_exit(reason, rp.pos,
                            exits_before_backoff=_setting("ae_exits_before_blacklist"),
-                           backoff_starts=_setting("ae_backoff_starts"))
+                           backoff_starts=_setting("ae_backoff_starts"), kept=again)
 
     def recapture(self, region: Region, missing: set[tuple[int, int]]) -> None:
         """A value the program still held at the region's end is not an output (it was
@@ -711,6 +836,14 @@ class Runtime:
     def flush(self) -> None:
         """End any replay in progress (at disable)."""
         self.on_sync(self.index, "disable")
+
+
+def _described(func: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """The op, its arguments' metadata and scalars (``static_of``), or None."""
+    try:
+        return func, static_of(func, args, kwargs)[0]
+    except Unsupported:
+        return None
 
 
 def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:

@@ -117,7 +117,7 @@ TABLE: tuple[Setting, ...] = (
     Setting("ae_max_variants", "TORCHNEURON_AE_MAX_VARIANTS", 4, int,
             "compiled variants kept per start point (shapes or scalars differ)"),
     Setting("ae_exits_before_blacklist", "TORCHNEURON_AE_EXITS_BEFORE_BLACKLIST", 3, int,
-            "side exits of a region before it is backed off (then blacklisted)"),
+            "side exits of a region, less one per good replay, that back it off (then blacklist)"),
     Setting("ae_backoff_starts", "TORCHNEURON_AE_BACKOFF_STARTS", 8, int,
             "region starts skipped after a back-off, doubled each time; blacklisted after 3"),
     Setting("ae_max_deferred_bytes", "TORCHNEURON_AE_MAX_DEFERRED_BYTES", 1 << 30, int,
