@@ -38,6 +38,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torchneuron.compiler.corrections import fix_degenerate_variances
 from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_complex
 from torchneuron.compiler.decomp_fft import refuse_unlowered_ffts
+from torchneuron.compiler.decomp_uint_casts import refuse_float_to_uint32
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.fx_trace import TRACE_LOCK
@@ -216,6 +217,7 @@ def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
     gm.graph.eliminate_dead_code()
     refuse_unlowered_ffts(gm)
     refuse_complex(gm)
+    refuse_float_to_uint32(gm)
     gm = _plain(gm)
     return PreparedGraph(
         gm=gm, num_user_inputs=n_in, num_user_outputs=num_user_outputs,

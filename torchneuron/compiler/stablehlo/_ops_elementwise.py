@@ -273,8 +273,10 @@ def convert(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     if x.dtype.is_floating_point and dt in _EAGER_INT_CASTS:
         return [_float_to_int_as_eager(x, dt)]
     if x.dtype.is_floating_point and not (dt.is_floating_point or dt.is_complex):
-        # float -> a wide unsigned int (no eager counterpart to copy): NaN gives 0 and
-        # out-of-range values saturate, XLA's choice
+        # float -> a wide unsigned int: prepare refuses float -> uint32 (eager's result
+        # depends on the loop an element meets, see decomp_uint_casts.py) and Torch-MLIR
+        # does not lower uint16 / uint64; for StableHLO from elsewhere, XLA's choice: NaN
+        # gives 0 and out-of-range values saturate
         info = torch.iinfo(dt)
         hi = min(float(info.max), _LARGEST_F64_BELOW_2_63)
         x = torch.nan_to_num(x.to(torch.float64), nan=0.0).clamp(float(info.min), hi)
