@@ -2,8 +2,8 @@
 
 Found by ``tools/special_sweep.py``: the lowering's ``sqrt(a*a + b*b)`` overflowed to inf
 at 1e30 in float32 (eager 1.4142e30), gave NaN for ``hypot(inf, nan)`` (eager inf), and
-differed in the last bit from eager's correctly rounded float32 result. float64 is scaled
-(no overflow) and compared within an ulp.
+differed in the last bit from eager's correctly rounded float32 result. float64 is refused
+(eager's own bits depend on its loop): tests/compiler/test_exact_hypot.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return a.to(dtype), b.to(dtype)
 
 
-@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16))
 def test_hypot_matches_eager(dtype: torch.dtype) -> None:
     a, b = _operands(dtype)
     (got,) = compile_graph(torch.hypot, [a, b]).run([a, b])
@@ -36,11 +36,8 @@ def test_hypot_matches_eager(dtype: torch.dtype) -> None:
     assert got.dtype == want.dtype
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got.isinf(), want.isinf())
-    if dtype == torch.float64:
-        torch.testing.assert_close(got, want, equal_nan=True)
-    else:
-        keep = ~want.isnan()
-        assert torch.equal(got[keep], want[keep])
+    keep = ~want.isnan()
+    assert torch.equal(got[keep], want[keep])
 
 
 def test_hypot_under_torch_compile_matches_eager() -> None:

@@ -21,6 +21,7 @@ import torch
 from torch._decomp import core_aten_decompositions
 
 from torchneuron.compiler.decomp_registry import registrar
+from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.random_ops import is_random_op
 
 __all__ = ["decomposition_table", "OWN_DECOMPOSITIONS"]
@@ -400,24 +401,29 @@ def eq_tensor(a: torch.Tensor, b: Any) -> torch.Tensor:
 
 
 @_register(aten.hypot.default)
-def hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def hypot(a: torch.Tensor, b: torch.Tensor) -> Any:
     """As eager's (Sleef's) hypot: no overflow (``sqrt(a*a + b*b)`` gave inf at 1e30 in
     float32), inf when either side is infinite, even with a NaN other side. float32 and
     narrower: the exact sum of squares in float64, rounded once to float32 (eager's
-    correctly rounded float32 result, then its dtype); float64: scaled by the larger side,
-    within an ulp."""
+    correctly rounded float32 result, then its dtype). float64 is refused
+    (``hypot-float64``): eager's vectorised loop (Sleef) rounds correctly and its scalar
+    tail (the C library's hypot) is an ulp off about once in 500 values, so eager's bits
+    depend on where an element sits; NotImplemented while AOTAutograd traces (a raise
+    there escapes torch.compile), so prepare's own trace refuses."""
     dtype = torch.result_type(a, b)
     if not dtype.is_floating_point:
         dtype = torch.get_default_dtype()
-    x, y = a.to(dtype).abs().double(), b.to(dtype).abs().double()
     if dtype == torch.float64:
-        big, small = torch.maximum(x, y), torch.minimum(x, y)
-        q = torch.where(big == 0, torch.zeros_like(big), small / big)
-        r = big * torch.sqrt(1 + q * q)
-    else:
-        r = torch.sqrt(x * x + y * y)
+        if torch._guards.TracingContext.try_get() is not None:
+            return NotImplemented
+        raise PrepareError(
+            "aten.hypot: eager's float64 hypot rounds differently in its vectorised loop "
+            "and its scalar tail, so no lowering matches it; this region runs eagerly.",
+            op="aten.hypot", reason="hypot-float64")
+    x, y = a.to(dtype).abs().double(), b.to(dtype).abs().double()
+    r = torch.sqrt(x * x + y * y)
     r = torch.where((x == math.inf) | (y == math.inf), math.inf, r)  # float64 constants:
-    return r if dtype == torch.float64 else r.to(torch.float32).to(dtype)  # (bfloat16's need ml_dtypes)
+    return r.to(torch.float32).to(dtype)  # (bfloat16's need ml_dtypes)
 
 
 @_register(aten.logsumexp.default)
