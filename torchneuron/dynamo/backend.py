@@ -241,6 +241,28 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         )(gm, example_inputs)
 
 
+def _aot_or_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    """``_aot``, or Dynamo's graph run eagerly on the device when AOTAutograd cannot trace
+    it over the neuron wrappers (counted: ``prepare`` / ``restrided-in-place``).
+
+    Why: functionalizing an in-place op whose functional form returns other strides
+    (``x.t().clone().cumsum_(0)``, ``tril_``, ``cumprod_`` on a transposed tensor: the
+    functional op gives a contiguous result, eager keeps the transposed layout) leaves the
+    buffer with strides the wrapper did not trace with, and AOTAutograd's check of
+    ``NeuronTensor.__tensor_unflatten__`` fails with an AssertionError that torch.compile
+    would raise as BackendCompilerFailed. Eager gives the result and layout eager gives."""
+    try:
+        return _eager_when_needed(_aot(gm, example_inputs), gm)
+    except AssertionError as e:
+        if "__tensor_unflatten__" not in str(e) or "stride" not in str(e):
+            raise
+        record_failure("dynamo", "prepare", "restrided-in-place",
+                       "an in-place op whose functional form changes the tensor's strides "
+                       f"cannot be traced over neuron tensors ({str(e)[:160]}), so the graph "
+                       "runs eagerly on the device")
+        return gm.forward
+
+
 def _is_symbolic(x: Any) -> bool:
     if isinstance(x, torch.SymInt):
         return True
@@ -416,7 +438,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
             "dynamic=True; each new input shape is then compiled once."
         )
     if not any(_is_symbolic(x) for x in example_inputs):
-        return _eager_when_needed(_aot(gm, example_inputs), gm)
+        return _aot_or_eager(gm, example_inputs)
 
     # Dynamo marked dimensions dynamic after a shape change: specialize per shape.
     compiled: dict[tuple, Callable] = {}
@@ -427,7 +449,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
         )
         fn = compiled.get(key)
         if fn is None:
-            fn = compiled[key] = _eager_when_needed(_aot(gm, list(args)), gm)
+            fn = compiled[key] = _aot_or_eager(gm, list(args))
         return fn(*args)
 
     return per_shape
