@@ -9,6 +9,15 @@ which runs before anything else, checks the values on the host, as the simulator
 other index checks do (no device work is charged), then runs the same composite, so
 the device sees the ops it saw before. A buffer not computed yet (adaptive eager's
 pending value) or a traced one is not read.
+
+``F.scaled_dot_product_attention`` the same way: on the CPU its composite first asks the
+CPU's backend choice (``_fused_sdp_choice``), which checks shapes, dtypes and strides
+and raises (a 1-d ``attn_mask``: IndexError "Dimension out of range"); PrivateUse1 has no
+choice, takes the math path, and broadcast such a mask into numbers. The kernel asks
+the CPU's choice on empty CPU tensors of the inputs' layouts (no values are read, so it
+runs under tracing too, where torch.compile then raises CPU's error from Dynamo as the
+CPU does) and, if it does not raise, runs the composite, whose math path the device ran
+before.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ __all__ = ["install"]
 
 _lib: torch.library.Library | None = None
 _ONE_HOT = torch.ops.aten.one_hot.default
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
 
 
 def _host_values(t: Any) -> torch.Tensor | None:
@@ -47,9 +57,40 @@ def _one_hot(self: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
     return _ONE_HOT.decompose(self, num_classes)
 
 
+def _cpu_like(t: Any) -> Any:
+    """An empty CPU tensor with ``t``'s sizes, strides and dtype (not its values)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+
+
+def _static(t: Any) -> bool:
+    return not isinstance(t, torch.Tensor) or not any(
+        isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride()))
+
+
+def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+          attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+          is_causal: bool = False, *, scale: float | None = None,
+          enable_gqa: bool = False) -> torch.Tensor:
+    """CPU's backend choice (its checks) on layout-only CPU tensors, then the composite."""
+    tensors = (query, key, value, attn_mask)
+    if all(_static(t) for t in tensors):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():  # real CPU tensors, seen by no mode or recorder
+            q, k, v, m = (_cpu_like(t) for t in tensors)
+            torch._fused_sdp_choice(q, k, v, m, dropout_p, is_causal, scale=scale,
+                                    enable_gqa=enable_gqa)
+    return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                           enable_gqa=enable_gqa)
+
+
 def install() -> None:
     """Register the checking kernels (idempotent)."""
     global _lib
     if _lib is None:
         _lib = torch.library.Library("aten", "IMPL")
         _lib.impl("one_hot", _one_hot, "AutogradPrivateUse1")
+        for key in ("AutogradPrivateUse1", "PrivateUse1"):  # PrivateUse1: inference_mode
+            _lib.impl("scaled_dot_product_attention", _sdpa, key)
