@@ -5,7 +5,8 @@ Dynamo traces ``x.addcmul_(t1, t2, value=v)`` as ``fma(t1 * t2, v, x)``,
 worker refused it, ``worker:bad-request``, and the eager fallback computed ``(a * b) + c``)
 and ``torch.addcdiv(x, t1, t2, value=v)`` as ``x + (t1 / t2) * v``. Eager rounds
 otherwise; compiled results differed from eager's. Now each is compiled with eager's bits.
-A user's own ``x + a / b * v`` keeps its meaning.
+A user's own ``x + a / b * v`` keeps its meaning. ``add_`` with a tensor alpha (also an
+fma prim) runs eagerly with eager's ``add``, counted as ``prepare:dynamo-fma``.
 """
 
 from __future__ import annotations
@@ -44,3 +45,21 @@ def test_compiled_addc_with_value_matches_eager(name: str, dtype: torch.dtype) -
     assert s["failures"] == 0 and s["compilations"] >= 1, tc.explain()
     bits_equal(got.cpu(), want)
     bits_equal(dev.cpu(), want_x, "input")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.bfloat16), ids=str)
+def test_add_with_tensor_alpha_runs_eagerly_with_eagers_bits(dtype: torch.dtype) -> None:
+    def fn(x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return x.add_(a, alpha=torch.tensor(0.37))
+
+    g = torch.Generator().manual_seed(6)
+    x, a = (torch.randn(600, generator=g).to(dtype) for _ in range(2))
+    want_x = x.clone()
+    want = fn(want_x, a)
+    dev = x.to("neuron")
+    torch._dynamo.reset()
+    tc.reset_stats()
+    got = torch.compile(fn, backend="neuron")(dev, a.to("neuron"))
+    bits_equal(got.cpu(), want)
+    bits_equal(dev.cpu(), want_x, "input")
+    assert tc.stats()["failures_by_stage"] == {"prepare:dynamo-fma": 1}, tc.explain()

@@ -41,6 +41,7 @@ from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, buffers, random
 from torchneuron.device.module import current_device
 from torchneuron.dynamo import rng_hops
+from torchneuron.dynamo.undo_rewrites import undo_dynamo_rewrites
 from torchneuron.hardware import get_core
 
 __all__ = ["neuron_backend", "DynamicShapesNotSupported"]
@@ -313,85 +314,6 @@ def _rewrite_multilabel_margin_loss(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
-_FMA = torch.ops.prims.fma.default if hasattr(torch.ops.prims, "fma") else None
-
-
-def _undo_dynamo_fma(gm: torch.fx.GraphModule) -> bool:
-    """Dynamo's ``addcmul_`` / ``addcdiv_`` with ``value=`` back to eager's ops.
-
-    Why: Dynamo traces ``x.addcmul_(t1, t2, value=v)`` as ``fma(t1 * t2, v, x)`` and
-    ``addcdiv_`` as ``fma(t1 / t2, v, x)`` (inductor's prim). Eager's CPU kernel computes
-    ``x + (v * t1) * t2`` with the last multiply-add fused, and ``x + (v * t1) / t2``:
-    other roundings. The prim reached the compile worker, which refused it
-    (``worker:bad-request``), and the eager fallback ran the prim as ``(a * b) + c``,
-    which is neither. As ``torch.addcmul`` / ``torch.addcdiv`` the graph gets eager's
-    kernels in its fallback and ``decomp_addc``'s exact lowering when compiled."""
-    changed = False
-    for node in list(gm.graph.nodes):
-        if _FMA is None or node.op != "call_function" or node.target is not _FMA:
-            continue
-        prod, value, self_ = node.args
-        if not isinstance(prod, torch.fx.Node) or prod.op != "call_function" \
-                or len(prod.args) != 2 or prod.kwargs or isinstance(value, torch.fx.Node):
-            continue
-        op = {torch.mul: torch.addcmul, torch.div: torch.addcdiv}.get(prod.target)
-        if op is None:
-            continue
-        with gm.graph.inserting_before(node):
-            new = gm.graph.call_function(op, (self_, *prod.args), {"value": value})
-        new.meta = dict(node.meta)
-        node.replace_all_uses_with(new)
-        gm.graph.erase_node(node)
-        if not prod.users:
-            gm.graph.erase_node(prod)
-        changed = True
-    return changed
-
-
-def _undo_dynamo_addcdiv(gm: torch.fx.GraphModule) -> bool:
-    """Dynamo's ``torch.addcdiv(x, t1, t2, value=v)`` back to one ``torch.addcdiv``.
-
-    Why: Dynamo traces it (always, to keep ``value`` from breaking the graph) as
-    ``torch.add(x, torch.mul(torch.div(t1, t2), v))``: ``x + (t1 / t2) * v`` where eager
-    computes ``x + (v * t1) / t2``, a different last bit on about a third of float32
-    elements. Only Dynamo's own chain is undone: ``torch.div``, ``torch.mul`` by a number
-    and ``torch.add``, one after another, each used once by the next, from a source line
-    that calls ``addcdiv`` (a user's ``x + a / b * v`` traces as operators instead)."""
-    changed = False
-    for add in list(gm.graph.nodes):
-        if add.op != "call_function" or add.target is not torch.add or len(add.args) != 2 \
-                or add.kwargs:
-            continue
-        mul = add.args[1]
-        if not _chained(mul, torch.mul, add) or isinstance(mul.args[1], torch.fx.Node) \
-                or not isinstance(mul.args[1], (int, float)):
-            continue
-        div = mul.args[0]
-        if not _chained(div, torch.div, mul) or len(div.args) != 2:
-            continue
-        trace = add.meta.get("stack_trace") or ""
-        if "addcdiv" not in trace or any((n.meta.get("stack_trace") or "") != trace
-                                         for n in (mul, div)):
-            continue
-        with gm.graph.inserting_before(add):
-            new = gm.graph.call_function(torch.addcdiv, (add.args[0], *div.args),
-                                         {"value": mul.args[1]})
-        new.meta = dict(add.meta)
-        add.replace_all_uses_with(new)
-        for n in (add, mul, div):
-            gm.graph.erase_node(n)
-        changed = True
-    return changed
-
-
-def _chained(node: Any, target: Any, user: torch.fx.Node) -> bool:
-    """``node`` is a call of ``target`` with two arguments, no keywords, used only by
-    ``user``, which comes right after it."""
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
-        and node.target is target and len(node.args) == 2 and not node.kwargs \
-        and list(node.users) == [user] and node.next is user
-
-
 def _user_level_index_checks(gm: torch.fx.GraphModule) -> None:
     """Ops whose index check PyTorch's tracing would drop get ours (index_bounds.py)."""
     for node in gm.graph.nodes:
@@ -500,8 +422,10 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs
                        "compiler does not lower, so the graph runs eagerly on the device")
         return gm.forward
     _user_level_index_checks(gm)
-    if _undo_dynamo_fma(gm) | _undo_dynamo_addcdiv(gm):
-        gm.recompile()
+    eager_only = undo_dynamo_rewrites(gm)
+    if eager_only is not None:
+        record_failure("dynamo", "prepare", "dynamo-fma", eager_only)
+        return gm.forward
     defect = _rewrite_multilabel_margin_loss(gm)
     if defect is not None:
         record_failure("dynamo", "prepare", "meta-shape-differs",
