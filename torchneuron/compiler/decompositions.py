@@ -75,6 +75,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(OWN_DECOMPOSITIONS)
     for extra in _extra_tables():
         table.update(extra)
+    from torchneuron.compiler.decomp_batch_norm_eval import batch_norm_eval_decompositions
+
+    table.update(batch_norm_eval_decompositions(table))  # eval mode; wraps the entries before
     from torchneuron.compiler.decomp_fft import fft_decompositions
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
