@@ -81,6 +81,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_int_avg_pool import int_avg_pool_decompositions
 
     table.update(int_avg_pool_decompositions(table))  # integers refused; wraps the entries
+    from torchneuron.compiler.decomp_half_conv import half_conv_decompositions
+
+    table.update(half_conv_decompositions(table))  # halves in float32; wraps the entries
     from torchneuron.compiler.decomp_fft import fft_decompositions
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
