@@ -116,3 +116,34 @@ def test_training_unchanged() -> None:
                                               b.to("neuron"))
     for a, e in zip(got, want, strict=True):
         torch.testing.assert_close(a.cpu(), e)
+
+
+@pytest.mark.parametrize("shape", [(5, 5, 5), (16, 8, 7, 7), (4, 3)])
+def test_float16_training_bits(shape) -> None:
+    """float16 training: eager rounds the batch statistics to float16 before folding them
+    (decomp_half_batch_norm.py); output and saved statistics bit for bit, running
+    statistics within tolerance."""
+    x, mean, var, w, b = _inputs(torch.float16, shape)
+
+    def fn(x, m, v, w, b):
+        return torch.native_batch_norm(x, w, b, m, v, True, 0.5, 0.6), m, v
+
+    (wo, wm, wi), wrm, wrv = fn(x, mean.clone(), var.clone(), w, b)
+    torch._dynamo.reset()
+    (go, gm, gi), grm, grv = torch.compile(fn, backend="neuron")(
+        x.to("neuron"), mean.to("neuron"), var.to("neuron"), w.to("neuron"), b.to("neuron"))
+    for want, got in ((wo, go), (wm, gm), (wi, gi)):
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    torch.testing.assert_close(grm.cpu(), wrm)
+    torch.testing.assert_close(grv.cpu(), wrv)
+
+
+def test_float16_instance_norm_bits() -> None:
+    x = _inputs(torch.float16, (4, 6, 5, 5))[0]
+
+    def fn(x):
+        return torch.nn.functional.instance_norm(x)
+
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron")(x.to("neuron")).cpu()
+    assert torch.equal(got, fn(x))

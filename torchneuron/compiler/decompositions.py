@@ -78,6 +78,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_batch_norm_eval import batch_norm_eval_decompositions
 
     table.update(batch_norm_eval_decompositions(table))  # eval mode; wraps the entries before
+    from torchneuron.compiler.decomp_half_batch_norm import half_batch_norm_decompositions
+
+    table.update(half_batch_norm_decompositions(table))  # float16 training; wraps the entries
     from torchneuron.compiler.decomp_int_avg_pool import int_avg_pool_decompositions
 
     table.update(int_avg_pool_decompositions(table))  # integers refused; wraps the entries
