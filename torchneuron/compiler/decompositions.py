@@ -90,6 +90,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_half_var import half_var_decompositions
 
     table.update(half_var_decompositions(table))  # halves in float64; wraps the entries
+    from torchneuron.compiler.decomp_half_norm import half_norm_decompositions
+
+    table.update(half_norm_decompositions(table))  # halves in float32; wraps the entries
     from torchneuron.compiler.decomp_fft import fft_decompositions
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
