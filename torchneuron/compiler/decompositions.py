@@ -76,6 +76,24 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(OWN_DECOMPOSITIONS)
     for extra in _extra_tables():
         table.update(extra)
+    from torchneuron.compiler.decomp_batch_norm_eval import batch_norm_eval_decompositions
+
+    table.update(batch_norm_eval_decompositions(table))  # eval mode; wraps the entries before
+    from torchneuron.compiler.decomp_half_batch_norm import half_batch_norm_decompositions
+
+    table.update(half_batch_norm_decompositions(table))  # float16 training; wraps the entries
+    from torchneuron.compiler.decomp_int_avg_pool import int_avg_pool_decompositions
+
+    table.update(int_avg_pool_decompositions(table))  # integers refused; wraps the entries
+    from torchneuron.compiler.decomp_half_conv import half_conv_decompositions
+
+    table.update(half_conv_decompositions(table))  # halves in float32; wraps the entries
+    from torchneuron.compiler.decomp_half_var import half_var_decompositions
+
+    table.update(half_var_decompositions(table))  # halves in float64; wraps the entries
+    from torchneuron.compiler.decomp_half_norm import half_norm_decompositions
+
+    table.update(half_norm_decompositions(table))  # halves in float32; wraps the entries
     from torchneuron.compiler.decomp_fft import fft_decompositions
     from torchneuron.compiler.decomp_shapes import shape_decompositions
 
