@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from ._fuse_relu import fusible_pair
 from ._registry import OpFn, Runner
 from ._specialize_math import SAME_WIDTH_INT
 from .ir import Operation
@@ -68,21 +69,9 @@ def clamp_bound(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     c_op = cmp[1]
     direction = c_op.attributes.get("comparison_direction")
     out_t = sel.result_types[0]
-    shape = tuple(out_t.shape)
-    if (
-        direction not in _KERNELS
-        or c_op.attributes.get("compare_type", "FLOAT") not in ("FLOAT", "NOTYPE")
-        or out_t.dtype not in _DTYPES or not all(s >= 0 for s in shape)
-        or any(t.dtype != out_t.dtype or tuple(t.shape) != shape
-               for t in (*c_op.operand_types, *sel.operand_types[1:]))
-        or tuple(sel.operand_types[0].shape) != shape
-    ):  # fmt: skip
-        return None
-    if not (g.constant(cmp[2][1]) and g.constant(operands[1])):
+    run_ids = fusible_pair(g, body, at, cmp, sel, tuple(_KERNELS), (cmp[2][1], operands[1]))
+    if run_ids is None:
         return None  # a threshold or bound read at run time: checked once, it could go stale
-    run_ids = sorted({cmp[0], at})
-    if not g.closed(body, run_ids, at):
-        return None
     run_ops = [body[i] for i in run_ids]
     outer = (cmp[2][0], cmp[2][1], operands[1])
     impl = _clamp(direction, _DTYPES[out_t.dtype], _fallback(run_ops, outer))

@@ -34,6 +34,28 @@ _DTYPES = {"f32": torch.float32, "f64": torch.float64}  # the dtypes fused
 _threshold_backward = torch.ops.aten.threshold_backward.default
 
 
+def fusible_pair(g: Any, body: Any, at: int, cmp: Any, sel: Operation,
+                 directions: tuple[str, ...], constants: tuple[Any, ...]) -> list[int] | None:
+    """The op ids of a ``compare`` + ``select`` pair one kernel may replace (float32 /
+    float64, one shape throughout, a float compare in ``directions``, ``constants``
+    program constants, nothing else reading the compare), or None."""
+    c_op = cmp[1]
+    out_t = sel.result_types[0]
+    shape = tuple(out_t.shape)
+    if (
+        c_op.attributes.get("comparison_direction") not in directions
+        or c_op.attributes.get("compare_type", "FLOAT") not in ("FLOAT", "NOTYPE")
+        or out_t.dtype not in _DTYPES or not all(s >= 0 for s in shape)
+        or any(t.dtype != out_t.dtype or tuple(t.shape) != shape
+               for t in (*c_op.operand_types, *sel.operand_types[1:]))
+        or tuple(sel.operand_types[0].shape) != shape
+        or not all(g.constant(v) for v in constants)
+    ):  # fmt: skip
+        return None
+    run_ids = sorted({cmp[0], at})
+    return run_ids if g.closed(body, run_ids, at) else None
+
+
 def relu_backward(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     """The ``compare`` + ``select`` run ending at ``body[at]`` as one fused op."""
     from ._fuse import _fallback, _make
@@ -44,23 +66,10 @@ def relu_backward(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     cmp = g.op(operands[0], "stablehlo.compare")
     if cmp is None or len(cmp[2]) != 2:
         return None
-    c_op = cmp[1]
     out_t = sel.result_types[0]
-    shape = tuple(out_t.shape)
-    if (
-        c_op.attributes.get("comparison_direction") != "LE"
-        or c_op.attributes.get("compare_type", "FLOAT") not in ("FLOAT", "NOTYPE")
-        or out_t.dtype not in _DTYPES or not all(s >= 0 for s in shape)
-        or any(t.dtype != out_t.dtype or tuple(t.shape) != shape
-               for t in (*c_op.operand_types, *sel.operand_types[1:]))
-        or tuple(sel.operand_types[0].shape) != shape
-    ):  # fmt: skip
-        return None
-    if not (g.constant(cmp[2][1]) and g.constant(operands[1])):
+    run_ids = fusible_pair(g, body, at, cmp, sel, ("LE",), (cmp[2][1], operands[1]))
+    if run_ids is None:
         return None  # a threshold or zero read at run time: checked once, it could go stale
-    run_ids = sorted({cmp[0], at})
-    if not g.closed(body, run_ids, at):
-        return None
     run_ops = [body[i] for i in run_ids]
     outer = (cmp[2][0], cmp[2][1], operands[1], operands[2])
     impl = _threshold(SAME_WIDTH_INT[_DTYPES[out_t.dtype].itemsize], _fallback(run_ops, outer))
