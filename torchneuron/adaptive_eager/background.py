@@ -70,7 +70,7 @@ def drain() -> None:
     must not meet a region still tracing here (FX's tracing flag is process-wide).
     """
     if _executor is not None:
-        _executor.submit(lambda: None).result()  # one worker, first in first out
+        wait_for(_executor.submit(lambda: None))  # one worker, first in first out
 
 
 def shutdown() -> None:
