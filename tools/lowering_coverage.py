@@ -245,6 +245,16 @@ def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]
             "counts": dict(counts), "samples": n_samples, "seconds": seconds, "ops": results}
 
 
+def write_json(path: str, data: dict[str, Any], final: bool = False) -> None:
+    """Results so far (``final=False``: rewritten after every op, so partial results
+    survive an interrupted sweep) or the summary (indented, keys sorted)."""
+    with open(path, "w") as f:
+        if final:
+            json.dump(data, f, indent=1, sort_keys=True)
+        else:
+            json.dump(data, f)
+
+
 def read_shards(paths: list[str], combine: Any = max) -> tuple[dict[str, dict[str, Any]], float]:
     """The per-op results of shard JSON files, and their seconds combined (``max``: shards
     that ran side by side; ``sum``: one after another)."""
@@ -296,13 +306,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: {results[key]['status']} {results[key]['seconds']}s "
                       f"{results[key].get('samples', '')} {results[key].get('first', '')}",
                       flush=True)
-            if args.json:  # partial results survive an interrupted sweep
-                with open(args.json, "w") as f:
-                    json.dump({"seconds": time.time() - t0, "ops": results}, f)
+            if args.json:
+                write_json(args.json, {"seconds": time.time() - t0, "ops": results})
         summary = report(results, time.time() - t0)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1, sort_keys=True)
+        write_json(args.json, summary, final=True)
     return 1 if any(summary["counts"].get(s) for s in DEFECTS) else 0
 
 

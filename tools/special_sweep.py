@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
 import sys
@@ -46,7 +45,14 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from lowering_coverage import UNSPECIFIED, _describe, _sample_fn, _select, read_shards
+from lowering_coverage import (
+    UNSPECIFIED,
+    _describe,
+    _sample_fn,
+    _select,
+    read_shards,
+    write_json,
+)
 from opinfo_device import _time_limit, op_id
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -387,12 +393,10 @@ def main(argv: list[str] | None = None) -> int:
                 for k, m in r["mismatches"].items():
                     print(f"    {k}: {m['severity']} {m['detail']}", flush=True)
             if args.json:
-                with open(args.json, "w") as f:
-                    json.dump({"seconds": time.time() - t0, "ops": results}, f)
+                write_json(args.json, {"seconds": time.time() - t0, "ops": results})
         summary = report(results, time.time() - t0)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1, sort_keys=True)
+        write_json(args.json, summary, final=True)
     return 1 if summary["mismatching"] else 0
 
 

@@ -53,14 +53,17 @@ def test_cond_and_while_loop_give_plain_eagers_results_and_the_rest_replays() ->
 
 
 
-def _train(device: str) -> dict:
+def _train(device: str, steps: int = 4, residual: bool = False) -> dict:
+    """``residual``: a block of ops around the ``cond`` that becomes a region (compiled on
+    the background thread) while ``cond``'s backward traces its gradient functions."""
     g = torch.Generator().manual_seed(1)
     w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
     opt = torch.optim.SGD([w], lr=0.05)
     losses = []
-    for step in range(4):
+    for step in range(steps):
         x = torch.randn(4, 8, generator=g).to(device) * (1 if step % 3 else -1)
-        y = torch.cond(x.sum() > 0, _sin_of_product, _cos_of_shift, (torch.tanh(x @ w), w))
+        h = torch.tanh(x @ w) * 0.5 + x if residual else torch.tanh(x @ w)
+        y = torch.cond(x.sum() > 0, _sin_of_product, _cos_of_shift, (h, w))
         loss = y.square().mean()
         opt.zero_grad()
         loss.backward()
@@ -79,23 +82,8 @@ def test_after_disable_cond_with_gradients_still_works() -> None:
     assert_same(want, run(_train, "neuron"))
 
 
-def _train_with_region(device: str, steps: int = 30) -> dict:
-    """A block of ops that becomes a region (compiled on the background thread) around a
-    ``cond`` with gradients, whose backward traces its gradient functions each step."""
-    g = torch.Generator().manual_seed(1)
-    w = torch.randn(8, 8, generator=g).to(device).requires_grad_()
-    opt = torch.optim.SGD([w], lr=0.05)
-    losses = []
-    for step in range(steps):
-        x = torch.randn(4, 8, generator=g).to(device) * (1 if step % 3 else -1)
-        h = torch.tanh(x @ w) * 0.5 + x
-        y = torch.cond(x.sum() > 0, _sin_of_product, _cos_of_shift, (h, w))
-        loss = y.square().mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
-    return {"losses": torch.stack(losses), "w": w.detach()}
+def _train_with_region(device: str) -> dict:
+    return _train(device, steps=30, residual=True)
 
 
 def test_cond_backward_does_not_trace_over_a_background_compile() -> None:
