@@ -8,6 +8,7 @@ and runs eagerly.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.compiler.exact import INF, NAN, matches_eager, torch_compile_matches_eager
@@ -24,10 +25,17 @@ def _values(dtype: torch.dtype, n: int = 4000) -> torch.Tensor:
 
 
 def test_complex64_abs_and_sgn_match_eager() -> None:
+    """Compiled with eager's bits where this CPU's eager is the correctly rounded hypot
+    (its vectorised loop); refused where it is not (``ATEN_CPU_CAPABILITY=default``), and
+    then torch.compile runs it eagerly, with eager's bits too."""
     z = _values(torch.complex64)
-    matches_eager(lambda x: (x.abs(), torch.view_as_real(x.sgn())), z)
+    fn = lambda x: (x.abs(), torch.view_as_real(x.sgn()))  # noqa: E731
+    matches_eager(fn, z, refused_ok=torch.backends.cpu.get_cpu_capability() == "DEFAULT")
+    torch_compile_matches_eager(fn, z)
 
 
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() == "DEFAULT",
+                    reason="no vectorised loop at ATEN_CPU_CAPABILITY=default")
 def test_eager_complex128_abs_depends_on_the_loop() -> None:
     z = _values(torch.complex128)
     alone = torch.stack([z[i:i + 1].abs()[0] for i in range(len(z))])

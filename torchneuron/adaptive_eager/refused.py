@@ -20,11 +20,12 @@ import torch
 
 __all__ = ["RefusedOps"]
 
-# Reasons that belong to the op, not to the region, its dtypes, its layouts or the worker
+# Reasons that belong to the op, not to the region, its layouts or the worker (half-conv
+# and cpu-dependent-special-value are the op's in a dtype: all its overloads run eagerly)
 _OP_REASONS = frozenset({
     "no-lowering", "random-op-with-tensor-values", "random-op-multi-output",
     "random-op-unsupported-arg", "dynamic-output-shape", "data-dependent",
-    "tie-order", "clamp-tensor-signed-zero",
+    "tie-order", "clamp-tensor-signed-zero", "half-conv", "cpu-dependent-special-value",
 })
 _MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream
 

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.host_numerics import refuse_unless_premise, register_premise, sample
+
 __all__ = ["batch_norm_eval_decompositions"]
 
 aten = torch.ops.aten
@@ -77,6 +79,30 @@ def batch_norm_eval(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Te
     return x * alpha + beta
 
 
+def _premise(dtype: torch.dtype) -> tuple[Any, Any]:
+    """(eager, ours) on one sample: whether this CPU's eager takes the fused multiply-add
+    ``batch_norm_eval`` reproduces for half types (``host_numerics``)."""
+    def inputs() -> list[torch.Tensor]:
+        x = sample((16, 8, 7, 7), 0, 4.0).to(dtype)
+        m, w, b = (sample((8,), s).to(dtype) for s in (1, 2, 3))
+        v = (sample((8,), 4).abs() * 3).to(dtype)
+        return [x, w, b, m, v]
+
+    def eager() -> torch.Tensor:
+        x, w, b, m, v = inputs()
+        return torch.native_batch_norm(x, w, b, m, v, False, 0.1, 1e-5)[0]
+
+    def ours() -> torch.Tensor:
+        x, w, b, m, v = inputs()
+        return batch_norm_eval(x, w, b, m, v, 1e-5)
+
+    return eager, ours
+
+
+for _dtype in _HALVES:
+    register_premise("aten.native_batch_norm(eval)", _dtype, *_premise(_dtype))
+
+
 def _wrap(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     training_at, results = _OPS[op]
 
@@ -87,6 +113,9 @@ def _wrap(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
         if training or running_mean is None or running_var is None or kwargs \
                 or not _eval_layout(x):
             return base(*args, **kwargs) if base is not None else NotImplemented
+        if x.dtype in _HALVES \
+                and not refuse_unless_premise("aten.native_batch_norm(eval)", x.dtype):
+            return NotImplemented
         out = batch_norm_eval(x, weight, bias, running_mean, running_var, eps)
         empty = x.new_zeros((0,))
         if results == 3:

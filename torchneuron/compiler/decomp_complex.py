@@ -30,6 +30,7 @@ import torch.fx as fx
 
 from torchneuron.compiler.decomp_registry import registrar
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.host_numerics import premise_holds, register_premise, sample
 
 __all__ = ["COMPLEX_DECOMPOSITIONS", "fold_complex_pairs", "refuse_complex", "pairs",
            "from_pairs", "REAL_OF", "in_eager_layout"]
@@ -168,7 +169,7 @@ def complex_(re: torch.Tensor, im: torch.Tensor) -> Any:
 def abs_(z: torch.Tensor) -> Any:
     if not z.is_complex():
         return NotImplemented
-    if z.dtype == torch.complex128:
+    if z.dtype == torch.complex128 or not _hypot_premise():
         return _refuse_complex128_abs("aten.abs")
     return _hypot(pairs(z))
 
@@ -180,6 +181,34 @@ def _refuse_complex128_abs(op: str) -> Any:
     ``refuse_complex`` refuses it (``complex-op``); the region runs eagerly."""
     del op
     return NotImplemented
+
+
+def _hypot_premise() -> bool:
+    """Whether this CPU's eager complex64 |z| is the correctly rounded hypot ``_hypot``
+    computes (its vectorised loop's; ``host_numerics``, on one sample): where it is
+    not (``ATEN_CPU_CAPABILITY=default``), abs and sgn are refused as complex128's are."""
+    return premise_holds("aten.abs", torch.complex64)
+
+
+def _abs_sample() -> torch.Tensor:
+    """Normal values, and the extremes where the two loops part: values whose squares
+    overflow or underflow float32, infinities, NaN, signed zeros."""
+    re, im = sample((4000,), 0, 10.0), sample((4000,), 1)
+    inf, nan = float("inf"), float("nan")
+    re[:6] = torch.tensor([3e20, 3e-40, inf, nan, 0.0, -0.0], dtype=torch.float64)
+    im[:6] = torch.tensor([4e20, 4e-40, nan, 1.0, -0.0, 0.0], dtype=torch.float64)
+    return torch.complex(re, im).to(torch.complex64)
+
+
+def _eager_abs_sgn() -> tuple[torch.Tensor, torch.Tensor]:
+    z = _abs_sample()
+    return z.abs(), torch.view_as_real(z.sgn())
+
+
+def _our_abs_sgn() -> tuple[torch.Tensor, torch.Tensor]:
+    p = torch.view_as_real(_abs_sample())
+    r = _hypot(p)
+    return r, torch.where(r.unsqueeze(-1) == 0, torch.zeros_like(p), p / r.unsqueeze(-1))
 
 
 def _hypot(p: torch.Tensor) -> torch.Tensor:
@@ -461,7 +490,7 @@ def sgn(z: torch.Tensor) -> Any:
     """z / |z|, and 0 where z is 0 (eager's complex sgn)."""
     if not _is_c(z):
         return NotImplemented
-    if z.dtype == torch.complex128:
+    if z.dtype == torch.complex128 or not _hypot_premise():
         return _refuse_complex128_abs("aten.sgn")
     p = pairs(z)
     r = _hypot(p).unsqueeze(-1)
@@ -527,3 +556,6 @@ def scalar_tensor(value: Any, *, dtype: Any = None, layout: Any = None, device: 
     parts = [aten.scalar_tensor.default(part, dtype=REAL_OF[dtype], device=device)
              for part in (v.real, v.imag)]
     return from_pairs(torch.stack(parts))
+
+
+register_premise("aten.abs", torch.complex64, _eager_abs_sgn, _our_abs_sgn)

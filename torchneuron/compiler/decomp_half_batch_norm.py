@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.host_numerics import refuse_unless_premise, register_premise, sample
+
 __all__ = ["half_batch_norm_decompositions"]
 
 aten = torch.ops.aten
@@ -58,6 +60,27 @@ def _forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     return out.to(torch.float32).to(x.dtype), mean_h, invstd_h, mean, var
 
 
+def _sample() -> tuple[torch.Tensor, ...]:
+    x = sample((16, 8, 7, 7), 0, 4.0).to(torch.float16)
+    w, b = sample((8,), 1).to(torch.float16), sample((8,), 2).to(torch.float16)
+    return x, w, b
+
+
+def _eager_sample() -> tuple[torch.Tensor, ...]:
+    x, w, b = _sample()
+    return torch.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+
+
+def _our_sample() -> tuple[torch.Tensor, ...]:
+    x, w, b = _sample()
+    return _forward(x, w, b, 1e-5)[:3]
+
+
+# this CPU's eager takes the loop ``_forward`` reproduces (its fused multiply-add), or the
+# graph is refused (``host_numerics``)
+register_premise("aten.native_batch_norm", torch.float16, _eager_sample, _our_sample)
+
+
 def _running(old: torch.Tensor, batch: torch.Tensor, momentum: float) -> torch.Tensor:
     return (batch * momentum + old.to(torch.float64) * (1 - momentum)).to(old.dtype)
 
@@ -73,6 +96,8 @@ def _wrap(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
             (list(args) + [None] * 8)[:8]
         if kwargs or not training or not _applies(x, weight, bias, running_mean, running_var):
             return base(*original, **kwargs) if base is not None else NotImplemented
+        if not refuse_unless_premise("aten.native_batch_norm", torch.float16):
+            return NotImplemented
         out, mean_h, invstd_h, mean, var = _forward(x, weight, bias, eps)
         n = x.numel() // x.shape[1]
         new_mean = new_var = None

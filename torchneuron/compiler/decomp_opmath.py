@@ -6,10 +6,11 @@ the result once. The lowering ran each step in the input's precision, rounding a
 every multiply and ``exp``: float16 ``gelu(approximate='tanh')`` at -3.5 was off by 39%.
 These entries convert to float32, apply the op's float32 lowering and convert back.
 
-``gelu`` (the erf form) also gets eager's value at +inf: float32 and narrower eager
-kernels give NaN there (their erf evaluation multiplies inf by 0), while the product
-``x/2 * (1 + erf(x/sqrt 2))`` the lowering emits gives inf. float64 eager gives inf and
-is left alone.
+``gelu`` (both forms, every float dtype) gets eager's values at the infinities and the
+zeros as constants asked of eager on this machine (``host_numerics``): eager's answers
+there depend on the CPU (float32 erf-``gelu`` at +inf is NaN on one machine, inf on
+another; float32 ``gelu(-0.0)`` is +0.0 where float16's keeps -0.0), so no fixed
+lowering matches every machine.
 
 ``elu`` (and ``selu`` / ``celu``) is written out as eager's kernel has it,
 ``x > 0 ? x * scale : expm1(x * input_scale) * (alpha * scale)``, with the coefficient
@@ -26,6 +27,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.host_numerics import eager_at_specials
+
 __all__ = ["opmath_decompositions"]
 
 aten = torch.ops.aten
@@ -34,20 +37,38 @@ _UPCAST_OPS = (aten._log_softmax.default,)
 
 
 def _gelu_erf(x: torch.Tensor) -> torch.Tensor:
-    """float32 erf-gelu with eager's NaN at +inf (eager's -inf and NaN give NaN already)."""
-    y = (torch.erf(x * math.sqrt(0.5)) + 1.0) * (x * 0.5)
-    return torch.where(x == math.inf, math.nan, y)
+    return (torch.erf(x * math.sqrt(0.5)) + 1.0) * (x * 0.5)
+
+
+def _with_eager_specials(x: torch.Tensor, y: torch.Tensor, name: str,
+                         dtype: torch.dtype) -> torch.Tensor:
+    """``y`` with eager's answers (asked of eager on this CPU in ``dtype``) where
+    ``x`` is an infinity or a zero. ``y`` is float32 or wider: the answers enter the graph
+    as Python-float constants, which every half-type value is exactly in float32."""
+    pos_inf, neg_inf, pos_zero, neg_zero = eager_at_specials(name, dtype)
+    zero = torch.where(torch.signbit(x), neg_zero, pos_zero).to(y.dtype)
+    y = torch.where(x == 0, zero, y)
+    y = torch.where(x == math.inf, pos_inf, y)
+    return torch.where(x == -math.inf, neg_inf, y)
 
 
 def _gelu(base: Callable[..., Any] | None) -> Callable[..., Any]:
     def gelu(x: torch.Tensor, approximate: str = "none") -> Any:
-        if x.dtype not in (*_HALVES, torch.float32):
+        if not x.dtype.is_floating_point:
             return base(x, approximate=approximate) if base else NotImplemented
-        if approximate == "none":
-            return _gelu_erf(x.to(torch.float32)).to(x.dtype)
-        if x.dtype == torch.float32:  # the tanh form: the lowering's own
-            return base(x, approximate=approximate) if base else NotImplemented
-        return aten.gelu.default(x.to(torch.float32), approximate=approximate).to(x.dtype)
+        name = "aten.gelu" if approximate == "none" else "aten.gelu.tanh"
+        wide = x.to(torch.float32) if x.dtype in _HALVES else x
+        if approximate == "none" and x.dtype != torch.float64:
+            y = _gelu_erf(wide)
+        elif x.dtype in _HALVES:
+            y = aten.gelu.default(wide, approximate=approximate)
+        elif base is not None:  # float32 tanh form, float64: the lowering's own
+            y = base(x, approximate=approximate)
+        else:
+            return NotImplemented
+        if y is NotImplemented:
+            return y
+        return _with_eager_specials(wide, y, name, x.dtype).to(x.dtype)
 
     return gelu
 

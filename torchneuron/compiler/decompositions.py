@@ -87,7 +87,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(int_avg_pool_decompositions(table))  # integers refused; wraps the entries
     from torchneuron.compiler.decomp_half_conv import half_conv_decompositions
 
-    table.update(half_conv_decompositions(table))  # halves in float32; wraps the entries
+    table.update(half_conv_decompositions(table))  # halves refused; wraps the entries
     from torchneuron.compiler.decomp_half_var import half_var_decompositions
 
     table.update(half_var_decompositions(table))  # halves in float64; wraps the entries
@@ -105,6 +105,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.index_bounds import with_index_checks
 
     table.update(with_index_checks(table))  # out-of-range indices raise: outermost
+    from torchneuron.compiler import host_numerics
+
+    host_numerics.settle()  # the premises of the entries above, before anything traces
     return table
 
 

@@ -7,8 +7,9 @@
   process) is not part of the StableHLO text nor of the program, and the cached bytes
   are stored under a neutral name.
 - ``index_key``: sha256 over a caller's graph key plus everything besides the graph
-  that shapes the lowering (versions of the compiler, torch and torch-mlir, target,
-  options), so an index entry made by another release or toolchain is never followed.
+  that shapes the lowering (versions of the compiler, torch and torch-mlir, what eager
+  answers on this CPU where the lowering asks it (``host_numerics``), target, options),
+  so an index entry made by another release, toolchain or CPU is never followed.
 - ``fx_graph_key``: a caller's graph key for an FX graph: each node's op, target,
   arguments and metadata, the placeholders' shapes/strides/dtypes, and the bytes of any
   tensor constant. It refuses (returns None: compile without the index) when the
@@ -50,7 +51,13 @@ def toolchain() -> dict[str, str]:
         mlir = metadata.version("torch-mlir")
     except metadata.PackageNotFoundError:
         mlir = "absent"
-    return {"torch": torch.__version__, "torch_mlir": mlir}
+    from torchneuron.compiler import host_numerics
+
+    # what eager computes on this CPU, as far as the lowering asked it (host_numerics): an
+    # index entry made on a machine whose eager answers differently is not followed here
+    host = json.dumps(host_numerics.fingerprint(), sort_keys=True)
+    return {"torch": torch.__version__, "torch_mlir": mlir,
+            "host_numerics": hashlib.sha256(host.encode()).hexdigest()[:16]}
 
 
 def executable_key(stablehlo: str, target: str, options: dict[str, Any],

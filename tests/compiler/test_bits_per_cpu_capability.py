@@ -1,0 +1,59 @@
+"""The tests that assert eager's bits for compiled graphs, once per CPU code path this
+machine offers, each in its own process.
+
+Eager's bits depend on the path ATen (``ATEN_CPU_CAPABILITY``: default, avx2, avx512)
+and oneDNN (``ONEDNN_MAX_CPU_ISA``) choose on the CPU they run on, and CI runs on
+whatever machine it gets. The suite itself runs at this machine's own capability; here
+the same bit-for-bit files run again at every other capability the CPU supports, and
+once at ATen's ``default`` with oneDNN held to SSE4.1, the lowest paths of both: a
+lowering tuned to one path fails here on the machine it was written on.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+BIT_FILES = sorted(
+    str(p.relative_to(ROOT)) for pattern in (
+        "test_exact_*.py", "test_special_values*.py", "test_sweep2_*.py",
+        "test_half_conv_refused.py")
+    for p in (ROOT / "tests" / "compiler").glob(pattern))
+
+
+def _paths() -> list[tuple[str, dict[str, str]]]:
+    """(name, environment) of every path to run at besides this process's own. ATen
+    takes the capability it is asked for even where the CPU lacks it (then dies of an
+    illegal instruction), so the CPU's support is asked first."""
+    own = torch.backends.cpu.get_cpu_capability()
+    paths: dict[str, dict[str, str]] = {}
+    for cap, supported in (("AVX2", torch.cpu._is_avx2_supported()),
+                           ("AVX512", torch.cpu._is_avx512_supported())):
+        if supported and cap != own:
+            paths[cap] = {**os.environ, "ATEN_CPU_CAPABILITY": cap.lower()}
+    paths["DEFAULT+SSE41"] = {**os.environ, "ATEN_CPU_CAPABILITY": "default",
+                              "ONEDNN_MAX_CPU_ISA": "SSE41"}
+    return sorted(paths.items())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
+                    reason="ATen's CPU capabilities are x86-64's")
+def test_bit_for_bit_files_pass_at_every_cpu_capability() -> None:
+    assert BIT_FILES, "no bit-for-bit test files found"
+    failed = []
+    for name, env in _paths():
+        env = {**env, "PYTHONPATH": str(ROOT), "TORCHNEURON_COMPILE_LATENCY": "0"}
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+             "-x", *BIT_FILES], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=1800)
+        if run.returncode != 0:
+            failed.append(f"--- at {name}:\n" + run.stdout[-4000:])
+    assert not failed, "\n".join(failed)
