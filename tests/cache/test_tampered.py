@@ -22,6 +22,7 @@ from torchneuron.cache import CacheStore, cli
 from torchneuron.cache import entry as entry_format
 from torchneuron.compiler import compile_graph, reset_stats, stats
 from torchneuron.compiler.keys import index_key
+from torchneuron.compiler.pipeline import load_cached
 from torchneuron.hardware import current_profile
 
 
@@ -78,6 +79,17 @@ def test_an_edited_executable_is_a_counted_miss_and_rebuilt(cache: tuple[Path, s
     torch.testing.assert_close(exe.run(_xs())[0], f(*_xs()), rtol=0, atol=0)
     again = compile_graph(f, _xs(), store=CacheStore(root), graph_key="g", in_process=True)
     assert again.from_cache  # the rebuilt entry replaced the edited one
+
+
+def test_adaptive_eagers_look_up_refuses_an_edited_executable(cache: tuple[Path, str]) -> None:
+    """``load_cached`` (adaptive eager's warm path) makes the same check: with its
+    first-replay verification off, nothing else would catch an edit."""
+    root, key = cache
+    assert load_cached(CacheStore(root), "g") is not None
+    _edit(root, key, "add-to-subtract")
+    with pytest.warns(UserWarning, match="not what the neuron compiler makes"):
+        assert load_cached(CacheStore(root), "g") is None
+    assert not CacheStore(root).disk.path("executable", key).exists()  # discarded
 
 
 @pytest.mark.parametrize("how", ["constant", "unknown-op"])

@@ -50,7 +50,8 @@ class EntryInfo:
 
     @property
     def components(self) -> dict[str, Any]:
-        return dict(self.meta.get("components") or {})
+        got = self.meta.get("components")
+        return dict(got) if isinstance(got, dict) else {}  # (a planted header may hold anything)
 
     def to_json(self) -> dict[str, Any]:
         c = self.components
