@@ -183,20 +183,22 @@ def test_a_dangling_link_resolves_to_a_clean_miss_and_is_removed(cache_root: Pat
     assert not s.disk.path("link", fake_key("g")).exists() and verify(s.disk, content=False) == []
 
 
-def _write_through_clears(root: str, n: int, done: Any) -> None:
+def _write_through_clears(root: str, n: int, done: Any, stopped: Any) -> None:
     s = CacheStore(root, memory_bytes=0)
     for i in range(n):
         s.save(fake_key(("w", i)), fake_exe(i, 20_000), {})
     done.set()
     assert s.disk.writable, "a concurrent clear stopped this process from caching"
     assert s.counters.counts["writes"] >= n - 3
-    assert s.load(fake_key(("w", n - 1))) is not None
+    assert stopped.wait(60)
+    s.save(fake_key("last"), fake_exe("last"), {})
+    assert s.load(fake_key("last")) == fake_exe("last")
 
 
 def test_a_concurrent_clear_never_stops_another_process_caching(cache_root: Path) -> None:
     CacheStore(cache_root)
-    done = _ctx.Event()
-    p = _ctx.Process(target=_write_through_clears, args=(str(cache_root), 300, done))
+    done, stopped = _ctx.Event(), _ctx.Event()
+    p = _ctx.Process(target=_write_through_clears, args=(str(cache_root), 300, done, stopped))
     p.start()
     rounds = 0
     while not done.is_set() and p.is_alive():
@@ -204,6 +206,7 @@ def test_a_concurrent_clear_never_stops_another_process_caching(cache_root: Path
         if rounds % 3 == 2:
             shutil.rmtree(cache_root / "v1", ignore_errors=True)  # `rm -rf` as well
         rounds += 1
+    stopped.set()
     p.join(120)
     assert p.exitcode == 0 and rounds > 2
 
