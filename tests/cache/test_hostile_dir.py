@@ -77,6 +77,14 @@ def test_a_hit_appends_nothing_through_a_symlinked_hits_file(cache_root: Path,
     assert _untouched(victim)
 
 
+def test_a_hit_touches_nothing_through_hard_links(cache_root: Path, victim: Path) -> None:
+    _, exe = _saved(cache_root)
+    os.link(victim, f"{exe}.hits")
+    fresh = CacheStore(cache_root)
+    assert fresh.load(fake_key(1)) == fake_exe(1)
+    assert _untouched(victim)
+
+
 def test_a_symlinked_entry_is_a_counted_miss(cache_root: Path, victim: Path) -> None:
     _, exe = _saved(cache_root)
     shutil.copy(exe, victim)  # a valid entry, outside

@@ -6,7 +6,8 @@ folder). Following one would let a cache operation read, append to or delete a f
 elsewhere. So every path below the (resolved) root is reached through real directories
 only (each checked with ``lstat``), files are opened with ``O_NOFOLLOW`` and
 ``O_NONBLOCK`` (a FIFO must not hang a reader) and must be regular files, and reads are
-bounded in size. Removing uses ``unlink``, which removes a symlink itself, never its
+bounded in size; a file written to (a hit counter) or touched must have no other hard
+link. Removing uses ``unlink``, which removes a symlink itself, never its
 target. ``UnsafePath`` (an ``OSError``) says which path was refused and why.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["UnsafePath", "check_dir", "check_parents", "read_file", "append_file",
-           "touch_file", "unlink", "scan", "lexists"]
+           "touch_file", "unlink", "scan"]
 
 _NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -58,7 +59,8 @@ def check_parents(root: Path, path: Path) -> None:
         check_dir(p)
 
 
-def _open_regular(path: Path, flags: int, mode: int = 0o600) -> tuple[int, os.stat_result]:
+def _open_regular(path: Path, flags: int, mode: int = 0o600, *, single: bool = False
+                  ) -> tuple[int, os.stat_result]:
     try:
         fd = os.open(path, flags | _NOFOLLOW, mode)
     except OSError as e:
@@ -69,6 +71,9 @@ def _open_regular(path: Path, flags: int, mode: int = 0o600) -> tuple[int, os.st
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise UnsafePath(path, f"{_kind(st.st_mode)} where the cache expects a file")
+    if single and st.st_nlink > 1:  # a hard link: the same file may have a name elsewhere
+        os.close(fd)
+        raise UnsafePath(path, "a file with several hard links")
     return fd, st
 
 
@@ -100,7 +105,7 @@ def read_file(root: Path, path: Path, max_bytes: int, *, head: bool = False) -> 
 def append_file(root: Path, path: Path, data: bytes) -> None:
     """Append to (or create, 0600) the regular file ``path`` under ``root``."""
     check_parents(root, path)
-    fd, _ = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    fd, _ = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, single=True)
     try:
         os.write(fd, data)
     finally:
@@ -110,7 +115,7 @@ def append_file(root: Path, path: Path, data: bytes) -> None:
 def touch_file(root: Path, path: Path) -> None:
     """Set the regular file ``path``'s times to now (through its descriptor)."""
     check_parents(root, path)
-    fd, _ = _open_regular(path, os.O_RDONLY)
+    fd, _ = _open_regular(path, os.O_RDONLY, single=True)
     try:
         os.utime(fd)
     finally:
@@ -131,8 +136,3 @@ def scan(folder: Path) -> Iterator[os.DirEntry[str]]:
             yield from list(it)
     except OSError:
         return
-
-
-def lexists(path: Path) -> bool:
-    """Whether anything (a symlink included) is at ``path``."""
-    return os.path.lexists(path)
