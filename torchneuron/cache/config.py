@@ -63,8 +63,8 @@ def _size_setting(name: str) -> int:
         if value >= 0:
             return int(value)
         why = "it is negative"
-    except (ValueError, TypeError, OverflowError) as e:
-        why = str(e)
+    except (ValueError, TypeError, OverflowError):
+        why = "not a size"
     raw = os.environ.get(row.env, "")
     with _warned_lock:
         first = (row.env, raw) not in _warned

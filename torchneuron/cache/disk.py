@@ -98,7 +98,7 @@ class DiskStore:
         if self.refused is not None:
             self.readable = self.writable = False
             if warn:
-                warnings.warn(f"torchneuron cache: not using {self.root}: {self.refused}. "
+                warnings.warn(f"torchneuron cache: not using the cache directory: {self.refused}. "
                               "Running without the on-disk cache; fix the folder or set "
                               "TORCHNEURON_CACHE_DIR to a folder only you can write.",
                               stacklevel=4)
