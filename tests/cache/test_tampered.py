@@ -114,6 +114,9 @@ def test_a_link_to_another_graphs_executable_is_a_counted_miss(cache: tuple[Path
         exe = compile_graph(f, xs, store=CacheStore(root), graph_key="other", in_process=True)
     assert not exe.from_cache
     torch.testing.assert_close(exe.run(xs)[0], f(*xs), rtol=0, atol=0)
+    assert store.disk.path("executable", key).exists()  # the intact executable stays
+    assert compile_graph(f, xs, store=CacheStore(root), graph_key="other",
+                         in_process=True).from_cache  # relinked to its own executable
 
 
 def _archive(path: Path, members: dict[str, bytes]) -> None:

@@ -62,7 +62,8 @@ class CacheStore:
         if key is None:
             got = self.disk.read("link", graph_key)
             key = got.payload.decode("ascii") if got is not None else None
-            if key is not None and not self.disk.exists("executable", key):
+            if key is not None and self.memory.get(key) is None and \
+                    not self.disk.exists("executable", key):
                 self._drop_link(graph_key)  # its executable was evicted: a clean miss
                 key = None
             if key is not None:

@@ -151,9 +151,6 @@ def _load_cached(store: ExecutableStore, key: str | None, name: str,
         return None
     try:
         exe = executable.check_entry(data, key)
-        if example_inputs is not None and not executable.matches_inputs(exe, example_inputs):
-            raise ExecutableFormatError("it was built for other inputs (a link to another "
-                                        "graph's executable)")
     except ExecutableFormatError as e:
         warnings.warn(f"torchneuron: cached executable {key[:12]} does not load ({e}); "
                       "recompiling it", stacklevel=3)
@@ -161,6 +158,13 @@ def _load_cached(store: ExecutableStore, key: str | None, name: str,
         discard = getattr(store, "discard", None)
         if discard is not None:
             discard(key)
+        return None
+    if example_inputs is not None and not executable.matches_inputs(exe, example_inputs):
+        # The executable is intact; the link to it is wrong (compiling relinks it).
+        warnings.warn(f"torchneuron: cached executable {key[:12]} was built for other "
+                      "inputs (a graph-key link to another graph's executable); "
+                      "recompiling", stacklevel=3)
+        stats.record_cache("corrupt")
         return None
     exe.name, exe.cache_key, exe.from_cache = name, key, True
     return exe
