@@ -48,6 +48,7 @@ __all__ = ["DiskStore", "UnsafePath"]
 
 _TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# torchneuron compile cache\n"
 _STALE_TMP_S = 3600.0
+_MAX_LINK = 1 << 16  # bytes: a link is a header and a key
 _SUBDIRS = ("exe", "index", "stats")
 # Errors after which this process stops writing: retrying would fail the same way.
 _LASTING = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
@@ -132,7 +133,7 @@ class DiskStore:
             return None
         p = self.path(kind, key)
         try:
-            raw = self.read_bytes(p)
+            raw = self.read_bytes(p, MAX_ENTRY if kind == "executable" else _MAX_LINK)
         except FileNotFoundError:
             return None
         except UnsafePath as e:
@@ -327,7 +328,7 @@ class DiskStore:
     def link_target(self, path: Path) -> str | None:
         """The executable key the link file at ``path`` points to (None if unreadable)."""
         try:
-            got = entry_format.decode(self.read_bytes(path, 1 << 16), expect_key=path.name)
+            got = entry_format.decode(self.read_bytes(path, _MAX_LINK), expect_key=path.name)
         except (OSError, EntryError):
             return None
         return got.payload.decode("ascii") if got.kind == "link" else None
