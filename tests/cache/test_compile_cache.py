@@ -23,7 +23,6 @@ from torchneuron.cache import CacheStore, cli
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache.inventory import list_entries
 from torchneuron.compiler import compile_graph, executable, reset_stats, stats
-from torchneuron.compiler.errors import ExecuteError
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,8 +107,8 @@ def test_crafted_pickle_entry_runs_nothing(store: CacheStore, tmp_path: Path,
     torch.testing.assert_close(exe.run(_xs())[0], f(*_xs()))
 
 
-def test_crafted_program_is_refused_loudly(store: CacheStore, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crafted_program_is_a_counted_miss_and_rebuilt(store: CacheStore, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     first = compile_graph(f, _xs(), store=store, graph_key="g", in_process=True)
     d = json.loads(store.load(first.cache_key or "") or b"")
@@ -117,10 +116,13 @@ def test_crafted_program_is_refused_loudly(store: CacheStore, tmp_path: Path,
     body[0]["name"] = "os.system"
     body[0]["attributes"] = {"value": "touch MARKER", "__reduce__": "os.system"}
     _plant(store, first.cache_key or "", json.dumps(d).encode())
-    exe = compile_graph(f, _xs(), store=CacheStore(store.root), graph_key="g", in_process=True)
-    assert exe.from_cache  # it is data, so it loads...
-    with pytest.raises(ExecuteError):
-        exe.run(_xs())  # ...and the interpreter refuses an op it does not know
+    with pytest.warns(UserWarning, match="op the interpreter does not have"):
+        exe = compile_graph(f, _xs(), store=CacheStore(store.root), graph_key="g",
+                            in_process=True)
+    assert not exe.from_cache and stats()["cache"]["corrupt"] == 1  # a miss, rebuilt...
+    torch.testing.assert_close(exe.run(_xs())[0], f(*_xs()))
+    assert compile_graph(f, _xs(), store=CacheStore(store.root), graph_key="g",
+                         in_process=True).from_cache  # ...and saved over the bad entry
     assert not (tmp_path / "MARKER").exists()
 
 

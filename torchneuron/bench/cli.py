@@ -121,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     if steps < 1:
         print("torchneuron-bench: --steps must be >= 1", file=sys.stderr)
         return 2
+    if args.out.exists() and not args.out.is_dir():
+        print(f"torchneuron-bench: --out {args.out} is a file; give a directory (created if "
+              "missing) for report.md, report.json and chart.png", file=sys.stderr)
+        return 2
     hardware = args.hardware or current_profile().name
     total = len(args.models) * len(args.modes)
     bar = None

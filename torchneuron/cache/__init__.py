@@ -7,6 +7,11 @@ counts in ``counters.py``). The compiler never imports this package: torch.compi
 backend and adaptive eager hand ``default_store()`` to ``compile_graph``. Inspect and
 maintain the cache with the ``torchneuron-cache`` command (``cli.py``).
 
+The directory is treated as possibly hostile: no symlink in it is followed
+(``safe_fs.py``), a directory others can write is refused (``disk.py``), JSON is parsed
+bounded (``bounded_json.py``), and the compiler checks each executable's content
+against its key (``compiler/executable.py: check_entry``) before using it.
+
 Settings (``torchneuron/hardware/settings.py``): ``TORCHNEURON_CACHE=0`` turns it off;
 ``TORCHNEURON_CACHE_DIR`` (default ``$XDG_CACHE_HOME/torchneuron`` or
 ``~/.cache/torchneuron``); ``TORCHNEURON_CACHE_MAX_SIZE`` (default 10GB);

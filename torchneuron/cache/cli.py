@@ -3,8 +3,10 @@
 In the manner of ccache and ``hf cache``: tables for people, ``--json`` for scripts
 (a list of objects, each with ``key``). Keys may be given by a unique prefix.
 
-Exit codes: 0 success; 1 something was not found, is broken (``verify``) or was
-rejected (``import``); 2 bad usage; 3 a destructive command needs ``--yes`` (stdin is
+Exit codes: 0 success; 1 something was not found, is broken (``verify``), was
+rejected (``import``) or could not be removed (each such path is named with the
+reason), or the directory is refused (others can write it: see ``disk.py``); 2 bad
+usage (also out-of-range numbers); 3 a destructive command needs ``--yes`` (stdin is
 not a terminal) or the confirmation was declined.
 """
 
@@ -77,10 +79,17 @@ def cmd_dir(args: argparse.Namespace, disk: DiskStore) -> int:
     return OK
 
 
+def _failed(args: argparse.Namespace, failures: list[maintenance.Failure]) -> int:
+    """Report removals that did not happen (one line each, on stderr): exit 1, or OK."""
+    for f in failures:
+        print(f"torchneuron-cache {args.command}: {f}", file=sys.stderr)
+    return FAILED if failures else OK
+
+
 def cmd_stats(args: argparse.Namespace, disk: DiskStore) -> int:
     folder = disk.base / "stats"
-    if args.zero:
-        counters.zero(folder)
+    failures = [maintenance.Failure(p, why) for p, why in counters.zero(folder)] \
+        if args.zero else []
     totals = counters.read_totals(folder)
     rows = list_entries(disk)
     exes = [r for r in rows if r.kind == "executable"]
@@ -95,7 +104,7 @@ def cmd_stats(args: argparse.Namespace, disk: DiskStore) -> int:
             [("dir", str(disk.root)), ("executables", len(exes)), ("links", len(rows) - len(exes)),
              ("size", size), ("max_size", disk.max_bytes)] + list(totals.items())]
     _out(args, "\n".join(f"{k:<16} {v}" for k, v in facts), data)
-    return OK
+    return _failed(args, failures)
 
 
 def _select(args: argparse.Namespace, disk: DiskStore) -> list[EntryInfo]:
@@ -132,17 +141,26 @@ def cmd_info(args: argparse.Namespace, disk: DiskStore) -> int:
     r = _one(disk, args.key)
     if r is None:
         return FAILED
-    data, text = describe(disk, r)
+    try:
+        data, text = describe(disk, r)
+    except (AttributeError, KeyError, TypeError, IndexError) as e:  # a malformed payload
+        print(f"torchneuron-cache info: entry {r.key[:16]} is malformed ({type(e).__name__}: "
+              f"{e}); `torchneuron-cache verify --fix` removes it.", file=sys.stderr)
+        return FAILED
     _out(args, text, [data])
     return OK
 
 
 def cmd_rm(args: argparse.Namespace, disk: DiskStore) -> int:
     rows = [r for r in (_one(disk, k) for k in args.keys) if r is not None]
-    freed = maintenance.remove(disk, rows)
-    _out(args, f"removed {len(rows)} entries, {config.format_size(freed)}",
-         [{"key": r.key, "kind": r.kind, "size": r.size, "removed": True} for r in rows])
-    return OK if len(rows) == len(args.keys) else FAILED
+    freed, failures = maintenance.remove(disk, rows)
+    bad = {f.path for f in failures}
+    done = [r for r in rows if r.path not in bad]
+    _out(args, f"removed {len(done)} entries, {config.format_size(freed)}",
+         [{"key": r.key, "kind": r.kind, "size": r.size, "removed": r.path not in bad}
+          for r in rows])
+    disk.remove_links_to({r.key for r in done if r.kind == "executable"})
+    return FAILED if _failed(args, failures) or len(rows) != len(args.keys) else OK
 
 
 def _removal_report(args: argparse.Namespace, rows: list[EntryInfo], verb: str) -> None:
@@ -158,20 +176,22 @@ def cmd_prune(args: argparse.Namespace, disk: DiskStore) -> int:
         args.max_size = disk.max_bytes  # default: enforce the configured bound
     kwargs = dict(max_size=args.max_size, older_than_s=args.older_than,
                   incompatible=args.incompatible)
-    planned = maintenance.prune(disk, dry_run=True, **kwargs)  # type: ignore[arg-type]
+    planned, _ = maintenance.prune(disk, dry_run=True, **kwargs)  # type: ignore[arg-type]
     if not args.dry_run and planned and not _confirm(args, f"remove {len(planned)} entries"):
         return NEEDS_YES
-    rows = planned if args.dry_run else maintenance.prune(disk, **kwargs)  # type: ignore[arg-type]
+    rows, failures = (planned, []) if args.dry_run else \
+        maintenance.prune(disk, **kwargs)  # type: ignore[arg-type]
     _removal_report(args, rows, "pruned")
-    return OK
+    return _failed(args, failures)
 
 
 def cmd_clear(args: argparse.Namespace, disk: DiskStore) -> int:
     planned = list_entries(disk)
     if not args.dry_run and not _confirm(args, f"remove all {len(planned)} entries in {disk.root}"):
         return NEEDS_YES
-    _removal_report(args, maintenance.clear(disk, dry_run=args.dry_run), "cleared")
-    return OK
+    rows, failures = maintenance.clear(disk, dry_run=args.dry_run)
+    _removal_report(args, rows, "cleared")
+    return _failed(args, failures)
 
 
 def cmd_verify(args: argparse.Namespace, disk: DiskStore) -> int:
@@ -204,6 +224,30 @@ def cmd_import(args: argparse.Namespace, disk: DiskStore) -> int:
     return FAILED if res.rejected else OK
 
 
+def _count(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n} is negative; give a count >= 0")
+    return n
+
+
+def _size(text: str) -> int:
+    try:
+        n = config.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative; give a size >= 0 (e.g. 2GB)")
+    return n
+
+
+def _age(text: str) -> float:
+    try:
+        return parse_age(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="torchneuron-cache", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -231,15 +275,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="FIELD OP VALUE, OP in = != < > <= >= ~ (contains); fields: key, "
                          "kind, size, hits, target, name, source, compatible, age, idle; "
                          "repeat to AND")
-    ls.add_argument("--limit", type=int, metavar="N", help="show at most N entries")
+    ls.add_argument("--limit", type=_count, metavar="N", help="show at most N entries")
     cmd("info", "everything about one entry: key components, sizes, StableHLO, kernels, "
         "schedule, cost").add_argument("key", help="a key or unique key prefix")
     cmd("rm", "remove entries").add_argument("keys", nargs="+", metavar="KEY")
     pr = cmd("prune", "remove old, incompatible or least recently used entries (with no "
              "option: evict down to TORCHNEURON_CACHE_MAX_SIZE)")
-    pr.add_argument("--max-size", type=config.parse_size, metavar="SIZE",
+    pr.add_argument("--max-size", type=_size, metavar="SIZE",
                     help="evict least recently used executables down to SIZE (e.g. 2GB)")
-    pr.add_argument("--older-than", type=parse_age, metavar="AGE",
+    pr.add_argument("--older-than", type=_age, metavar="AGE",
                     help="remove entries unused for longer than AGE (e.g. 30d, 12h)")
     pr.add_argument("--incompatible", action="store_true",
                     help="remove entries this torchneuron cannot use (other versions)")
@@ -260,7 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help (0) or bad usage (2): a code, also when called in-process
         return int(e.code or 0)
     root = config.cache_dir() if args.dir is None else args.dir
-    disk = DiskStore(root, config.max_size())
+    disk = DiskStore(root, config.max_size(), warn=False)
+    if disk.refused is not None and args.command != "dir":
+        print(f"torchneuron-cache {args.command}: refusing to use {disk.root}: "
+              f"{disk.refused}.", file=sys.stderr)
+        return FAILED
     handler = globals()[f"cmd_{args.command}"]
     try:
         return int(handler(args, disk))

@@ -5,12 +5,19 @@ The rows (``TORCHNEURON_CACHE``, ``TORCHNEURON_CACHE_DIR``, ``TORCHNEURON_CACHE_
 this module only interprets them. The default directory is the user's cache directory
 (``$XDG_CACHE_HOME/torchneuron``, else ``~/.cache/torchneuron``), never ``/tmp``, which
 gets wiped.
+
+A bad value (``TORCHNEURON_CACHE_MAX_SIZE=garbage``, a negative size) never stops the
+program: it is refused at the setting with one warning naming the variable, the
+accepted form and the default used instead.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 from pathlib import Path
+from typing import Any
 
 from torchneuron.hardware import settings
 
@@ -36,12 +43,38 @@ def cache_dir() -> Path:
 
 def max_size() -> int:
     """Bound of the on-disk tier in bytes (``TORCHNEURON_CACHE_MAX_SIZE``)."""
-    return parse_size(settings.get_value("cache_max_size"))
+    return _size_setting("cache_max_size")
 
 
 def memory_size() -> int:
     """Bound of the in-process tier in bytes (``TORCHNEURON_CACHE_MEMORY_SIZE``)."""
-    return parse_size(settings.get_value("cache_memory_size"))
+    return _size_setting("cache_memory_size")
+
+
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _size_setting(name: str) -> int:
+    """A size setting, or its default (and one warning) when its value is unusable."""
+    row = next(s for s in settings.TABLE if s.name == name)
+    try:
+        value: Any = parse_size(settings.get_value(name))
+        if value >= 0:
+            return int(value)
+        why = "it is negative"
+    except (ValueError, TypeError, OverflowError):
+        why = "not a size"
+    raw = os.environ.get(row.env, "")
+    with _warned_lock:
+        first = (row.env, raw) not in _warned
+        _warned.add((row.env, raw))
+    if first:
+        warnings.warn(f"torchneuron cache: ignoring {row.env}={raw!r} ({why}); expected a "
+                      f"size >= 0 such as 500MB, 2GB or 1GiB. Using the default, "
+                      f"{format_size(row.default).replace(' ', '').replace('.0', '')}.",
+                      stacklevel=3)
+    return int(row.default)
 
 
 def format_size(n: float) -> str:

@@ -5,7 +5,8 @@ rename) to its own file under ``stats/``; readers sum the files. No file is shar
 writing, so no lock is needed and a crashed process loses at most its unflushed counts.
 When the files pile up, a process folds them into one: it claims each file by renaming
 it (only one process can win a rename), writes the sum as a new file, then deletes what
-it claimed. ``zero`` removes them all.
+it claimed. ``zero`` removes them all. No symlink in ``stats/`` (or at it) is followed,
+and count files are read bounded in size and depth: a planted file is ignored.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from torchneuron.cache import bounded_json, safe_fs
+
 __all__ = ["Counters", "EVENTS", "read_totals", "zero"]
 
 EVENTS = ("hits", "memory_hits", "disk_hits", "misses", "writes", "evictions", "errors",
           "corrupt", "link_hits", "link_misses")
 _FOLD_ABOVE = 64
 _FLUSH_EVERY_S = 2.0
+_MAX_FILE = 1 << 16
 
 
 class Counters:
@@ -55,16 +59,20 @@ class Counters:
             self._last_flush = time.monotonic()
         try:
             _write(self.folder / self._name, data)
-            if len(list(self.folder.glob("*.json"))) > _FOLD_ABOVE:
+            if len(_count_files(self.folder)) > _FOLD_ABOVE:
                 _fold(self.folder, self._name)
         except OSError:
             pass
 
 
 def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.parent.mkdir(mode=0o700)  # recreated after a concurrent clear
+    except FileExistsError:
+        pass
+    safe_fs.check_dir(path.parent)
     tmp = path.with_name(f".tmp-{uuid.uuid4().hex}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, data)
         os.fsync(fd)
@@ -75,17 +83,25 @@ def _write(path: Path, data: bytes) -> None:
 
 def _read(path: Path) -> Counter[str]:
     try:
-        raw = json.loads(path.read_bytes())
+        raw = bounded_json.loads(safe_fs.read_file(path.parent, path, _MAX_FILE),
+                                 max_bytes=_MAX_FILE)
     except (OSError, ValueError):
         return Counter()
     if not isinstance(raw, dict):
         return Counter()
-    return Counter({k: v for k, v in raw.items() if k in EVENTS and isinstance(v, int)})
+    return Counter({k: v for k, v in raw.items()
+                    if k in EVENTS and type(v) is int and 0 <= v < 1 << 62})
+
+
+def _count_files(folder: Path) -> list[Path]:
+    """The count files in ``folder`` (a real directory; symlinks in it are skipped)."""
+    return [Path(e.path) for e in safe_fs.scan(folder)
+            if e.name.endswith(".json") and e.is_file(follow_symlinks=False)]
 
 
 def _fold(folder: Path, own: str) -> None:
     claimed = []
-    for p in folder.glob("*.json"):
+    for p in _count_files(folder):
         if p.name == own:
             continue
         mine = p.with_name(f".claimed-{uuid.uuid4().hex}")
@@ -105,12 +121,23 @@ def _fold(folder: Path, own: str) -> None:
 def read_totals(folder: Path) -> dict[str, int]:
     """Counts summed over every process that used the cache at ``folder``."""
     total: Counter[str] = Counter()
-    for p in folder.glob("*.json") if folder.is_dir() else ():
+    for p in _count_files(folder):
         total.update(_read(p))
     return {e: total.get(e, 0) for e in EVENTS}
 
 
-def zero(folder: Path) -> None:
-    """Forget all persisted counts."""
-    for p in folder.glob("*") if folder.is_dir() else ():
-        p.unlink(missing_ok=True)
+def zero(folder: Path) -> list[tuple[Path, str]]:
+    """Forget all persisted counts; (path, why) of each file that could not be removed.
+    Removing a symlink removes the link, never its target; a ``folder`` that is itself
+    a symlink is left alone."""
+    failed = []
+    for e in safe_fs.scan(folder):
+        if e.is_dir(follow_symlinks=False):
+            continue
+        try:
+            os.unlink(e.path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            failed.append((Path(e.path), err.strerror or str(err)))
+    return failed

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from torchneuron.cache import config
+from torchneuron.cache import bounded_json, config
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache._table import table
 from torchneuron.cache.disk import DiskStore
@@ -32,20 +32,23 @@ def describe(disk: DiskStore, r: EntryInfo) -> tuple[dict[str, Any], str]:
              f"created    {age_text(r.created)}", f"used       {age_text(r.used)}",
              f"hits       {r.hits}", f"compatible {r.compatible}"]
     try:
-        got = entry_format.decode(r.path.read_bytes(), expect_key=r.key)
-    except (OSError, EntryError) as e:
+        got = entry_format.decode(disk.read_bytes(r.path), expect_key=r.key)
+        exe = bounded_json.loads(got.payload, max_bytes=entry_format.MAX_ENTRY) \
+            if got.kind == "executable" else {}
+        if not isinstance(exe, dict):
+            raise EntryError("executable payload is not a JSON object")
+    except (OSError, ValueError) as e:
         data["problem"] = str(e)
         return data, "\n".join(lines + [f"problem    {e}"])
     if got.kind == "link":
         target = got.payload.decode("ascii")
         data["links_to"] = target
-        present = disk.path("executable", target).exists()
+        present = disk.exists("executable", target)
         return data, "\n".join(lines + [f"links to   {target}" + ("" if present else
                                                                   " (absent)")])
     lines += [f"name       {r.meta.get('name')} (source {r.meta.get('source')})",
               "key components:"]
     lines += [f"  {k:<17} {json.dumps(v, sort_keys=True)}" for k, v in sorted(r.components.items())]
-    exe = json.loads(got.payload)
     program, hlo = exe.get("program", {}), exe.get("stablehlo", "")
     kernels = program.get("kernels", [])
     cost = program.get("cost", {})

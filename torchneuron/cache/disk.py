@@ -17,13 +17,20 @@ opens (``verify --fix`` and ``prune`` delete stale ones). Every read is verified
 in the path and in every header, so a format change makes old entries unreachable.
 
 Failure to write (full disk, read-only directory, permissions) becomes one warning and
-no further disk writes in this process: never a crash.
+no further disk writes in this process: never a crash. A folder that vanished (a
+concurrent ``clear`` or ``rm -rf``) is recreated on the next write.
+
+Hostile contents (``safe_fs.py``): no symlink in the directory is followed, and a
+directory that others can write, or that another user owns, is refused at first use
+(one warning; the process runs without the on-disk tier), as ssh refuses a permissive
+``~/.ssh``: whoever can write there could plant entries.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 import uuid
 import warnings
@@ -32,36 +39,78 @@ from pathlib import Path
 from typing import Any
 
 from torchneuron.cache import entry as entry_format
+from torchneuron.cache import safe_fs
 from torchneuron.cache.counters import Counters
-from torchneuron.cache.entry import STORE_VERSION, Entry, EntryError
+from torchneuron.cache.entry import MAX_ENTRY, STORE_VERSION, Entry, EntryError
+from torchneuron.cache.safe_fs import UnsafePath
 
-__all__ = ["DiskStore"]
+__all__ = ["DiskStore", "UnsafePath"]
 
 _TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# torchneuron compile cache\n"
 _STALE_TMP_S = 3600.0
+_MAX_LINK = 1 << 16  # bytes: a link is a header and a key
+_SUBDIRS = ("exe", "index", "stats")
+# Errors after which this process stops writing: retrying would fail the same way.
+_LASTING = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
+
+
+def directory_problem(path: Path) -> str | None:
+    """Why the folder ``path`` must not be used as (part of) a cache, or None if it may:
+    it must be a real directory owned by this user and writable by nobody else."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory (a symbolic link or a file)"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return (f"{path} is owned by another user (uid {st.st_uid}, you are {os.getuid()}), "
+                "who could plant executables in it")
+    if st.st_mode & 0o022:
+        return (f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}), "
+                "who could plant executables in it; expected mode 0700 (`chmod 700` it)")
+    return None
 
 
 class DiskStore:
     """Entries on disk under ``root``, bounded to ``max_bytes`` by LRU eviction."""
 
-    def __init__(self, root: Path, max_bytes: int, counters: Counters | None = None) -> None:
-        self.root = Path(root)
+    def __init__(self, root: Path, max_bytes: int, counters: Counters | None = None,
+                 *, warn: bool = True) -> None:
+        self.root = Path(os.path.realpath(root))
         self.base = self.root / f"v{STORE_VERSION}"
         self.max_bytes = max_bytes
         self.readable = True
         self.writable = True
+        self.refused: str | None = None
         self.counters = counters or Counters(None)
         try:
             _make_dir(self.root)
-            for sub in ("exe", "index", "stats"):
-                _make_dir(self.base / sub)
-            tag = self.root / "CACHEDIR.TAG"
-            if not tag.exists():
-                self._atomic_write(tag, _TAG)
+            self.refused = self._check_folders()
+            if self.refused is None:
+                for sub in _SUBDIRS:
+                    _make_dir(self.base / sub)
+                tag = self.root / "CACHEDIR.TAG"
+                if not os.path.lexists(tag):
+                    self._atomic_write(tag, _TAG)
         except OSError as e:
-            self._give_up_writing(e)
+            self._give_up_writing(e, warn)
             self.readable = self.base.is_dir()
+        if self.refused is not None:
+            self.readable = self.writable = False
+            if warn:
+                warnings.warn(f"torchneuron cache: not using the cache directory: {self.refused}. "
+                              "Running without the on-disk cache; fix the folder or set "
+                              "TORCHNEURON_CACHE_DIR to a folder only you can write.",
+                              stacklevel=4)
         self.counters.folder = self.base / "stats" if self.writable else None
+
+    def _check_folders(self) -> str | None:
+        for folder in (self.root, self.base, *(self.base / sub for sub in _SUBDIRS)):
+            why = directory_problem(folder)
+            if why is not None:
+                return why
+        return None
 
     # -- paths ----------------------------------------------------------------------
 
@@ -69,7 +118,14 @@ class DiskStore:
         sub = "exe" if kind == "executable" else "index"
         return self.base / sub / key[:2] / key
 
+    def exists(self, kind: str, key: str) -> bool:
+        return self.readable and os.path.lexists(self.path(kind, key))
+
     # -- reading -----------------------------------------------------------------------
+
+    def read_bytes(self, path: Path, max_bytes: int = MAX_ENTRY) -> bytes:
+        """The bytes of a regular file in the store (``UnsafePath`` for anything else)."""
+        return safe_fs.read_file(self.root, path, max_bytes)
 
     def read(self, kind: str, key: str) -> Entry | None:
         """The verified entry, or None. A bad file is counted, warned about and removed."""
@@ -77,9 +133,11 @@ class DiskStore:
             return None
         p = self.path(kind, key)
         try:
-            raw = p.read_bytes()
+            raw = self.read_bytes(p, MAX_ENTRY if kind == "executable" else _MAX_LINK)
         except FileNotFoundError:
             return None
+        except UnsafePath as e:
+            return self.discard_bad(p, e.strerror or str(e))
         except OSError as e:
             self.counters.add("errors")
             warnings.warn(f"torchneuron cache: cannot read {p} ({e}); treating it as a miss",
@@ -90,12 +148,19 @@ class DiskStore:
             if got.kind != kind:
                 raise EntryError(f"a {got.kind} entry where a {kind} was expected")
         except EntryError as e:
-            self.counters.add("corrupt")
-            warnings.warn(f"torchneuron cache: removed bad entry {p.name[:12]} ({e}); it "
-                          "will be rebuilt", stacklevel=3)
-            self.remove_file(p)
-            return None
+            return self.discard_bad(p, str(e))
         return got
+
+    def discard_bad(self, p: Path, why: str) -> None:
+        """Count, warn about and remove a bad entry file (a symlink: the link itself)."""
+        self.counters.add("corrupt")
+        warnings.warn(f"torchneuron cache: removed bad entry {p.name[:12]} ({why}); it "
+                      "will be rebuilt", stacklevel=4)
+        try:
+            self.remove_file(p)
+        except OSError:
+            pass  # read-only: it stays a counted miss
+        return None
 
     def touch(self, key: str) -> None:
         """Mark an executable used now (LRU order) and count a hit on it."""
@@ -103,14 +168,10 @@ class DiskStore:
             return
         p = self.path("executable", key)
         try:
-            os.utime(p)
-            fd = os.open(f"{p}.hits", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, b"+")
-            finally:
-                os.close(fd)
+            safe_fs.touch_file(self.root, p)
+            safe_fs.append_file(self.root, Path(f"{p}.hits"), b"+")
         except OSError:
-            pass  # evicted meanwhile, or read-only: hits are statistics only
+            pass  # evicted meanwhile, read-only or planted: hits are statistics only
 
     # -- writing -----------------------------------------------------------------------
 
@@ -120,12 +181,21 @@ class DiskStore:
             return False
         data = entry_format.encode(kind, key, payload, meta)
         p = self.path(kind, key)
-        try:
-            _make_dir(p.parent)
-            self._atomic_write(p, data)
-        except OSError as e:
-            self._give_up_writing(e)
-            return False
+        for attempt in (0, 1):
+            try:
+                _make_dir(p.parent, self.root)
+                self._atomic_write(p, data)
+                break
+            except FileNotFoundError:
+                if attempt:  # a folder removed twice under us: skip this entry only
+                    self.counters.add("errors")
+                    return False
+            except OSError as e:
+                if e.errno in _LASTING or isinstance(e, UnsafePath):
+                    self._give_up_writing(e)
+                else:
+                    self.counters.add("errors")
+                return False
         self.counters.add("writes")
         if kind == "executable":
             self.evict()
@@ -133,7 +203,7 @@ class DiskStore:
 
     def _atomic_write(self, path: Path, data: bytes) -> None:
         tmp = path.with_name(f".tmp-{path.name[:16]}-{uuid.uuid4().hex[:8]}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             try:
                 view = memoryview(data)
@@ -147,9 +217,9 @@ class DiskStore:
             tmp.unlink(missing_ok=True)
             raise
 
-    def _give_up_writing(self, e: OSError) -> None:
+    def _give_up_writing(self, e: OSError, warn: bool = True) -> None:
         self.counters.add("errors")
-        if self.writable:
+        if self.writable and warn:
             why = {errno.ENOSPC: "the disk is full", errno.EROFS: "it is read-only",
                    errno.EACCES: "permission denied", errno.EDQUOT: "disk quota exceeded"}
             reason = why.get(e.errno or 0, str(e))
@@ -162,32 +232,62 @@ class DiskStore:
 
     # -- housekeeping ------------------------------------------------------------------
 
-    def files(self) -> Iterator[tuple[str, Path]]:
-        """(kind, path) of every entry file (not temporaries or hit counters)."""
+    def _shards(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
         for kind, sub in (("executable", "exe"), ("link", "index")):
-            folder = self.base / sub
-            if not folder.is_dir():
+            for shard in safe_fs.scan(self.base / sub):
+                yield kind, shard
+
+    def files(self) -> Iterator[tuple[str, Path]]:
+        """(kind, path) of every entry file (regular files only: not temporaries, hit
+        counters, or anything ``oddities`` lists)."""
+        for kind, shard in self._shards():
+            if not shard.is_dir(follow_symlinks=False):
                 continue
-            for shard in folder.iterdir():
-                if not shard.is_dir():
-                    continue
-                for p in shard.iterdir():
-                    if entry_format.is_key(p.name):
-                        yield kind, p
+            for e in safe_fs.scan(Path(shard.path)):
+                if entry_format.is_key(e.name) and e.is_file(follow_symlinks=False):
+                    yield kind, Path(e.path)
+
+    def oddities(self) -> Iterator[tuple[Path, str]]:
+        """(path, what it is) of everything in the store that is not a regular file where
+        one belongs: symlinks, FIFOs, folders, or an entry folder that is not a directory."""
+        for folder in (self.base, *(self.base / sub for sub in _SUBDIRS)):
+            if os.path.lexists(folder):
+                try:
+                    safe_fs.check_dir(folder)
+                except UnsafePath as e:
+                    yield folder, e.strerror or "not a directory"
+        for _, shard in self._shards():
+            if not shard.is_dir(follow_symlinks=False):
+                yield Path(shard.path), _what(shard) + " where a shard folder belongs"
+                continue
+            for e in safe_fs.scan(Path(shard.path)):
+                if not e.is_file(follow_symlinks=False):
+                    yield Path(e.path), _what(e) + " where a file belongs"
+        for e in safe_fs.scan(self.base / "stats"):
+            if not e.is_file(follow_symlinks=False):
+                yield Path(e.path), _what(e) + " where a count file belongs"
 
     def temporaries(self) -> Iterator[Path]:
-        for sub in ("exe", "index"):
-            yield from (self.base / sub).glob("*/.tmp-*")
+        for _, shard in self._shards():
+            if shard.is_dir(follow_symlinks=False):
+                for e in safe_fs.scan(Path(shard.path)):
+                    if e.name.startswith(".tmp-"):
+                        yield Path(e.path)
 
     def remove_file(self, p: Path) -> int:
-        """Delete an entry file and its hit counter; the bytes freed."""
+        """Delete an entry file and its hit counter (never what a symlink points at); the
+        bytes freed. An entry file already gone frees 0; any other failure raises."""
         freed = 0
-        for q in (p, Path(f"{p}.hits")):
+        for i, q in enumerate((p, Path(f"{p}.hits"))):
             try:
-                freed += q.stat().st_size
-                q.unlink()
+                size = os.lstat(q).st_size
+                safe_fs.unlink(self.root, q)
+                freed += size
+            except FileNotFoundError:
+                continue
             except OSError:
-                pass
+                if i == 0:
+                    raise
         return freed
 
     def usage(self) -> list[tuple[float, int, Path]]:
@@ -195,50 +295,102 @@ class DiskStore:
         rows = []
         for kind, p in self.files():
             try:
-                st = p.stat()
+                st = os.lstat(p)
                 size = st.st_size
                 if kind == "executable":
-                    hits = Path(f"{p}.hits")
-                    size += hits.stat().st_size if hits.exists() else 0
+                    size += hits_size(p)
             except OSError:
                 continue
             rows.append((st.st_mtime, size, p))
         return rows
 
     def evict(self, max_bytes: int | None = None) -> int:
-        """Remove least recently used executables until the store fits; entries removed."""
+        """Remove least recently used executables, and the links to them, until the store
+        fits; the executables removed."""
         bound = self.max_bytes if max_bytes is None else max_bytes
         rows = self.usage()
         total = sum(size for _, size, _ in rows)
-        removed = 0
+        gone: set[str] = set()
         for _, size, p in sorted(r for r in rows if r[2].parent.parent.name == "exe"):
             if total <= bound:
                 break
-            self.remove_file(p)
+            try:
+                self.remove_file(p)
+            except OSError:
+                continue
             total -= size
-            removed += 1
-        if removed:
-            self.counters.add("evictions", removed)
-        return removed
+            gone.add(p.name)
+        if gone:
+            self.counters.add("evictions", len(gone))
+            self.remove_links_to(gone)
+        return len(gone)
+
+    def link_target(self, path: Path) -> str | None:
+        """The executable key the link file at ``path`` points to (None if unreadable)."""
+        try:
+            got = entry_format.decode(self.read_bytes(path, _MAX_LINK), expect_key=path.name)
+        except (OSError, EntryError):
+            return None
+        return got.payload.decode("ascii") if got.kind == "link" else None
+
+    def remove_links_to(self, keys: set[str]) -> int:
+        """Delete every link pointing at one of ``keys`` (executables just removed)."""
+        n = 0
+        for kind, p in list(self.files()):
+            if kind == "link" and self.link_target(p) in keys:
+                try:
+                    self.remove_file(p)
+                    n += 1
+                except OSError:
+                    pass
+        return n
 
     def remove_stale_temporaries(self, older_than_s: float = _STALE_TMP_S) -> int:
         now, n = time.time(), 0
         for p in self.temporaries():
             try:
-                if now - p.stat().st_mtime > older_than_s:
-                    p.unlink()
+                if now - os.lstat(p).st_mtime > older_than_s:
+                    safe_fs.unlink(self.root, p)
                     n += 1
             except OSError:
                 pass
         return n
 
 
-def _make_dir(path: Path) -> None:
+def hits_size(p: Path) -> int:
+    """Hits recorded for the executable at ``p`` (its counter's size; 0 for a symlink)."""
+    try:
+        st = os.lstat(f"{p}.hits")
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def _what(e: os.DirEntry[str]) -> str:
+    if e.is_symlink():
+        return "a symbolic link"
+    if e.is_dir(follow_symlinks=False):
+        return "a directory"
+    return "a special file"
+
+
+def _make_dir(path: Path, root: Path | None = None) -> None:
     """Create ``path`` and any missing parents user-only (0700, whatever the umask);
-    existing folders are left as they are."""
-    if path.is_dir():
-        return
-    missing = [path, *(p for p in path.parents if not p.exists())]
-    for p in reversed(missing):
-        p.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(p, 0o700)
+    existing folders are left as they are, but must be real directories (no symlink is
+    followed below ``root``)."""
+    missing = []
+    p = path
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for q in reversed(missing):
+        try:
+            q.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # another process made it first
+        else:
+            os.chmod(q, 0o700)
+    if root is not None:
+        safe_fs.check_parents(root, path / "x")
+    else:
+        safe_fs.check_dir(path)

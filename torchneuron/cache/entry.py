@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchneuron.cache import bounded_json
+
 __all__ = ["STORE_VERSION", "KINDS", "Entry", "EntryError", "encode", "decode", "read_header",
            "is_key", "check_payload"]
 
@@ -26,6 +28,8 @@ STORE_VERSION = 1
 MAGIC = "torchneuron-cache"
 KINDS = ("executable", "link")
 _MAX_HEADER = 1 << 20
+HEADER_READ = _MAX_HEADER + 1  # bytes read for a listing: enough for any header
+MAX_ENTRY = 1 << 30  # bytes: a larger file in the cache is refused unread
 _KEY = re.compile(r"[0-9a-f]{64}")
 
 
@@ -64,8 +68,8 @@ def encode(kind: str, key: str, payload: bytes, meta: dict[str, Any],
 
 def _header(line: bytes) -> dict[str, Any]:
     try:
-        header = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        header = bounded_json.loads(line, max_bytes=_MAX_HEADER)
+    except ValueError as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
         raise EntryError(f"header is not JSON ({e})") from None
     if not isinstance(header, dict) or header.get("magic") != MAGIC:
         raise EntryError("not a torchneuron cache entry (magic missing)")
@@ -103,17 +107,16 @@ def check_payload(entry: Entry) -> None:
     parses as a JSON object. Loading it as an executable is the compiler's check."""
     if entry.kind == "executable":
         try:
-            obj = json.loads(entry.payload.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            obj = bounded_json.loads(entry.payload, max_bytes=MAX_ENTRY)
+        except ValueError as e:
             raise EntryError(f"executable payload is not JSON ({e})") from None
         if not isinstance(obj, dict) or obj.get("magic") != "torchneuron-executable":
             raise EntryError("executable payload is not a torchneuron executable")
 
 
-def read_header(path: Any) -> dict[str, Any]:
-    """Only the header of the entry file at ``path`` (cheap: for listings)."""
-    with open(path, "rb") as f:
-        line = f.readline(_MAX_HEADER + 1)
-    if not line.endswith(b"\n"):
+def read_header(raw: bytes) -> dict[str, Any]:
+    """Only the header of an entry file whose first bytes are ``raw`` (for listings)."""
+    line, sep, _ = raw[: _MAX_HEADER + 1].partition(b"\n")
+    if not sep:
         raise EntryError("truncated: no complete header line")
-    return _header(line[:-1])
+    return _header(line)

@@ -8,13 +8,15 @@ whose executable is present and compatible.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torchneuron.cache import entry as entry_format
-from torchneuron.cache.disk import DiskStore
+from torchneuron.cache import safe_fs
+from torchneuron.cache.disk import DiskStore, hits_size
 from torchneuron.cache.entry import EntryError
 
 __all__ = ["EntryInfo", "list_entries", "find_entries", "current_versions", "AmbiguousKey"]
@@ -48,7 +50,8 @@ class EntryInfo:
 
     @property
     def components(self) -> dict[str, Any]:
-        return dict(self.meta.get("components") or {})
+        got = self.meta.get("components")
+        return dict(got) if isinstance(got, dict) else {}  # (a planted header may hold anything)
 
     def to_json(self) -> dict[str, Any]:
         c = self.components
@@ -62,13 +65,13 @@ class EntryInfo:
         }
 
 
-def _info(kind: str, path: Path) -> EntryInfo:
-    st = path.stat()
-    hits_file = Path(f"{path}.hits")
-    hits = hits_file.stat().st_size if kind == "executable" and hits_file.exists() else 0
+def _info(disk: DiskStore, kind: str, path: Path) -> EntryInfo:
+    st = os.lstat(path)
+    hits = hits_size(path) if kind == "executable" else 0
     size = st.st_size + hits
     try:
-        header = entry_format.read_header(path)
+        header = entry_format.read_header(
+            safe_fs.read_file(disk.root, path, entry_format.HEADER_READ, head=True))
     except (EntryError, OSError) as e:
         return EntryInfo(path.name, kind, path, size, st.st_mtime, st.st_mtime, hits,
                          problem=str(e), compatible=False)
@@ -89,7 +92,7 @@ def list_entries(disk: DiskStore, *, with_links: bool = True) -> list[EntryInfo]
         if kind == "link" and not with_links:
             continue
         try:
-            rows.append(_info(kind, path))
+            rows.append(_info(disk, kind, path))
         except OSError:
             continue  # removed meanwhile
     exes = {r.key: r for r in rows if r.kind == "executable"}
@@ -107,11 +110,7 @@ def list_entries(disk: DiskStore, *, with_links: bool = True) -> list[EntryInfo]
 
 
 def _link_target(disk: DiskStore, key: str) -> str | None:
-    try:
-        got = entry_format.decode(disk.path("link", key).read_bytes(), expect_key=key)
-    except (OSError, EntryError):
-        return None
-    return got.payload.decode("ascii")
+    return disk.link_target(disk.path("link", key))
 
 
 def find_entries(disk: DiskStore, prefix: str, rows: list[EntryInfo] | None = None) -> list[EntryInfo]:

@@ -4,13 +4,22 @@ Each takes ``dry_run`` where it deletes, and returns what it did (or would do) s
 CLI can print a table or JSON. Export writes a tar archive of entry files; import reads
 it member by member, never extracting a path from the archive: each member's bytes are
 decoded and verified as an entry, its key is taken from its header, and it is written
-through the store's own atomic writer. Anything else in the archive is rejected.
+through the store's own atomic writer. Anything else in the archive is rejected, and so
+is an executable whose content does not match its key (``compiler.executable.
+check_entry``, the check a load makes) or a link to an executable neither the archive
+nor the cache holds. ``verify`` makes the same checks on every entry, and reports
+symlinks and other non-regular files (``--fix`` removes the links themselves).
+
+Removals report what they could not remove (``Failure``): the CLI must not claim a
+removal that did not happen.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import shutil
+import stat
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -19,25 +28,49 @@ from pathlib import Path
 from torchneuron.cache import counters
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache.disk import DiskStore
-from torchneuron.cache.entry import STORE_VERSION, EntryError
+from torchneuron.cache.entry import STORE_VERSION, Entry, EntryError
 from torchneuron.cache.inventory import EntryInfo, list_entries
 
 __all__ = ["prune", "clear", "verify", "export", "import_archive", "remove", "Problem",
-           "ImportResult"]
+           "ImportResult", "Failure", "check_executable"]
 
-_MAX_MEMBER = 1 << 31
+_MAX_MEMBER = entry_format.MAX_ENTRY
+_FRESH_TMP_S = 60.0  # a younger temporary may be a live writer's: clear leaves it
 
 
-def remove(disk: DiskStore, rows: list[EntryInfo], dry_run: bool = False) -> int:
-    """Delete these entries (and their hit counters); the bytes freed."""
-    return sum(r.size if dry_run else disk.remove_file(r.path) for r in rows)
+@dataclass
+class Failure:
+    """A file a removal could not remove, and why."""
+
+    path: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"cannot remove {self.path}: {self.reason}"
+
+
+def remove(disk: DiskStore, rows: list[EntryInfo], dry_run: bool = False
+           ) -> tuple[int, list[Failure]]:
+    """Delete these entries (and their hit counters): (bytes freed, what failed)."""
+    freed, failed = 0, []
+    for r in rows:
+        if dry_run:
+            freed += r.size
+            continue
+        try:
+            freed += disk.remove_file(r.path)
+        except OSError as e:
+            failed.append(Failure(r.path, e.strerror or str(e)))
+    return freed, failed
 
 
 def prune(disk: DiskStore, *, max_size: int | None = None, older_than_s: float | None = None,
-          incompatible: bool = False, dry_run: bool = False) -> list[EntryInfo]:
+          incompatible: bool = False, dry_run: bool = False
+          ) -> tuple[list[EntryInfo], list[Failure]]:
     """Remove (or list, with ``dry_run``) entries unused for longer than ``older_than_s``,
     entries this torchneuron cannot use (and other store versions' folders), and then
-    least recently used executables until the store fits in ``max_size``."""
+    least recently used executables until the store fits in ``max_size``; returns
+    (removed, failures)."""
     rows = list_entries(disk)
     now = time.time()
     chosen: dict[Path, EntryInfo] = {}
@@ -54,34 +87,43 @@ def prune(disk: DiskStore, *, max_size: int | None = None, older_than_s: float |
             if r.path not in chosen:
                 chosen[r.path] = r
                 total -= r.size
-    removed = sorted(chosen.values(), key=lambda r: r.used)
-    if not dry_run:
-        remove(disk, removed)
-        disk.remove_stale_temporaries()
-        if incompatible:
-            for other in other_store_versions(disk):
-                shutil.rmtree(other, ignore_errors=True)
-        if removed:
-            disk.counters.add("evictions", sum(r.kind == "executable" for r in removed))
-    return removed
+    planned = sorted(chosen.values(), key=lambda r: r.used)
+    if dry_run:
+        return planned, []
+    _, failed = remove(disk, planned)
+    bad = {f.path for f in failed}
+    removed = [r for r in planned if r.path not in bad]
+    disk.remove_links_to({r.key for r in removed if r.kind == "executable"})
+    disk.remove_stale_temporaries()
+    if incompatible:
+        for other in other_store_versions(disk):
+            shutil.rmtree(other, ignore_errors=True)  # (rmtree never follows a symlink)
+    if removed:
+        disk.counters.add("evictions", sum(r.kind == "executable" for r in removed))
+    return removed, failed
 
 
 def other_store_versions(disk: DiskStore) -> list[Path]:
     """Folders of other store versions (unreachable from this torchneuron)."""
-    if not disk.root.is_dir():
+    try:
+        names = os.listdir(disk.root)
+    except OSError:
         return []
-    return sorted(p for p in disk.root.glob("v*") if p.is_dir() and p.name[1:].isdigit()
-                  and p.name != f"v{STORE_VERSION}")
+    return sorted(disk.root / n for n in names if n.startswith("v") and n[1:].isdigit()
+                  and n != f"v{STORE_VERSION}"
+                  and stat.S_ISDIR(os.lstat(disk.root / n).st_mode))
 
 
-def clear(disk: DiskStore, dry_run: bool = False) -> list[EntryInfo]:
-    """Remove every entry, temporary file and persisted count."""
+def clear(disk: DiskStore, dry_run: bool = False) -> tuple[list[EntryInfo], list[Failure]]:
+    """Remove every entry, temporary file (but a live writer's) and persisted count."""
     rows = list_entries(disk)
-    if not dry_run:
-        remove(disk, rows)
-        disk.remove_stale_temporaries(older_than_s=0)
-        counters.zero(disk.base / "stats")
-    return rows
+    if dry_run:
+        return rows, []
+    _, failed = remove(disk, rows)
+    disk.remove_stale_temporaries(older_than_s=_FRESH_TMP_S)
+    failed += [Failure(p, why) for p, why in counters.zero(disk.base / "stats")]
+    bad = {f.path for f in failed}
+    return [r for r in rows if r.path not in bad], failed
 
 
 @dataclass
@@ -96,28 +138,67 @@ class Problem:
                 "fixed": self.fixed, "path": str(self.path)}
 
 
-def verify(disk: DiskStore, fix: bool = False) -> list[Problem]:
-    """Read every entry in full and check it; with ``fix``, delete what is broken: bad
-    files, links to absent executables, and temporaries left by killed writers."""
+def check_executable(got: Entry) -> None:
+    """What a load checks (``compiler.executable.check_entry``): the content matches the
+    key, the program is what neuronc makes of the StableHLO, every op is known."""
+    from torchneuron.compiler.executable import ExecutableFormatError, check_entry
+
+    try:
+        check_entry(got.payload, got.key)
+    except ExecutableFormatError as e:
+        raise EntryError(str(e)) from None
+
+
+def verify(disk: DiskStore, fix: bool = False, *, content: bool = True) -> list[Problem]:
+    """Read every entry in full and check it as a load would (``content``: also as the
+    compiler would, ``check_executable``); with ``fix``, delete what is broken: bad files,
+    links to absent executables, symlinks and other non-regular files (the link itself,
+    never its target), and temporaries left by killed writers."""
     problems: list[Problem] = []
-    present = {p.name for kind, p in disk.files() if kind == "executable"}
-    for kind, path in list(disk.files()):
+    checked: dict[str, bool] = {}
+    files = list(disk.files())
+    for kind, path in files:
+        if kind != "executable":
+            continue
         try:
-            got = entry_format.decode(path.read_bytes(), expect_key=path.name)
-            if got.kind != kind:
-                raise EntryError(f"a {got.kind} entry in the {kind} folder")
+            got = _decode_file(disk, path, kind)
             entry_format.check_payload(got)
-            if kind == "link" and got.payload.decode("ascii") not in present:
-                raise EntryError("links to an executable that is not in the cache")
+            if content:
+                check_executable(got)
+            checked[path.name] = True
         except (OSError, EntryError) as e:
             problems.append(Problem(path, kind, str(e)))
+    for kind, path in files:
+        if kind != "link":
+            continue
+        try:
+            got = _decode_file(disk, path, kind)
+            if not checked.get(got.payload.decode("ascii")):
+                raise EntryError("links to an executable that is not in the cache (or is "
+                                 "broken)")
+        except (OSError, EntryError) as e:
+            problems.append(Problem(path, kind, str(e)))
+    for path, what in disk.oddities():
+        problems.append(Problem(path, "unsafe", what))
     for tmp in disk.temporaries():
         problems.append(Problem(tmp, "temporary", "left by an interrupted write"))
     if fix:
         for p in problems:
-            disk.remove_file(p.path)
-            p.fixed = not p.path.exists()
+            try:
+                if p.kind == "unsafe" and stat.S_ISDIR(os.lstat(p.path).st_mode):
+                    continue  # a real folder where a file belongs: left for a person
+                disk.remove_file(p.path)
+                p.fixed = not os.path.lexists(p.path)
+            except OSError as e:
+                p.problem += f"; not removed: {e.strerror or e}"
     return problems
+
+
+def _decode_file(disk: DiskStore, path: Path, kind: str) -> Entry:
+    got = entry_format.decode(disk.read_bytes(path), expect_key=path.name)
+    if got.kind != kind:
+        raise EntryError(f"a {got.kind} entry in the {kind} folder")
+    return got
 
 
 def export(disk: DiskStore, file: str | Path, rows: list[EntryInfo] | None = None) -> int:
@@ -127,7 +208,7 @@ def export(disk: DiskStore, file: str | Path, rows: list[EntryInfo] | None = Non
     with tarfile.open(file, "w:gz") as tar:
         for r in rows:
             try:
-                data = r.path.read_bytes()
+                data = disk.read_bytes(r.path)
                 entry_format.decode(data, expect_key=r.key)
             except (OSError, EntryError):
                 continue
@@ -146,8 +227,11 @@ class ImportResult:
 
 
 def import_archive(disk: DiskStore, file: str | Path, dry_run: bool = False) -> ImportResult:
-    """Add the entries of an archive made by ``export``, each verified on its own."""
+    """Add the entries of an archive made by ``export``, each verified on its own as a load
+    would verify it; links only to executables the archive or the cache holds."""
     result = ImportResult()
+    links: list[tuple[str, Entry]] = []
+    exes: set[str] = set()
     with tarfile.open(file, "r:*") as tar:
         for member in tar:
             if not member.isfile() or member.size > _MAX_MEMBER:
@@ -157,14 +241,30 @@ def import_archive(disk: DiskStore, file: str | Path, dry_run: bool = False) -> 
             try:
                 got = entry_format.decode(f.read() if f else b"")
                 entry_format.check_payload(got)
+                if got.kind == "executable":
+                    check_executable(got)
             except EntryError as e:
                 result.rejected.append((member.name, str(e)))
                 continue
-            if disk.path(got.kind, got.key).exists():
-                result.skipped.append(got.key)
+            if got.kind == "link":
+                links.append((member.name, got))  # after every executable is known
                 continue
-            if not dry_run and not disk.write(got.kind, got.key, got.payload, got.meta):
-                result.rejected.append((member.name, "the cache directory is not writable"))
-                continue
-            result.imported.append(got.key)
+            exes.add(got.key)
+            _add(disk, member.name, got, result, dry_run)
+    for name, got in links:
+        target = got.payload.decode("ascii")
+        if target not in exes and not disk.exists("executable", target):
+            result.rejected.append((name, f"links to executable {target[:12]}, which neither "
+                                          "the archive nor the cache holds"))
+            continue
+        _add(disk, name, got, result, dry_run)
     return result
+
+
+def _add(disk: DiskStore, name: str, got: Entry, result: ImportResult, dry_run: bool) -> None:
+    if disk.exists(got.kind, got.key):
+        result.skipped.append(got.key)
+    elif not dry_run and not disk.write(got.kind, got.key, got.payload, got.meta):
+        result.rejected.append((name, "the cache directory is not writable"))
+    else:
+        result.imported.append(got.key)

@@ -62,6 +62,10 @@ class CacheStore:
         if key is None:
             got = self.disk.read("link", graph_key)
             key = got.payload.decode("ascii") if got is not None else None
+            if key is not None and self.memory.get(key) is None and \
+                    not self.disk.exists("executable", key):
+                self._drop_link(graph_key)  # its executable was evicted: a clean miss
+                key = None
             if key is not None:
                 self.memory.link(graph_key, key)
         self._count("link_hits" if key is not None else "link_misses")
@@ -69,7 +73,27 @@ class CacheStore:
 
     def link(self, graph_key: str, key: str) -> None:
         self.memory.link(graph_key, key)
-        self.disk.write("link", graph_key, key.encode("ascii"), {"kind": "link"})
+        if self.disk.write("link", graph_key, key.encode("ascii"), {"kind": "link"}) and \
+                not self.disk.exists("executable", key):
+            # Evicted (by another process) before the link landed: an eviction removes
+            # the links it sees, and this check removes the one it could not see yet.
+            self._drop_link(graph_key)
+
+    def _drop_link(self, graph_key: str) -> None:
+        try:
+            self.disk.remove_file(self.disk.path("link", graph_key))
+        except OSError:
+            pass  # read-only: the link stays a miss
+
+    def discard(self, key: str) -> None:
+        """Forget the executable under ``key`` in both tiers: the compiler found its bytes
+        unusable (content that does not match its key, an op the interpreter lacks)."""
+        self.memory.discard(key)
+        self.counters.add("corrupt")
+        try:
+            self.disk.remove_file(self.disk.path("executable", key))
+        except OSError:
+            pass
 
     # -- observability ---------------------------------------------------------------
 

@@ -32,7 +32,8 @@ from torchneuron._version import __version__
 from torchneuron.compiler.errors import ExecuteError
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs
 
-__all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError"]
+__all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError",
+           "check_entry", "trust_entry", "matches_inputs"]
 
 FORMAT_VERSION = 2
 # The compiler is versioned with the package: one constant, typed once in _version.py.
@@ -87,7 +88,7 @@ class Executable:
     def from_bytes(cls, data: bytes) -> Executable:
         try:
             d = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise ExecutableFormatError(f"not a torchneuron executable: {e}") from None
         if not isinstance(d, dict) or d.get("magic") != _MAGIC:
             raise ExecutableFormatError("not a torchneuron executable (magic missing)")
@@ -276,3 +277,127 @@ def _restride(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
         return t
     out = torch.empty_strided(t.shape, stride, dtype=t.dtype)
     return out.copy_(t)
+
+
+# -- content addressing ------------------------------------------------------------------
+# A store hands back bytes filed under a key; a checksum there only catches accidents.
+# As git checks an object against its name, ``check_entry`` recomputes the key from the
+# bytes' own content (StableHLO, signature, target, options, versions: ``keys.py``) and
+# rebuilds the program from the StableHLO with the neuron compiler (the program is not
+# in the key: it is what neuronc makes of the StableHLO, so an edited program shows as
+# a different one). The rebuild costs one neuronc run per entry and process, never the
+# Torch-MLIR worker; bytes this process compiled itself or checked already are trusted.
+
+_TRUSTED: set[tuple[str, str]] = set()
+_RETURN_OPS = ("func.return", "stablehlo.return")
+
+
+def trust_entry(key: str, data: bytes) -> None:
+    """Mark ``data`` under ``key`` as known good in this process (it compiled them)."""
+    _TRUSTED.add((key, hashlib.sha256(data).hexdigest()))
+
+
+def check_entry(data: bytes, key: str, *, rebuild: bool = True) -> Executable:
+    """The executable in ``data`` if its content is what ``key`` names; raises
+    ``ExecutableFormatError`` saying what is wrong (never anything else).
+
+    Checked: it parses; it was built by this compiler; its key recomputed from its
+    content equals ``key``; every op is one the interpreter has; its signature agrees
+    with its program; and (``rebuild``) its program is what neuronc makes of its
+    StableHLO."""
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        exe = Executable.from_bytes(data)
+        if (key, digest) in _TRUSTED:
+            return exe
+        _check_content(exe, key, rebuild)
+    except ExecutableFormatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure on foreign data is "unusable"
+        raise ExecutableFormatError(f"its content does not hold together ({type(e).__name__}: "
+                                    f"{e})") from None
+    _TRUSTED.add((key, digest))
+    return exe
+
+
+def _check_content(exe: Executable, key: str, rebuild: bool) -> None:
+    from torchneuron.compiler.keys import executable_key
+
+    for name, typ in (("stablehlo", str), ("target", str), ("program", dict),
+                      ("signature", dict), ("options", dict)):
+        if not isinstance(getattr(exe, name), typ):
+            raise ExecutableFormatError(f"its {name} is not a {typ.__name__}")
+    if exe.compiler_version != COMPILER_VERSION:
+        raise ExecutableFormatError(f"compiled by torchneuron {exe.compiler_version}, this is "
+                                    f"{COMPILER_VERSION}")
+    got, _ = executable_key(exe.stablehlo, exe.target, exe.options, exe.signature)
+    if got != key:
+        raise ExecutableFormatError(f"its content hashes to key {got[:12]}, not to the key "
+                                    f"{key[:12]} it is filed under (edited?)")
+    module = exe._module()
+    _check_ops(module)
+    _check_signature(exe.signature, module)
+    if rebuild:
+        from torchneuron.compiler.neuronc import compile_module
+        from torchneuron.compiler.stablehlo import parse_module
+        from torchneuron.hardware import get_profile
+
+        fresh = compile_module(parse_module(exe.stablehlo), get_profile(exe.target), exe.options)
+        if _canonical(fresh.to_dict()) != _canonical(exe.program):
+            raise ExecutableFormatError("its program is not what the neuron compiler makes of "
+                                        "its StableHLO (edited?)")
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def _check_ops(module: Any) -> None:
+    from torchneuron.compiler.stablehlo._registry import OPS
+
+    todo = [op for f in module.functions.values() for op in f.body]
+    while todo:
+        op = todo.pop()
+        if op.name not in OPS and op.name not in _RETURN_OPS:
+            raise ExecutableFormatError(f"its program uses {op.name}, an op the interpreter "
+                                        "does not have")
+        todo.extend(o for region in op.regions for o in region)
+
+
+def _check_signature(sig: dict[str, Any], module: Any) -> None:
+    """Indices the signature holds point inside the program's inputs and outputs."""
+    entry = module.functions[module.entry]
+    n_in, n_out = sig["num_user_inputs"], len(sig["outputs"])
+    problems = []
+    if not isinstance(n_in, int) or not 0 <= n_in <= len(entry.args):
+        problems.append(f"{n_in} user inputs for a program of {len(entry.args)}")
+    if n_out != len(entry.result_types):
+        problems.append(f"{n_out} outputs for a program of {len(entry.result_types)}")
+    for out_i, in_i in sig["write_backs"]:
+        if not (0 <= out_i < n_out and 0 <= in_i < n_in):
+            problems.append(f"write-back {out_i}->{in_i} out of range")
+    for uo in sig["user_outputs"]:
+        i, alias = uo.get("index"), uo.get("alias_input")
+        if uo["kind"] != "none" and alias is None and not (isinstance(i, int) and 0 <= i < n_out):
+            problems.append(f"user output index {i} out of range")
+        if alias is not None and not (isinstance(alias, int) and 0 <= alias < n_in):
+            problems.append(f"user output aliases input {alias}, out of range")
+    if problems:
+        raise ExecutableFormatError("its signature does not fit its program: "
+                                    + "; ".join(problems[:3]))
+
+
+def matches_inputs(exe: Executable, example_inputs: Any) -> bool:
+    """Whether ``exe`` was built for inputs like ``example_inputs`` (count, and each
+    tensor's shape and dtype): a link that names another graph's executable is refused."""
+    import torch as _torch
+
+    sig = exe.signature
+    if len(example_inputs) != sig.get("num_user_inputs"):
+        return False
+    for x, spec in zip(example_inputs, sig.get("inputs", []), strict=False):
+        if isinstance(x, _torch.Tensor) and all(type(d) is int for d in x.shape) and (
+                list(x.shape) != spec.get("shape")
+                                             or str(x.dtype) != spec.get("dtype")):
+            return False
+    return True

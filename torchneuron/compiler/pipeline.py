@@ -135,11 +135,14 @@ def _signature(prepared: PreparedGraph, num_ops: int | None) -> dict[str, Any]:
     }
 
 
-def _load_cached(store: ExecutableStore, key: str | None, name: str) -> Executable | None:
+def _load_cached(store: ExecutableStore, key: str | None, name: str,
+                 example_inputs: Sequence[Any] | None = None) -> Executable | None:
     """The executable saved under ``key``, renamed for this caller; None on a miss.
 
-    Bytes that do not load (a corrupt or foreign entry that passed the store's own
-    checks) are a counted miss: the caller compiles and saves over them.
+    Bytes that are not what their key names (``executable.check_entry``: content
+    addressing), or (through a graph-key link) were built for other inputs, are a
+    counted miss: the store drops them (``discard``, if it has one) and the caller
+    compiles and saves over them.
     """
     if key is None:
         return None
@@ -147,12 +150,20 @@ def _load_cached(store: ExecutableStore, key: str | None, name: str) -> Executab
     if data is None:
         return None
     try:
-        exe = Executable.from_bytes(data)
-        if exe.compiler_version != executable.COMPILER_VERSION:
-            raise ExecutableFormatError(f"compiled by torchneuron {exe.compiler_version}")
-    except (ExecutableFormatError, KeyError, TypeError) as e:
+        exe = executable.check_entry(data, key)
+    except ExecutableFormatError as e:
         warnings.warn(f"torchneuron: cached executable {key[:12]} does not load ({e}); "
                       "recompiling it", stacklevel=3)
+        stats.record_cache("corrupt")
+        discard = getattr(store, "discard", None)
+        if discard is not None:
+            discard(key)
+        return None
+    if example_inputs is not None and not executable.matches_inputs(exe, example_inputs):
+        # The executable is intact; the link to it is wrong (compiling relinks it).
+        warnings.warn(f"torchneuron: cached executable {key[:12]} was built for other "
+                      "inputs (a graph-key link to another graph's executable); "
+                      "recompiling", stacklevel=3)
         stats.record_cache("corrupt")
         return None
     exe.name, exe.cache_key, exe.from_cache = name, key, True
@@ -203,7 +214,8 @@ def compile_graph(
     target = target or current_profile().name
     ikey = index_key(graph_key, target, options) if store is not None and graph_key else None
     linked = store.resolve(ikey) if ikey is not None else None  # type: ignore[union-attr]
-    exe = _load_cached(store, linked, name) if linked is not None else None  # type: ignore[arg-type]
+    exe = (_load_cached(store, linked, name, example_inputs)  # type: ignore[arg-type]
+           if linked is not None else None)
     if exe is not None:
         stats.record_cache("hits")
         return exe
@@ -256,6 +268,7 @@ def _save(store: ExecutableStore, exe: Executable, key: str, components: dict[st
     meta = {"kind": "executable", "name": exe.name, "source": source, "components": components,
             "versions": {"compiler_version": exe.compiler_version,
                          "format_version": exe.format_version}}
+    executable.trust_entry(key, data)
     store.save(key, data, meta)
     if ikey is not None:
         store.link(ikey, key)

@@ -13,7 +13,9 @@ methods, or ``None`` for no caching. Two maps live behind it:
 
 A store must never raise for I/O trouble (a full disk, a read-only directory): it
 degrades to "not cached". ``load`` returns only bytes it verified (a checksum), but
-the compiler still treats bytes it cannot load as a counted miss and rebuilds.
+the compiler still checks the content against the key (``executable.check_entry``)
+and treats bytes that fail as a counted miss and rebuilds. A store may also have
+``discard(key)``: the compiler calls it for such bytes, so they are not served again.
 """
 
 from __future__ import annotations
