@@ -38,9 +38,9 @@ def summary(now_ns: int) -> str:
                    if r.state is State.COMPILING and r.ready_at_ns is not None]
         if pending:
             lines.append(
-                f"nothing replayed: {len(pending)} region(s) still compiling when the script "
-                f"ended (the first ready at {_seconds(min(pending))} simulated, the script "
-                f"ended at {_seconds(now_ns)}); run more steps, or run again with the compile "
+                f"nothing replayed: the script ended (at {_seconds(now_ns)} simulated) before "
+                f"the modeled compile of its {len(pending)} hot region(s) finished (the first "
+                f"at {_seconds(min(pending))}); run more steps, or run again with the compile "
                 "cache on (TORCHNEURON_CACHE not 0) to start from the compiled regions.")
         elif not s["compilations"]:
             lines.append("nothing replayed: no region repeated often enough to compile (a "

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from torchneuron.adaptive_eager import background, hops, hostdata
+from torchneuron.adaptive_eager.explain import explain_runtime
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.runtime import AdaptiveEagerMode, Runtime
@@ -126,21 +127,11 @@ def stats() -> dict[str, Any]:
 
 def explain() -> str:
     """Readable text: each region (length, times seen, state, executable, replays, exits
-    with reasons, why it is not swapped in)."""
-    s = stats()
-    head = (f"adaptive eager: {s['ops_recorded']} ops recorded, {s['regions_detected']} regions, "
-            f"{s['compilations']} compilations, {s['replays']} replays, "
-            f"{s['side_exits']} side exits, {s['variant_switches']} variant switches")
-    lines = [head]
-    for reason, n in s["fallback_reasons"].items():
-        lines.append(f"  fallback {reason} x{n}: {Reason(reason).message}")
-    for op, why in s["refused_ops"].items():
-        lines.append(f"  {op} runs eagerly between regions: the compiler refused it ({why})")
-    for r in _runtime.regions.values():
-        if r.times_seen >= 2 or r.state is not State.RECORDING:
-            lines.append(r.explain())
-    hidden = sum(1 for r in _runtime.regions.values()
-                 if r.times_seen < 2 and r.state is State.RECORDING)
-    if hidden:
-        lines.append(f"({hidden} regions seen once are not shown)")
-    return "\n".join(lines)
+    with reasons, why it is not swapped in); regions too short to pay summarized in one
+    line (``explain.py`` says what else it takes care to say)."""
+    from torchneuron.hardware import get_core
+    from torchneuron.hardware.settings import get_value
+
+    return explain_runtime(_runtime, stats(), enabled=is_enabled(),
+                           now_ns=get_core(_runtime.index).now,
+                           min_gain_ns=get_value("ae_min_gain_ns"))

@@ -361,8 +361,8 @@ def refuse_complex(gm: fx.GraphModule) -> None:
                 else next(iter(node.users))
             raise PrepareError(
                 f"{culprit.target} computes with complex values, which the compiler carries "
-                "as real pairs only through FFTs and simple complex arithmetic (see "
-                "compiler/decomp_complex.py); this region runs eagerly.",
+                "as real pairs only through FFTs and simple complex arithmetic; the graph "
+                "runs eagerly, with eager's results.",
                 op=str(culprit.target), reason="complex-op")
 
 

@@ -123,6 +123,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_embedding_bag import EMBEDDING_BAG_DECOMPOSITIONS
     from torchneuron.compiler.decomp_extremes import EXTREMES_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fmod import FMOD_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_foreach import FOREACH_DECOMPOSITIONS
     from torchneuron.compiler.decomp_fractional import FRACTIONAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_half_mean import HALF_MEAN_DECOMPOSITIONS
     from torchneuron.compiler.decomp_half_scalar import HALF_SCALAR_DECOMPOSITIONS
@@ -151,7 +152,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             POW_DECOMPOSITIONS, RELU_DECOMPOSITIONS, TIE_ORDER_DECOMPOSITIONS,
             ADDC_DECOMPOSITIONS, CUMULATIVE_DECOMPOSITIONS, HALF_SCALAR_DECOMPOSITIONS,
-            custom_op_decompositions()]
+            FOREACH_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random

@@ -94,8 +94,10 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
         first = (diagnostics[0] if diagnostics else text.strip().splitlines()[0]).strip()
         raise LoweringError(
             f"Torch-MLIR could not lower the graph to StableHLO: {first[:300]}. Expected "
-            "every op to legalize; add a decomposition for "
-            f"{op or 'the failing op'} in compiler/decompositions.py, or let it run eagerly.",
+            f"every op to have a lowering; {op or 'an op of the graph'} has none in this "
+            "version of torchneuron, so the graph runs eagerly, with eager's results "
+            "(nothing to change in your program). To report it, include this message and "
+            "torchneuron.compiler.explain()'s output.",
             op=op, reason=reason, detail=text[-4000:]) from None
     finally:
         handle.detach()

@@ -27,6 +27,8 @@ from ._dtypes import TORCH_DTYPES
 from ._registry import OpFn, Runner, ints, static
 from .ir import Operation
 
+_IS_INFERENCE = torch.Tensor.is_inference
+
 __all__ = ["SPECIALIZERS", "specialize", "specializer"]
 
 Specializer = Callable[[Operation], OpFn | None]
@@ -252,8 +254,11 @@ def _max_with_index(dims: list[int]) -> OpFn:
             return reduce_tensors(op, [x, ix], [init, init_i], dims, run)
         v = cols.gather(1, pos).reshape(k)  # that element's own bits (-0.0 vs 0.0)
         icols = ix.permute(order).reshape(k, width)
-        if increasing[0] is not ix or increasing[1] != ix._version:
-            increasing[:] = [ix, ix._version,
+        # an inference tensor (made under ``torch.inference_mode()``) has no version
+        # counter, and may be written in place there unseen: it is looked at every run
+        version = -1 if _IS_INFERENCE(ix) else ix._version
+        if increasing[0] is not ix or version < 0 or increasing[1] != version:
+            increasing[:] = [ix, version,
                              width < 2 or bool((icols[:, 1:] > icols[:, :-1]).all())]
         if increasing[2]:  # the first maximum holds the smallest index of the ties
             i = icols.gather(1, pos).reshape(k)
