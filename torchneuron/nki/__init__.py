@@ -25,8 +25,9 @@ Usage::
 
 from . import isa, language
 from .errors import NKIError
-from .jit import Kernel, jit, simulate, simulate_kernel
+from .kernel import Kernel, jit, simulate, simulate_kernel
+from .op import nki_op
 from .schedule import KernelSchedule
 
-__all__ = ["Kernel", "KernelSchedule", "NKIError", "isa", "jit", "language", "simulate",
+__all__ = ["Kernel", "KernelSchedule", "NKIError", "isa", "jit", "language", "nki_op", "simulate",
            "simulate_kernel"]

@@ -58,6 +58,11 @@ class Kernel:
         if any(_is_neuron(a) for a in (*args, *kwargs.values())):
             return run_on_device(self, args, kwargs)
         out, sched = self.trace(args, kwargs)
+        from .op import current_core
+
+        core = current_core()
+        if core is not None:  # called by an nki_op on neuron tensors' buffers
+            charge(core, f"nki.{self.name}", device_signature(args, kwargs), sched)
         return _to_user(out, numpy=any(isinstance(a, np.ndarray) for a in args))
 
     # --- one run ------------------------------------------------------------------------
