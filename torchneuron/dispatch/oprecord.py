@@ -93,11 +93,13 @@ def _device_rule(func: Any) -> Any:
     """The torch-dispatch rule a custom op registered for ``NeuronTensor``, or None."""
     if type(func) is not torch._ops.OpOverload or func.namespace in ("aten", "prims"):
         return None
-    from torch._library.simple_registry import find_torch_dispatch_rule
+    from torch._library.simple_registry import singleton
 
     from torchneuron.device.tensor import NeuronTensor
 
-    return find_torch_dispatch_rule(func, NeuronTensor)
+    # the registry itself: the device answers ``find_torch_dispatch_rule`` with its own
+    # handler for every op (``_registration``), which is this module's caller
+    return singleton.find(func.__qualname__).torch_dispatch_rules.find(NeuronTensor)
 
 
 def _has_kernel(func: Any, key: str) -> bool:

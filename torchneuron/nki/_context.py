@@ -62,6 +62,8 @@ class KernelContext:
     peak: dict[str, int] = field(default_factory=lambda: {"sbuf": 0, "psum": 0})
     program_ids: tuple[int, ...] = ()
     grid: tuple[int, ...] = ()
+    hbm_shared: list[Any] = field(default_factory=list)  # shared_hbm tensors, by order
+    hbm_seen: int = 0  # shared_hbm allocations made by the running SPMD instance
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     # --- memory ----------------------------------------------------------------------

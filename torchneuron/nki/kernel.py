@@ -76,6 +76,7 @@ class Kernel:
         with active(ctx):
             for ids in itertools.product(*(range(g) for g in self.grid)) if self.grid else [()]:
                 ctx.program_ids = ids
+                ctx.hbm_seen = 0
                 out = self.fn(*hbm_args, **hbm_kwargs)
         sched = schedule(self.name, ctx.instructions, p, ctx.peak["sbuf"], ctx.peak["psum"])
         self.last_schedule = sched

@@ -70,6 +70,17 @@ def _alloc(shape: Any, dtype: Any, buffer: Any, api: str) -> NkiTensor:
     if buf == "psum" and dt != torch.float32:
         raise NKIError(api, "PSUM holds fp32 accumulators",
                        f"a PSUM tensor of dtype {dt}", "Use dtype=nl.float32 in PSUM")
+    if buf == "hbm":
+        # SPMD instances share their shared_hbm tensors: the n-th allocation of every
+        # instance is the first instance's n-th
+        ctx = current(api)
+        n = ctx.hbm_seen
+        ctx.hbm_seen += 1
+        if n < len(ctx.hbm_shared):
+            return ctx.hbm_shared[n]
+        t = new_tensor(torch.zeros(shape, dtype=dt), buf, api)
+        ctx.hbm_shared.append(t)
+        return t
     return new_tensor(torch.zeros(shape, dtype=dt), buf, api)
 
 
