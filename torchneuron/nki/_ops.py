@@ -60,11 +60,12 @@ def _out_dtype(xs: Sequence[Any], dtype: Any) -> torch.dtype:
 
 def _partitions_match(api: str, xs: Sequence[Any]) -> None:
     tiles = [x for x in xs if isinstance(x, NkiTensor) and x.ndim >= 1]
-    parts = {x.shape[0] for x in tiles if x.shape[0] != 1 or x.ndim == 1}
+    parts = {x.shape[0] for x in tiles}
     if len(parts) > 1:
         raise NKIError(api, "operands of one instruction share the partition dimension",
                        f"partition sizes {sorted(parts)} in one instruction",
-                       "Engines broadcast along the free axes only; tile both operands alike")
+                       "Engines broadcast along the free axes only; load a row into every "
+                       "partition with nl.load(w.broadcast_to((128, n)))")
 
 
 def _fp32(x: Any) -> Any:

@@ -73,14 +73,27 @@ class Kernel:
         hbm_args = [_to_hbm(a, ctx, i) for i, a in enumerate(args)]
         hbm_kwargs = {k: _to_hbm(v, ctx, k) for k, v in kwargs.items()}
         out: Any = None
+        threads = torch.get_num_threads()
+        # tiles are small: one intra-op thread is several times faster than a contended
+        # pool (and the values do not depend on it: each instruction is one small op)
+        torch.set_num_threads(1)
+        try:
+            out = self._run(ctx, hbm_args, hbm_kwargs)
+        finally:
+            torch.set_num_threads(threads)
+        sched = schedule(self.name, ctx.instructions, p, ctx.peak["sbuf"], ctx.peak["psum"])
+        self.last_schedule = sched
+        return _from_hbm(out), sched
+
+    def _run(self, ctx: KernelContext, args: list, kwargs: dict) -> Any:
+        """The kernel's Python, once per SPMD instance of the grid."""
+        out: Any = None
         with active(ctx):
             for ids in itertools.product(*(range(g) for g in self.grid)) if self.grid else [()]:
                 ctx.program_ids = ids
                 ctx.hbm_seen = 0
-                out = self.fn(*hbm_args, **hbm_kwargs)
-        sched = schedule(self.name, ctx.instructions, p, ctx.peak["sbuf"], ctx.peak["psum"])
-        self.last_schedule = sched
-        return _from_hbm(out), sched
+                out = self.fn(*args, **kwargs)
+        return out
 
     def report(self) -> str:
         """The last run's schedule: simulated time, roofline share, per-engine busy time."""

@@ -66,10 +66,26 @@ class NkiTensor:
     # --- views -------------------------------------------------------------------------
     def __getitem__(self, idx: Any) -> NkiTensor:
         key, advanced = _torch_index(idx)
-        view = NkiTensor(self.data[key], self.buffer, self.alloc, base=self._base or self)
+        view = NkiTensor(self.data[key], self.buffer, self.alloc, base=self._base if self._base is not None else self)
         if advanced:
             view._parent, view._index = self, key
         return view
+
+    def reshape(self, shape: Any) -> NkiTensor:
+        """A view with another shape (HBM tensors: an access pattern for the DMA)."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return NkiTensor(self.data.view(shape), self.buffer, self.alloc, base=self._base if self._base is not None else self)
+
+    def broadcast_to(self, shape: Any) -> NkiTensor:
+        """A stride-0 view of an HBM tensor (a DMA access pattern), e.g. a weight row
+        loaded into all 128 partitions; on-chip tiles cannot broadcast partitions."""
+        if self.buffer != "hbm":
+            from .errors import NKIError
+
+            raise NKIError("broadcast_to", "only DMA access patterns broadcast (HBM views)",
+                           f"{self!r} is on chip", "Broadcast the HBM tensor, then nl.load it")
+        return NkiTensor(self.data.expand(tuple(shape)), self.buffer, self.alloc,
+                         base=self._base if self._base is not None else self)
 
     def assign(self, values: torch.Tensor) -> None:
         """Write ``values`` (broadcast, cast to our dtype) into this tensor's storage."""
