@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from torchneuron import nki
 import torchneuron.nki.isa as nisa
 import torchneuron.nki.language as nl
+from torchneuron import nki
 
 
 @nki.jit

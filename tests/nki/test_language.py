@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+import torchneuron.nki.isa as nisa
+import torchneuron.nki.language as nl
 from tests.nki.kernels import add_kernel, matmul_kernel, nl_matmul_kernel, tiled_add_kernel
 from torchneuron import nki
 from torchneuron.hardware import settings
-import torchneuron.nki.isa as nisa
-import torchneuron.nki.language as nl
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import torchneuron
-import torchneuron.profiler
 import torchneuron.adaptive_eager as ae
 import torchneuron.nki.language as nl
+import torchneuron.profiler
 from tests.nki.kernels import add_kernel, matmul_kernel
 from torchneuron import nki
 from torchneuron.hardware import get_core

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from torchneuron import nki
 import torchneuron.nki.isa as nisa
 import torchneuron.nki.language as nl
+from torchneuron import nki
 
 __all__ = ["flash_attention_fwd_kernel"]
 

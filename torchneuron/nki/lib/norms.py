@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchneuron import nki
 import torchneuron.nki.isa as nisa
 import torchneuron.nki.language as nl
+from torchneuron import nki
 
 __all__ = ["layer_norm_kernel", "rms_norm_kernel", "softmax_kernel"]
 
