@@ -23,11 +23,15 @@ Usage::
         ...
 """
 
-from . import isa, language
+from . import (
+           isa,
+           language,
+           lib,  # noqa: E402,I001  (its kernels use nki.jit, defined above)
+)
 from .errors import NKIError
 from .kernel import Kernel, jit, simulate, simulate_kernel
 from .op import nki_op
 from .schedule import KernelSchedule
 
-__all__ = ["Kernel", "KernelSchedule", "NKIError", "isa", "jit", "language", "nki_op", "simulate",
+__all__ = ["Kernel", "KernelSchedule", "NKIError", "isa", "jit", "language", "lib", "nki_op", "simulate",
            "simulate_kernel"]

@@ -48,18 +48,19 @@ def current_core() -> Any:
 
 
 def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
-           mutates_args: Iterable[str] | str = (), schema: str | None = None) -> Any:
+           mutates_args: Iterable[str] | str = (), schema: str | None = None,
+           fake: Callable[..., Any] | None = None) -> Any:
     """Define custom op ``name`` ("ns::op") implemented by ``fn`` (a typed function that
     calls NKI kernels on its tensor arguments). Usable as a decorator.
 
-    Returns PyTorch's ``CustomOpDef``: call it like a function, add ``register_fake`` (a
-    default one runs ``fn`` on zeros of the same shapes to learn the outputs' metadata) and
-    ``register_autograd`` for training.
+    Returns PyTorch's ``CustomOpDef``: call it like a function; add ``register_autograd``
+    for training. ``fake``: the op's fake implementation (shapes only); without one, a
+    default runs ``fn`` on zeros of the same shapes to learn the outputs' metadata.
     """
     def build(f: Callable[..., Any]) -> Any:
         impl = _as_impl(f)
         op = torch.library.custom_op(name, impl, mutates_args=mutates_args, schema=schema)
-        op.register_fake(_default_fake(impl))
+        op.register_fake(fake if fake is not None else _default_fake(impl))
         op.register_torch_dispatch(NeuronTensor, _neuron_rule(impl, name))
         return op
 

@@ -27,7 +27,7 @@ import torchneuron.nki.isa as nisa
 import torchneuron.nki.language as nl
 from torchneuron import nki
 
-__all__ = ["flash_attention_fwd_kernel"]
+__all__ = ["flash_attention_bwd_kernel", "flash_attention_fwd_kernel"]
 
 _P = 128  # queries per block, keys per transpose / PV block
 _KB = 512  # keys per score block (one PSUM bank of fp32)
@@ -87,3 +87,63 @@ def flash_attention_fwd_kernel(q: Any, k: Any, v: Any, causal: bool = False,
                                                                      dtype=q.dtype))
             nl.store(lse[h, q0:q0 + _P], value=nl.add(m, nl.log(l_sum)))
     return out, lse
+
+
+@nki.jit
+def flash_attention_bwd_kernel(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
+                               causal: bool = False, scale: float | None = None) -> Any:
+    """Gradients (dq, dk, dv) of the forward above, recomputing P block by block from lse.
+
+    Per 128x128 block: ``P = exp(s - lse)``, ``dV += P^T dO``, ``dP = dO V^T``,
+    ``dS = P * (dP - rowsum(dO * O))``, ``dQ += dS K * scale``, ``dK += dS^T Q * scale``;
+    dK and dV accumulate in fp32 SBUF tiles per key block, dQ per query block.
+    """
+    bh, s, d = q.shape
+    sk = k.shape[1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    dq = nl.ndarray((bh, s, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    dk = nl.ndarray((bh, sk, d), dtype=k.dtype, buffer=nl.shared_hbm)
+    dv = nl.ndarray((bh, sk, d), dtype=v.dtype, buffer=nl.shared_hbm)
+    for h in nl.affine_range(bh):
+        k_t, kT, vT = [], [], []
+        dk_acc, dv_acc = [], []
+        for j in nl.affine_range(sk // _P):
+            rows = slice(j * _P, (j + 1) * _P)
+            kj = nl.load(k[h, rows, :])
+            k_t.append(kj)
+            kT.append(nl.copy(nisa.nc_transpose(kj), dtype=k.dtype))
+            vT.append(nl.copy(nisa.nc_transpose(nl.load(v[h, rows, :])), dtype=v.dtype))
+            dk_acc.append(nl.zeros((_P, d), dtype=nl.float32))
+            dv_acc.append(nl.zeros((_P, d), dtype=nl.float32))
+        for i in nl.affine_range(s // _P):
+            q0 = i * _P
+            qi = nl.load(q[h, q0:q0 + _P, :])
+            qT = nl.copy(nisa.nc_transpose(nl.multiply(qi, scale, dtype=q.dtype)), dtype=q.dtype)
+            doi = nl.load(do[h, q0:q0 + _P, :])
+            doT = nl.copy(nisa.nc_transpose(doi), dtype=do.dtype)
+            delta = nl.sum(nl.multiply(doi, nl.load(o[h, q0:q0 + _P, :]), dtype=nl.float32),
+                           axis=1, keepdims=True)
+            neg_lse = nl.negative(nl.load(lse[h, q0:q0 + _P].reshape((_P, 1))))
+            dq_acc = nl.zeros((_P, d), dtype=nl.float32)
+            last = sk if not causal else min(sk, q0 + _P)
+            for j in nl.sequential_range(last // _P):
+                k0 = j * _P
+                p = nisa.activation(nl.exp, nisa.nc_matmul(qT, kT[j]), bias=neg_lse,
+                                    dtype=nl.float32)
+                if causal and k0 + _P > q0:
+                    keep = (k0 + np.arange(_P)[None, :]) <= (q0 + np.arange(_P)[:, None])
+                    p = nl.where(keep, p, 0.0)
+                p_lo = nl.copy(p, dtype=q.dtype)
+                dv_acc[j] = nl.add(dv_acc[j], nisa.nc_matmul(p_lo, doi))
+                dp = nisa.nc_matmul(doT, vT[j])
+                ds = nl.multiply(p, nisa.tensor_scalar(dp, nl.subtract, delta), dtype=q.dtype)
+                dsT = nl.copy(nisa.nc_transpose(ds), dtype=q.dtype)
+                dq_acc = nl.add(dq_acc, nisa.nc_matmul(dsT, k_t[j]))
+                dk_acc[j] = nl.add(dk_acc[j], nisa.nc_matmul(ds, qi))
+            nl.store(dq[h, q0:q0 + _P, :], value=nl.multiply(dq_acc, scale, dtype=q.dtype))
+        for j in nl.affine_range(sk // _P):
+            rows = slice(j * _P, (j + 1) * _P)
+            nl.store(dk[h, rows, :], value=nl.multiply(dk_acc[j], scale, dtype=k.dtype))
+            nl.store(dv[h, rows, :], value=nl.copy(dv_acc[j], dtype=v.dtype))
+    return dq, dk, dv

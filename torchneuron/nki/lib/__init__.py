@@ -1,0 +1,11 @@
+"""Kernels written in the NKI dialect, each tested against PyTorch on CPU.
+
+``norms`` (RMSNorm, LayerNorm, softmax), ``attention`` (FlashAttention forward and
+backward), ``moe`` (a mixture-of-experts block), ``mx`` (an MXFP8 matmul for trn3);
+``ops`` exposes them as PyTorch ops (``nki_lib::``) usable on neuron tensors in eager,
+under torch.compile and under adaptive eager.
+"""
+
+from .ops import flash_attention, layer_norm, rms_norm, softmax
+
+__all__ = ["flash_attention", "layer_norm", "rms_norm", "softmax"]
