@@ -23,15 +23,11 @@ Usage::
         ...
 """
 
-from . import (
-           isa,
-           language,
-           lib,  # noqa: E402,I001  (its kernels use nki.jit, defined above)
-)
+from . import isa, language, lib
 from .errors import NKIError
 from .kernel import Kernel, jit, simulate, simulate_kernel
 from .op import nki_op
 from .schedule import KernelSchedule
 
-__all__ = ["Kernel", "KernelSchedule", "NKIError", "isa", "jit", "language", "lib", "nki_op", "simulate",
-           "simulate_kernel"]
+__all__ = ["Kernel", "KernelSchedule", "NKIError", "isa", "jit", "language", "lib", "nki_op",
+           "simulate", "simulate_kernel"]

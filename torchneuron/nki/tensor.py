@@ -157,8 +157,9 @@ def _torch_index(idx: Any) -> tuple[Any, bool]:
         if isinstance(it, np.ndarray):
             out.append(torch.from_numpy(np.ascontiguousarray(it)).long())
             advanced = True
-        elif isinstance(it, NkiTensor):
-            out.append(it.data.long())
+        elif isinstance(it, NkiTensor):  # indirect DMA: an index tile, [P] or [P, 1]
+            ix = it.data.long()
+            out.append(ix[:, 0] if ix.dim() == 2 and ix.shape[1] == 1 else ix)
             advanced = True
         else:
             out.append(it)

@@ -6,6 +6,6 @@ backward), ``moe`` (a mixture-of-experts block), ``mx`` (an MXFP8 matmul for trn
 under torch.compile and under adaptive eager.
 """
 
-from .ops import flash_attention, layer_norm, rms_norm, softmax
+from .ops import flash_attention, layer_norm, moe, rms_norm, softmax
 
-__all__ = ["flash_attention", "layer_norm", "rms_norm", "softmax"]
+__all__ = ["flash_attention", "layer_norm", "moe", "rms_norm", "softmax"]

@@ -25,7 +25,7 @@ import numpy as np
 
 import torchneuron.nki.isa as nisa
 import torchneuron.nki.language as nl
-from torchneuron import nki
+from torchneuron.nki.kernel import jit
 
 __all__ = ["flash_attention_bwd_kernel", "flash_attention_fwd_kernel"]
 
@@ -34,7 +34,7 @@ _KB = 512  # keys per score block (one PSUM bank of fp32)
 _NEG = -30000.0  # masked scores: exp underflows to 0 in fp32, as -inf does
 
 
-@nki.jit
+@jit
 def flash_attention_fwd_kernel(q: Any, k: Any, v: Any, causal: bool = False,
                                scale: float | None = None) -> Any:
     """q, k, v [BH, S, D] (S a multiple of 128, D <= 128) -> (out [BH, S, D], lse [BH, S])."""
@@ -89,7 +89,7 @@ def flash_attention_fwd_kernel(q: Any, k: Any, v: Any, causal: bool = False,
     return out, lse
 
 
-@nki.jit
+@jit
 def flash_attention_bwd_kernel(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
                                causal: bool = False, scale: float | None = None) -> Any:
     """Gradients (dq, dk, dv) of the forward above, recomputing P block by block from lse.

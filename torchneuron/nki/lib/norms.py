@@ -12,7 +12,7 @@ from typing import Any
 
 import torchneuron.nki.isa as nisa
 import torchneuron.nki.language as nl
-from torchneuron import nki
+from torchneuron.nki.kernel import jit
 
 __all__ = ["layer_norm_kernel", "rms_norm_kernel", "softmax_kernel"]
 
@@ -23,7 +23,7 @@ def _rows(n: int) -> list[slice]:
     return [slice(i * _P, min((i + 1) * _P, n)) for i in range((n + _P - 1) // _P)]
 
 
-@nki.jit
+@jit
 def rms_norm_kernel(x: Any, weight: Any, eps: float = 1e-6) -> Any:
     """``x * rsqrt(mean(x**2, -1) + eps) * weight`` for x [N, D], weight [D]."""
     n, d = x.shape
@@ -39,7 +39,7 @@ def rms_norm_kernel(x: Any, weight: Any, eps: float = 1e-6) -> Any:
     return out
 
 
-@nki.jit
+@jit
 def layer_norm_kernel(x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
     """``(x - mean) * rsqrt(var + eps) * weight + bias`` over the last dim (biased var)."""
     n, d = x.shape
@@ -58,7 +58,7 @@ def layer_norm_kernel(x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
     return out
 
 
-@nki.jit
+@jit
 def softmax_kernel(x: Any) -> Any:
     """Softmax over the last dim of x [N, D]: max, exp(x - max) on ScalarE, 1/sum."""
     n, d = x.shape

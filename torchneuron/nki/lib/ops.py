@@ -14,9 +14,10 @@ import torch
 from torchneuron.nki.op import nki_op
 
 from .attention import flash_attention_bwd_kernel, flash_attention_fwd_kernel
+from .moe import group_tokens, moe_experts_kernel, moe_router_kernel
 from .norms import layer_norm_kernel, rms_norm_kernel, softmax_kernel
 
-__all__ = ["flash_attention", "layer_norm", "rms_norm", "softmax"]
+__all__ = ["flash_attention", "layer_norm", "moe", "rms_norm", "softmax"]
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -121,3 +122,26 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     return _fa_fwd_op(q, k, v, causal, float(scale))[0]
+
+
+# --- mixture of experts ----------------------------------------------------------------------
+def _moe(x: torch.Tensor, w_router: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+         w_down: torch.Tensor, top_k: int) -> torch.Tensor:
+    t_dim, h = x.shape
+    gates, experts = moe_router_kernel(x.contiguous(), w_router.contiguous(), top_k)
+    block_expert, idx, row_gates = group_tokens(experts, gates, w_router.shape[1])
+    x_pad = torch.cat([x, x.new_zeros(1, h)])
+    out = moe_experts_kernel(x_pad, w_gate.contiguous(), w_up.contiguous(),
+                             w_down.contiguous(), idx, row_gates, block_expert)
+    return out[:t_dim].clone()
+
+
+_moe_op = nki_op("nki_lib::moe", _moe, fake=lambda x, *rest: torch.empty_like(x))
+
+
+def moe(x: torch.Tensor, w_router: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+        w_down: torch.Tensor, top_k: int = 2) -> torch.Tensor:
+    """A top-k mixture of SwiGLU experts by the NKI kernels: x [T, H] (T a multiple of 128),
+    w_router [H, E], w_gate / w_up [E, H, F], w_down [E, F, H]. The grouping of tokens per
+    expert between the two kernels runs on the host (uncharged)."""
+    return _moe_op(x, w_router, w_gate, w_up, w_down, int(top_k))
