@@ -6,6 +6,7 @@ backward), ``moe`` (a mixture-of-experts block), ``mx`` (an MXFP8 matmul for trn
 under torch.compile and under adaptive eager.
 """
 
+from .mx import mxfp8_matmul_kernel
 from .ops import flash_attention, layer_norm, moe, rms_norm, softmax
 
-__all__ = ["flash_attention", "layer_norm", "moe", "rms_norm", "softmax"]
+__all__ = ["flash_attention", "layer_norm", "moe", "mxfp8_matmul_kernel", "rms_norm", "softmax"]
