@@ -144,3 +144,33 @@ def test_scaled_mm_fp8_is_charged_at_the_fp8_rate(fresh_cores):
 
     work = aten_kernel_work(torch.ops.aten._scaled_mm.default, (a, b, one, one), {}, ref)
     assert work.matmuls == [(1, 128, 256, 512, "f8E4M3FN")]
+
+
+def test_mxfp8_linear_forward_backward_and_conversion(trn3, fresh_cores):
+    torch.manual_seed(0)
+    x, w = torch.randn(128, 64), torch.randn(96, 64)
+    g = torch.randn(128, 96)
+    xn = x.to("neuron").requires_grad_()
+    wn = w.to("neuron").requires_grad_()
+    y = lib.mxfp8_linear(xn, wn)
+    y.backward(g.to("neuron"))
+    emu = _mx_emulation
+    torch.testing.assert_close(y.detach().cpu(), emu(x.T).T @ emu(w.T), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(xn.grad.cpu(), emu(g.T).T @ emu(w), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(wn.grad.cpu(), emu(g).T @ emu(x), rtol=1e-4, atol=1e-3)
+    assert get_core(0).ops["nki.mxfp8_matmul_kernel"] == 3
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
+    lib.convert_to_mxfp8(model)
+    assert all(type(m) is lib.MXFP8Linear for m in (model[0], model[2]))
+    model.to("neuron")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    xb, yb = torch.randn(128, 64).to("neuron"), torch.randn(128, 32).to("neuron")
+    losses = []
+    for _ in range(3):
+        loss = ((model(xb) - yb) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
