@@ -10,7 +10,7 @@ import torchneuron
 import torchneuron.adaptive_eager as ae
 import torchneuron.nki.language as nl
 import torchneuron.profiler
-from tests.nki.kernels import add_kernel, matmul_kernel
+from tests.nki.kernels import add_kernel, matmul_kernel, tiled_add_kernel
 from torchneuron import nki
 from torchneuron.hardware import get_core
 
@@ -29,6 +29,27 @@ def mul_kernel(a, b):
 @nki.nki_op("nkitest::add")
 def nki_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return add_kernel(a, b)
+
+
+@nki.nki_op("nkitest::tiled_add")
+def nki_tiled_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return tiled_add_kernel(a, b)
+
+
+@nki.nki_op("nkitest::matmul")
+def nki_matmul(a_t: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return matmul_kernel(a_t, b)
+
+
+def _three(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The issue's three kernels in one program: add, tiled add, matmul."""
+    s = nki_add(x * 2, y)
+    t = nki_tiled_add(s, y).relu()
+    return nki_matmul(t, w) + 1
+
+
+def _three_ref(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return ((x * 2 + y) + y).relu().T @ w + 1
 
 
 @nki.nki_op("nkitest::mul")
@@ -96,34 +117,39 @@ def test_nki_op_eager_cpu_and_neuron(fresh_cores):
     assert _kernels(core) == {"nki.add_kernel": 1}
 
 
-def test_nki_op_under_torch_compile_runs_its_kernel(fresh_cores):
-    a, b = torch.randn(256, 32), torch.randn(256, 32)
-
-    def f(x, y):  # noqa: ANN001, ANN202
-        return (nki_add(x * 2, y) + 1).relu()
-
+def test_issue_kernels_under_torch_compile(fresh_cores):
+    x, y, w = torch.randn(256, 128), torch.randn(256, 128), torch.randn(256, 512)
     before = dict(_stats.stats()["failures_by_stage"])
-    out = torch.compile(f, backend="neuron")(a.to("neuron"), b.to("neuron"))
-    torch.testing.assert_close(out.cpu(), f(a, b))
+    out = torch.compile(_three, backend="neuron")(*(t.to("neuron") for t in (x, y, w)))
+    torch.testing.assert_close(out.cpu(), _three_ref(x, y, w), rtol=1e-4, atol=1e-3)
     after = _stats.stats()["failures_by_stage"]
     assert after.get("prepare:custom-op", 0) == before.get("prepare:custom-op", 0) + 1
+    assert _kernels(get_core(0)) == {"nki.add_kernel": 1, "nki.tiled_add_kernel": 1,
+                                     "nki.matmul_kernel": 1}
+
+
+def test_direct_kernel_call_under_torch_compile_is_a_graph_break(fresh_cores):
+    a, b = torch.randn(256, 32), torch.randn(256, 32)
+    f = torch.compile(lambda x, y: add_kernel(x, y), backend="neuron")  # no graph around it
+    torch.testing.assert_close(f(a.to("neuron"), b.to("neuron")).cpu(), a + b)
     assert _kernels(get_core(0)) == {"nki.add_kernel": 1}
 
 
-def test_nki_op_under_adaptive_eager(fresh_cores):
-    a, b = torch.randn(256, 32), torch.randn(256, 32)
-    an, bn = a.to("neuron"), b.to("neuron")
+def test_issue_kernels_under_adaptive_eager(fresh_cores):
+    x, y, w = torch.randn(256, 128), torch.randn(256, 128), torch.randn(256, 512)
+    xn, yn, wn = (t.to("neuron") for t in (x, y, w))
     ae.enable()
     try:
-        for _ in range(10):
-            out = (nki_add(an * 2, bn) + 1).sin()
-            torch.testing.assert_close(out.cpu(), (a * 2 + b + 1).sin())
+        for _ in range(8):
+            torch.testing.assert_close(_three(xn, yn, wn).cpu(), _three_ref(x, y, w),
+                                       rtol=1e-4, atol=1e-3)
         stats = ae.stats()
     finally:
         ae.disable()
         ae.reset()
-    assert _kernels(get_core(0)) == {"nki.add_kernel": 10}
-    assert stats["refused_ops"] == {"nkitest.add.default": "custom-op"}
+    assert _kernels(get_core(0)) == {"nki.add_kernel": 8, "nki.tiled_add_kernel": 8,
+                                     "nki.matmul_kernel": 8}
+    assert set(stats["refused_ops"].values()) == {"custom-op"}
 
 
 def test_nki_op_autograd_matches_cpu(fresh_cores):

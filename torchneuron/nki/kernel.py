@@ -54,6 +54,10 @@ class Kernel:
         k.last_schedule = None
         return k
 
+    # Dynamo never traces a kernel's Python (its instructions read real values): a direct
+    # call under torch.compile is a graph break, and the kernel runs eagerly on the device.
+    # (Wrap the kernel in an ``nki_op`` to keep it one node of the graph.)
+    @torch.compiler.disable
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(_is_neuron(a) for a in (*args, *kwargs.values())):
             return run_on_device(self, args, kwargs)
