@@ -171,3 +171,32 @@ def test_kernel_error_on_device_names_the_kernel_line(fresh_cores):
     with pytest.raises(nki.NKIError, match=r"partition dimension <= 128") as info:
         bad(torch.zeros(256, 4).to("neuron"))
     assert "test_op.py" in info.value.where and "in bad" in info.value.where
+
+
+@nki.jit
+def scale_inplace_kernel(a, s: float):
+    for i in nl.affine_range(a.shape[0] // 128):
+        r = slice(i * 128, (i + 1) * 128)
+        nl.store(a[r, :], value=nl.multiply(nl.load(a[r, :]), s))
+
+
+@nki.nki_op("nkitest::scale_", mutates_args=("a",))
+def nki_scale_(a: torch.Tensor, s: float) -> None:
+    scale_inplace_kernel(a, s)
+
+
+def test_mutating_nki_op_eager_and_compiled(fresh_cores):
+    x = torch.randn(256, 8)
+    xn = x.to("neuron")
+    nki_scale_(xn, 3.0)
+    torch.testing.assert_close(xn.cpu(), x * 3)
+
+    def f(t):  # noqa: ANN001, ANN202
+        nki_scale_(t, 2.0)
+        return t + 1
+
+    xn2 = x.to("neuron")
+    out = torch.compile(f, backend="neuron")(xn2)
+    torch.testing.assert_close(out.cpu(), x * 2 + 1)
+    torch.testing.assert_close(xn2.cpu(), x * 2)
+    assert _kernels(get_core(0)) == {"nki.scale_inplace_kernel": 2}

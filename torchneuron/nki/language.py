@@ -9,7 +9,6 @@ its values at once and appends one instruction to the running kernel (``_ops``).
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -325,7 +324,3 @@ def _write(target: NkiTensor, value: Any, api: str) -> None:
 
 def _accumulate(target: NkiTensor, value: Any) -> NkiTensor:
     return _ops.accumulate(target, value)
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)

@@ -58,6 +58,8 @@ def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
     default runs ``fn`` on zeros of the same shapes to learn the outputs' metadata.
     """
     def build(f: Callable[..., Any]) -> Any:
+        if mutates_args:
+            _install_mutation_rules()
         impl = _as_impl(f)
         op = torch.library.custom_op(name, impl, mutates_args=mutates_args, schema=schema)
         op.register_fake(fake if fake is not None else _default_fake(impl))
@@ -141,3 +143,39 @@ def _wrap(o: Any, index: int, originals: dict, wrap: Any) -> Any:
     if same is not None and same.shape == o.shape:
         return same
     return wrap(o, index)
+
+
+_mutation_rules: list[bool] = []
+
+
+def _install_mutation_rules() -> None:
+    """Let a graph run eagerly on the device call a mutating custom op (once per process).
+
+    Functionalization wraps such an op in ``auto_functionalized`` (v2), a higher-order op
+    with no rule for ``NeuronTensor``: PyTorch's dense kernels (clone the mutated
+    arguments, run the op on the clones) serve, each step an op on the device. AOTAutograd
+    also runs a graph holding custom ops under its aliasing-check mode, which answers every
+    higher-order op with NotImplemented (torch 2.13) and so never reaches that rule: under
+    that mode the op is run again with the mode popped.
+    """
+    if _mutation_rules:
+        return
+    _mutation_rules.append(True)
+    from torch._functorch._aot_autograd import runtime_wrappers as rw
+    from torch._higher_order_ops import auto_functionalize as af
+
+    check_mode = getattr(rw, "_AnalyzeCustomOpInputOutputMode", None)
+    for hop, dense in ((af.auto_functionalized, af.auto_functionalized_dense),
+                       (af.auto_functionalized_v2, af.auto_functionalized_v2_dense)):
+        if NeuronTensor not in hop.python_key_table:
+            hop.py_impl(NeuronTensor)(dense)
+        if check_mode is not None and check_mode not in hop.python_key_table:
+            hop.py_impl(check_mode)(_rerun_past_mode(hop))
+        hop._dispatch_cache.clear()
+
+
+def _rerun_past_mode(hop: Any) -> Callable[..., Any]:
+    def rule(mode: Any, *args: Any, **kwargs: Any) -> Any:
+        return hop(*args, **kwargs)
+
+    return rule
