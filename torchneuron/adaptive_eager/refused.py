@@ -26,6 +26,7 @@ _OP_REASONS = frozenset({
     "no-lowering", "random-op-with-tensor-values", "random-op-multi-output",
     "random-op-unsupported-arg", "dynamic-output-shape", "data-dependent",
     "tie-order", "clamp-tensor-signed-zero", "half-conv", "cpu-dependent-special-value",
+    "custom-op",
 })
 _MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream
 
@@ -51,6 +52,12 @@ class RefusedOps:
         if not op or reason not in _OP_REASONS:
             return False
         parts = str(op).replace("::", ".").split(".")
+        if reason == "custom-op" and len(parts) >= 2:  # a user's custom op (an nki_op)
+            name = ".".join(parts[:2])
+            funcs = [f for f in dict.fromkeys(region_ops)
+                     if isinstance(f, torch._ops.OpOverload) and f.name() == str(op)
+                     and f not in self.ops]
+            return self._add(funcs, name, reason)
         if len(parts) < 2 or parts[0] != "aten":
             return False
         name = "aten." + parts[1].rstrip("_")
@@ -59,6 +66,11 @@ class RefusedOps:
         funcs = [f for f in dict.fromkeys(region_ops)
                  if isinstance(f, torch._ops.OpOverload) and _name(f) == name
                  and f not in self.ops]
+        return self._add(funcs, name, reason)
+
+    def _add(self, funcs: list[Any], name: str, reason: str) -> bool:
+        if name not in self.names and len(self.names) >= _MAX_OPS:
+            return False
         for f in funcs:
             self.ops[f] = f"{f} ({reason})"
         if funcs:

@@ -45,6 +45,7 @@ from torchneuron.compiler.fx_trace import TRACE_LOCK
 from torchneuron.compiler.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.index_bounds import IndexCheck, lift_index_checks, raise_out_of_range
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, legalize_random_ops
+from torchneuron.compiler.refuse_custom_ops import refuse_custom_ops
 
 __all__ = ["TensorSpec", "UserOutput", "ErrorCheck", "PreparedGraph", "prepare", "format_graph",
            "raise_errors", "inputs_as_pairs", "outputs_from_pairs"]
@@ -218,6 +219,7 @@ def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
     refuse_unlowered_ffts(gm)
     refuse_complex(gm)
     refuse_float_to_uint32(gm)
+    refuse_custom_ops(gm)
     gm = _plain(gm)
     return PreparedGraph(
         gm=gm, num_user_inputs=n_in, num_user_outputs=num_user_outputs,

@@ -163,6 +163,8 @@ def run_op(func: Any, args: tuple, kwargs: dict, index: int | None = None) -> An
     if func is _SHALLOW_COPY_TYPE:
         return func.decompose(*args, **kwargs)
     rec = record(func)
+    if rec.device_rule is not None:  # a custom op's own rule (``OpRecord.device_rule``)
+        return rec.device_rule(NeuronTensor, func, (NeuronTensor,), args, kwargs)
     if rec.is_view and _inference_mode_enabled() and not args[0].is_inference():
         if rec.composite:
             # ``reshape``, ``mT``, ``to``, ``contiguous`` arrive whole here, since the

@@ -42,7 +42,7 @@ class OpRecord:
 
     __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
                  "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason",
-                 "is_view", "composite")  # fmt: skip
+                 "is_view", "composite", "device_rule")  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -84,6 +84,22 @@ class OpRecord:
         self.kernel = launches_kernel(func)
         # why it runs on the host whatever its arguments (None: unless their dtypes say so)
         self.host_reason = host_op_reason(self.name)
+        # a custom op's own rule for neuron tensors (``register_torch_dispatch``, e.g. an
+        # ``nki_op``): what the dispatcher would call, so callers of ``run_op`` call it too
+        self.device_rule = _device_rule(func)
+
+
+def _device_rule(func: Any) -> Any:
+    """The torch-dispatch rule a custom op registered for ``NeuronTensor``, or None."""
+    if type(func) is not torch._ops.OpOverload or func.namespace in ("aten", "prims"):
+        return None
+    from torch._library.simple_registry import singleton
+
+    from torchneuron.device.tensor import NeuronTensor
+
+    # the registry itself: the device answers ``find_torch_dispatch_rule`` with its own
+    # handler for every op (``_registration``), which is this module's caller
+    return singleton.find(func.__qualname__).torch_dispatch_rules.find(NeuronTensor)
 
 
 def _has_kernel(func: Any, key: str) -> bool:

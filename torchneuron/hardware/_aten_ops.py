@@ -19,7 +19,7 @@ _METADATA = frozenset(
     "new_empty_strided set resize resize_as record_stream _version requires_grad "
     "retain_grad _fw_primal _make_dual _unpack_dual".split()
 )
-_MATMUL = frozenset("mm addmm bmm baddbmm matmul dot vdot mv addmv linear addbmm".split())
+_MATMUL = frozenset("mm addmm bmm baddbmm matmul dot vdot mv addmv linear addbmm _scaled_mm".split())
 _CONV = frozenset("convolution _convolution convolution_overrideable conv2d conv1d conv3d".split())
 _CONV_BWD = frozenset("convolution_backward convolution_backward_overrideable".split())
 _ATTENTION = frozenset(

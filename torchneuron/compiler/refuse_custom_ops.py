@@ -1,0 +1,48 @@
+"""Custom ops (``torch.library.custom_op``) with no lowering are refused with a typed reason.
+
+A user's custom op (an ``nki_op`` among them) stays one opaque node of the traced graph:
+its fake implementation gives shapes, but nothing lowers it to StableHLO, and the compile
+worker (a fresh process) cannot even unpickle a graph naming an op registered only in the
+user's process. Before this check such a graph failed in the worker as a ``bad-request``;
+now prepare refuses it as ``custom-op``, naming the op, and the backend runs the graph
+eagerly on the device, where the op runs its own implementation (an ``nki_op``: its
+kernels, each charged by its own schedule). PyTorch's own ``torch_nn::`` custom ops are
+traced through before this point (``decomp_custom``); the compiler's own ``torchneuron::``
+helper ops (``decomp_extremes``, ``decomp_fmod``) are lowered and pass.
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from torchneuron.compiler.errors import PrepareError
+
+__all__ = ["refuse_custom_ops"]
+
+
+def _ours(qualname: str, opdef: object) -> bool:
+    """PyTorch's own custom ops (``prims::``, ``torch_nn::``: defined in ``torch``) and the
+    compiler's helpers (``torchneuron::``) are lowered or traced through elsewhere."""
+    module = getattr(getattr(opdef, "_init_fn", None), "__module__", "") or ""
+    return (qualname.split("::")[0] in ("aten", "prims", "torch_nn", "torchneuron")
+            or module == "torch" or module.startswith("torch."))
+
+
+def refuse_custom_ops(gm: fx.GraphModule) -> None:
+    """Raise ``PrepareError(reason="custom-op")`` if a node calls a ``custom_op`` op."""
+    from torch._library.custom_ops import OPDEFS
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not hasattr(node.target, "name"):
+            continue
+        try:
+            qualname = node.target.name()
+        except Exception:  # noqa: BLE001 - not an OpOverload
+            continue
+        opdef = OPDEFS.get(qualname)
+        if opdef is not None and not _ours(qualname, opdef):
+            raise PrepareError(
+                f"{qualname} is a custom op (torch.library.custom_op) with no lowering: the "
+                "neuron compiler cannot carry it into an executable, so this graph runs "
+                "eagerly on the device, where the op runs its own implementation",
+                op=qualname, reason="custom-op")
