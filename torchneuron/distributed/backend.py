@@ -150,8 +150,23 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
         self._topology: Topology = get_topology(current_profile().name)
 
-    def getBackendName(self) -> str:  # noqa: N802  (the name PyTorch's trampoline calls)
+    def getBackendName(self) -> str:  # noqa: N802  (the names PyTorch's trampoline calls)
         return "neuron"
+
+    # PyTorch keeps a group's name and description in its C++ backends, which a Python
+    # group has none of: kept here (functional collectives and DeviceMesh look groups up
+    # by name).
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        self._group_name = name
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return getattr(self, "_group_name", "")
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return getattr(self, "_group_desc", "")
 
     # --- the common path ---------------------------------------------------------------
     def _exchange(self, index: int | None, op: str, nbytes: int, dtype: torch.dtype | None,
@@ -408,8 +423,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
 def create_process_group(opts: Any, pg_options: Any = None) -> NeuronProcessGroup:
     """The factory ``Backend.register_backend("neuron", ..., extended_api=True)`` calls."""
     from torchneuron.distributed.fsdp import install_storage_resize
+    from torchneuron.distributed.functional import install_functional_rules
 
-    install_storage_resize()  # FSDP2 is imported only by processes that use distributed
+    # imported only by processes that create a group (FSDP2 and funcol load DTensor)
+    install_storage_resize()
+    install_functional_rules()
     if pg_options is not None:
         raise ValueError(
             f"the neuron backend takes no backend options, got {pg_options!r}; call "
