@@ -209,6 +209,7 @@ def ddp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
         core = get_core(0)
         t0 = core.timeline.device_free_ns
         busy0, coll0 = core.timeline.device_busy_ns, collective_queue(core).busy_ns
+        exposed0 = collective_queue(core).exposed_ns
         for step, (x, y) in enumerate(_batches(rank, 4)):
             accumulate = step % 2 == 0
             with m.no_sync() if accumulate else contextlib.nullcontext():
@@ -224,7 +225,8 @@ def ddp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
             torchneuron.device.module.synchronize()
             res["sim"] = {"step_ns": core.timeline.device_free_ns - t0,
                           "compute_ns": core.timeline.device_busy_ns - busy0,
-                          "collective_ns": collective_queue(core).busy_ns - coll0}
+                          "collective_ns": collective_queue(core).busy_ns - coll0,
+                          "exposed_ns": collective_queue(core).exposed_ns - exposed0}
     return res
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-__all__ = ["register", "NeuronProcessGroup"]
+__all__ = ["register", "stats", "NeuronProcessGroup"]
 
 _registered = False
 
@@ -36,6 +36,14 @@ def register() -> None:
         dist.Backend.register_backend("neuron", create_process_group, extended_api=True,
                                       devices=["neuron"])
     _registered = True
+
+
+def stats(index: int = 0) -> dict:
+    """This rank's collective figures on ``neuron:index`` (count, simulated ns, the part
+    the compute queue waited for, the overlapped share); see ``clock.stats``."""
+    from torchneuron.distributed.clock import stats as _stats
+
+    return _stats(index)
 
 
 def __getattr__(name: str) -> object:

@@ -30,7 +30,7 @@ from torchneuron.hardware.collectives import (
     collective_queue,
 )
 
-__all__ = ["Charge", "arrival_ns", "signature", "charge"]
+__all__ = ["Charge", "arrival_ns", "signature", "charge", "stats"]
 
 
 @dataclass
@@ -44,7 +44,8 @@ class Charge:
 
     def join(self) -> None:
         """The compute queue waits for the collective (``Work.wait``); the host does not."""
-        get_core(self.index).timeline.device_wait(self.end_ns)
+        core = get_core(self.index)
+        collective_queue(core).join(core.timeline, self.end_ns)
 
 
 def arrival_ns(index: int) -> int:
@@ -79,3 +80,12 @@ def describe(c: Any) -> str:
     """One line about a charge, for logs and errors."""
     return (f"{c.cost.op} {c.cost.nbytes} B on {c.cost.ranks} ranks ({c.cost.algorithm}, "
             f"{c.cost.level}): {c.start_ns}..{c.end_ns} ns")
+
+
+def stats(index: int = 0) -> dict[str, Any]:
+    """This rank's collective figures on device ``index``: how many, simulated ns on the
+    collective queue, how much of it the compute queue waited for, the overlapped share."""
+    q = collective_queue(get_core(index))
+    overlap = 1 - q.exposed_ns / q.busy_ns if q.busy_ns else 0.0
+    return {"collectives": q.count, "collective_ns": q.busy_ns, "exposed_ns": q.exposed_ns,
+            "overlap": overlap, "end_ns": q.free_ns}

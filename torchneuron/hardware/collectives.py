@@ -227,12 +227,15 @@ def collective_cost(op: str, nbytes: int, global_ranks: list[int], topo: Topolog
 class CollectiveQueue:
     """One core's in-order collective queue (the collective-communication engines).
 
-    ``free_ns``: when its last collective ends; ``busy_ns``: total time running collectives.
+    ``free_ns``: when its last collective ends; ``busy_ns``: total time running collectives;
+    ``exposed_ns``: the part of it the compute queue waited for (``join``), the rest
+    overlapped compute or host work.
     """
 
     def __init__(self) -> None:
         self.free_ns = 0
         self.busy_ns = 0
+        self.exposed_ns = 0
         self.count = 0
 
     def run(self, start_ns: int, cost: CollectiveCost) -> int:
@@ -242,6 +245,15 @@ class CollectiveQueue:
         self.busy_ns += cost.ns
         self.count += 1
         return self.free_ns
+
+    def join(self, timeline: Any, end_ns: int) -> None:
+        """The compute queue of ``timeline`` waits for a collective ending at ``end_ns``;
+        what it could not hide (the end past both the compute queue and the host) is
+        counted as exposed."""
+        ready = max(timeline.device_free_ns, timeline.host_ns)
+        if end_ns > ready:
+            self.exposed_ns += end_ns - ready
+        timeline.device_wait(end_ns)
 
 
 _queues: weakref.WeakKeyDictionary[Any, CollectiveQueue] = weakref.WeakKeyDictionary()
