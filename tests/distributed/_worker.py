@@ -271,6 +271,69 @@ def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     return res
 
 
+def parallel(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
+    """Tensor parallelism (DTensor, Colwise/Rowwise), pipeline schedules (GPipe, 1F1B) on
+    neuron and on CPU/gloo; a sharded checkpoint (DCP) saved and loaded on neuron."""
+    import tempfile
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    def mlp() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+
+    res: dict = {}
+    for name, dev, grp in (("neuron", DEV, None), ("cpu", torch.device("cpu"), gloo)):
+        mesh = init_device_mesh("neuron", (world,)) if grp is None else DeviceMesh.from_group(
+            grp, "cpu")
+        m = parallelize_module(mlp().to(dev), mesh, {"0": ColwiseParallel(),
+                                                     "2": RowwiseParallel()})
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5)).to(dev)
+        out = m(x)
+        out.sum().backward()
+        res[f"tp_{name}"] = [out.detach().cpu(), m[0].weight.grad.to_local().cpu(),
+                             m[2].weight.grad.to_local().cpu()]
+        for sched_cls in (ScheduleGPipe, Schedule1F1B):
+            torch.manual_seed(0)
+            full = nn.Sequential(*(nn.Linear(8, 8) for _ in range(world)))
+            stage_mod = full[rank].to(dev)
+            stage = PipelineStage(stage_mod, rank, world, dev, group=grp)
+            sched = sched_cls(stage, n_microbatches=4,
+                              loss_fn=lambda o, t: ((o - t) ** 2).mean())
+            x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)).to(dev)
+            t = torch.randn(8, 8, generator=torch.Generator().manual_seed(2)).to(dev)
+            losses: list = []
+            if rank == 0:
+                sched.step(x)
+            else:
+                sched.step(target=t, losses=losses)
+            res[f"{sched_cls.__name__}_{name}"] = (
+                [v.detach().cpu() for v in losses] + [p.grad.cpu() for p in stage_mod.parameters()])
+    mesh = init_device_mesh("neuron", (world,))
+    m = mlp().to(DEV)
+    fully_shard(m, mesh=mesh)
+    path = [tempfile.mkdtemp(prefix="tn-dcp-") if rank == 0 else None]
+    dist.broadcast_object_list(path, src=0)
+    dcp.save({"model": m.state_dict()}, checkpoint_id=path[0])
+    torch.manual_seed(1)
+    m2 = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)).to(DEV)
+    fully_shard(m2, mesh=mesh)
+    sd = {"model": m2.state_dict()}
+    dcp.load(sd, checkpoint_id=path[0])
+    m2.load_state_dict(sd["model"])
+    res["dcp"] = ([a.full_tensor().cpu() for a in m.parameters()],
+                  [b.full_tensor().cpu() for b in m2.parameters()])
+    return res
+
+
 def faults(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     """Mismatched shapes raise a clear error on every rank; a rank that stops answering makes
     the other's collective fail within the group's timeout (never a hang). Runs last."""
@@ -297,7 +360,8 @@ def faults(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     return res
 
 
-SCENARIOS = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "faults": faults}
+SCENARIOS = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "parallel": parallel,
+             "faults": faults}
 
 
 def main() -> None:

@@ -228,8 +228,8 @@ class CollectiveQueue:
     """One core's in-order collective queue (the collective-communication engines).
 
     ``free_ns``: when its last collective ends; ``busy_ns``: total time running collectives;
-    ``exposed_ns``: the part of it the compute queue waited for (``join``), the rest
-    overlapped compute or host work.
+    ``exposed_ns``: how long the compute queue waited for collectives (``join``): their
+    time not hidden behind compute or host work, plus any wait for a slower rank.
     """
 
     def __init__(self) -> None:
