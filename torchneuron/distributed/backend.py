@@ -420,6 +420,21 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return f"NeuronProcessGroup(rank={self.rank()}, size={self.size()})"
 
 
+# Dynamo must not trace into the group (it sees a C++ opaque object and fails hard on its
+# Python attributes): a collective reached from compiled code is a graph break, run eagerly,
+# as a C++ group's method is.
+for _name in ("allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather",
+              "all_gather_single", "allgather_coalesced", "allgather_into_tensor_coalesced",
+              "gather", "scatter", "reduce_scatter", "reduce_scatter_single",
+              "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall", "barrier", "send",
+              "recv", "recv_anysource"):
+    setattr(NeuronProcessGroup, _name, torch.compiler.disable(getattr(NeuronProcessGroup, _name),
+                                                              recursive=True))
+NeuronProcessGroup._allgather_base = NeuronProcessGroup.all_gather_single
+NeuronProcessGroup._reduce_scatter_base = NeuronProcessGroup.reduce_scatter_single
+NeuronProcessGroup.all_to_all_single = NeuronProcessGroup.alltoall_base
+
+
 def create_process_group(opts: Any, pg_options: Any = None) -> NeuronProcessGroup:
     """The factory ``Backend.register_backend("neuron", ..., extended_api=True)`` calls."""
     from torchneuron.distributed.fsdp import install_storage_resize

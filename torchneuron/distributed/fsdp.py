@@ -23,16 +23,24 @@ import torch
 
 from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor
+from torchneuron.hardware import get_core
 
 __all__ = ["install_storage_resize"]
 
 _installed = False
 
 
+def _settle(tensor: NeuronTensor) -> None:
+    """A sync point before the storage changes size: work a mode above has deferred (adaptive
+    eager's regions) runs first, while the storage still holds the values it reads."""
+    get_core(tensor._device_index).notify_sync("storage-resize")
+
+
 def _wrap_alloc(original: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None]:
     def alloc_storage(tensor: torch.Tensor) -> None:
         """FSDP2's ``alloc_storage``: a neuron tensor's buffer storage regrows to its size."""
         if isinstance(tensor, NeuronTensor):
+            _settle(tensor)
             buffers.resize_storage(tensor, tensor.numel() * tensor.itemsize)
         else:
             original(tensor)
@@ -44,6 +52,7 @@ def _wrap_free(original: Callable[[torch.Tensor], None]) -> Callable[[torch.Tens
     def free_storage(tensor: torch.Tensor) -> None:
         """FSDP2's ``free_storage``: a neuron tensor's buffer storage shrinks to 0 bytes."""
         if isinstance(tensor, NeuronTensor):
+            _settle(tensor)
             buffers.resize_storage(tensor, 0)
         else:
             original(tensor)
