@@ -334,6 +334,47 @@ def parallel(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     return res
 
 
+def modes(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
+    """DDP under torch.compile(backend="neuron") and FSDP2 under adaptive eager, each against
+    the same loop on CPU/gloo."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def loop(dev: torch.device, group, par: str, compiled: bool) -> list[float]:
+        model = _model().to(dev)
+        if par == "ddp":  # (default buckets: Dynamo's DDPOptimizer wants the first smallest)
+            m = DDP(model, process_group=group)
+        else:
+            mesh = (init_device_mesh("neuron", (world,)) if group is None
+                    else DeviceMesh.from_group(group, "cpu"))
+            for layer in model:
+                if isinstance(layer, nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            m = fully_shard(model, mesh=mesh)
+        fwd = torch.compile(m, backend="neuron") if compiled else m
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        losses = []
+        for x, y in _batches(rank, 5):
+            loss = ((fwd(x.to(dev)) - y.to(dev)) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses
+
+    cpu = torch.device("cpu")
+    res = {"compile_ddp": (loop(DEV, None, "ddp", True), loop(cpu, gloo, "ddp", False))}
+    torchneuron.adaptive_eager.enable()
+    try:
+        got = loop(DEV, None, "fsdp", False)
+    finally:
+        torchneuron.adaptive_eager.disable()
+    res["adaptive_fsdp"] = (got, loop(cpu, gloo, "fsdp", False))
+    res["adaptive_replays"] = torchneuron.adaptive_eager.stats()["replays"]
+    return res
+
+
 def faults(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     """Mismatched shapes raise a clear error on every rank; a rank that stops answering makes
     the other's collective fail within the group's timeout (never a hang). Runs last."""
@@ -361,7 +402,7 @@ def faults(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
 
 
 SCENARIOS = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "parallel": parallel,
-             "faults": faults}
+             "modes": modes, "faults": faults}
 
 
 def main() -> None:
