@@ -53,3 +53,14 @@ def test_one_rank_collectives_trace_and_stats(group) -> None:
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     names = {e.get("args", {}).get("name") for e in events if e.get("ph") == "M"}
     assert "collective" in names
+
+
+def test_device_module_has_what_fsdp2_needs() -> None:
+    mod = torch.get_device_module("neuron")
+    s = mod.Stream(priority=-1)
+    with mod.stream(s):
+        assert mod.current_stream() == s
+    e = mod.Event()
+    s.wait_event(e)
+    s.wait_stream(mod.current_stream())
+    assert isinstance(mod.current_device(), int)
