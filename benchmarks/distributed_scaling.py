@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,12 @@ def _rank(parallel: str, steps: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nproc", default="1,2")
@@ -78,9 +85,9 @@ def main() -> int:
         for n in (int(x) for x in args.nproc.split(",")):
             out = tempfile.mktemp(suffix=".json")
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={n}",
-                   "--master-addr=127.0.0.1", "--master-port=0", __file__,
+                   "--master-addr=127.0.0.1", f"--master-port={_free_port()}", __file__,
                    "--steps", str(args.steps), "--rank-worker", parallel, out]
-            subprocess.run(cmd, check=True, env=os.environ.copy(),
+            subprocess.run(cmd, check=True, env=os.environ.copy(), timeout=1200,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             with open(out) as f:
                 r = json.load(f)
