@@ -115,6 +115,13 @@ def collectives(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
         return o
     both("all_to_all_single_uneven", a2a_uneven)
 
+    def a2a_list(d, g):
+        outs = [torch.empty(4, device=d) for _ in range(world)]
+        dist.all_to_all(outs, [base(d)[4 * (i % 2):4 * (i % 2) + 4] * (i + 1)
+                               for i in range(world)], group=g)
+        return outs
+    both("all_to_all", a2a_list)
+
     def gath(d, g):
         outs = [torch.empty(8, device=d) for _ in range(world)] if rank == 0 else None
         dist.gather(base(d), outs, dst=0, group=g)

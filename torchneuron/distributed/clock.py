@@ -76,12 +76,6 @@ def charge(index: int, op: str, nbytes: int, global_ranks: list[int], start_ns: 
     return Charge(index, cost, start, end)
 
 
-def describe(c: Any) -> str:
-    """One line about a charge, for logs and errors."""
-    return (f"{c.cost.op} {c.cost.nbytes} B on {c.cost.ranks} ranks ({c.cost.algorithm}, "
-            f"{c.cost.level}): {c.start_ns}..{c.end_ns} ns")
-
-
 def stats(index: int = 0) -> dict[str, Any]:
     """This rank's collective figures on device ``index``: how many, simulated ns on the
     collective queue, how much of it the compute queue waited for, the overlapped share."""
