@@ -7,6 +7,7 @@ before anything has been compiled.
 """
 
 from torchneuron import compiler
+from torchneuron import distributed as _distributed
 from torchneuron import dynamo as _dynamo
 from torchneuron._version import __version__
 from torchneuron.device import NeuronTensor, register
@@ -16,6 +17,7 @@ from torchneuron.hardware import current_profile, set_hardware
 register()
 install()
 _dynamo.register()
+_distributed.register()  # the torch.distributed backend "neuron"
 
 from torchneuron import adaptive_eager  # noqa: E402  (after the device is registered)
 from torchneuron.hardware import settings as _settings  # noqa: E402

@@ -21,7 +21,8 @@ import torch
 
 from torchneuron.hardware import NeuronCore, get_core
 
-__all__ = ["attach", "defer_write", "mirror_bits", "track", "storage_nbytes", "live_storages"]
+__all__ = ["attach", "defer_write", "mirror_bits", "track", "storage_nbytes", "live_storages",
+           "resize_storage"]
 
 
 class _Token:
@@ -80,6 +81,42 @@ def track(wrapper: object, buffer: torch.Tensor, index: int) -> None:
         token.core.memory.allocate(nbytes - token.nbytes)
         token.nbytes = nbytes
     wrapper._memory_token = token  # type: ignore[attr-defined]
+
+
+def resize_storage(wrapper: torch.Tensor, nbytes: int) -> None:
+    """Resize the storage under ``wrapper``'s buffer in place to ``nbytes``; the HBM
+    accounting follows (growth is checked first, so an oversized request raises
+    ``torch.OutOfMemoryError`` and changes nothing).
+
+    Why: FSDP2 frees an unsharded parameter by resizing its storage to 0 bytes and brings it
+    back before the next all-gather; the wrapper's own storage holds no data, the buffer's
+    does, and every view over the buffer follows the resize (``distributed.fsdp``).
+    """
+    buffer = wrapper.buffer  # type: ignore[attr-defined]
+    index = wrapper._device_index  # type: ignore[attr-defined]
+    storage = buffer.untyped_storage()
+    old = storage.nbytes()
+    nbytes = int(nbytes)
+    if old == nbytes:
+        return
+    token = wrapper.__dict__.get("_memory_token")
+    core = token.core if token is not None else get_core(index)
+    if nbytes > old:
+        core.memory.allocate(nbytes - old)
+    if token is not None:  # the storage moves: it is no longer found under its old pointer
+        ref = _live.get(token.key)
+        if ref is not None and ref() is token:
+            del _live[token.key]
+    storage.resize_(nbytes)
+    if nbytes < old:
+        core.memory.free(old - nbytes)
+    if token is None:
+        token = _Token((index, -1), 0, core)
+        wrapper._memory_token = token  # type: ignore[attr-defined]
+    token.nbytes = nbytes
+    token.key = (index, storage.data_ptr()) if nbytes else (index, -id(token))
+    if nbytes:
+        _live[token.key] = weakref.ref(token)
 
 
 def live_storages() -> int:

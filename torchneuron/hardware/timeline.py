@@ -134,6 +134,15 @@ class Timeline:
             self.host_ns = t
         return self.host_ns
 
+    def device_wait(self, t: int) -> int:
+        """Later device work waits until ``t`` (another queue's event, e.g. a collective's
+        end: ``Work.wait()`` makes the compute queue wait as a CUDA stream waits); the
+        host does not block. Returns when the device queue is free."""
+        t = int(t)
+        if t > self.device_free_ns:
+            self.device_free_ns = t
+        return self.device_free_ns
+
     def synchronize(self) -> int:
         """Host blocks until the device is idle; return the new host time."""
         return self.wait_event(self.device_free_ns)
