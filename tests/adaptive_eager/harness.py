@@ -60,14 +60,22 @@ def clone_to(model: torch.nn.Module, device: str) -> torch.nn.Module:
 
 
 class ReplayLog:
-    """Which steps replayed (the replay counter moved during the step)."""
+    """Which steps replayed (the replay counter moved during the step); ``program_steps``:
+    which replayed a compiled program (not only the first tier's recorded kernels)."""
 
     def __init__(self) -> None:
         self.steps: list[int] = []
-        self._last = 0
+        self.program_steps: list[int] = []
+        self._last = self._last_program = 0
 
     def mark(self, step: int) -> None:
-        n = ae.stats()["replays"] if ae.is_enabled() else self._last
+        if ae.is_enabled():
+            s = ae.stats()
+            n, program = s["replays"], s["replays"] - s["first_tier_replays"]
+        else:
+            n, program = self._last, self._last_program
         if n > self._last:
             self.steps.append(step)
-        self._last = n
+        if program > self._last_program:
+            self.program_steps.append(step)
+        self._last, self._last_program = n, program

@@ -116,6 +116,7 @@ def stats() -> dict[str, Any]:
         "compile_failures": c["compile_failures"],
         "cache_hits": c["cache_hits"],
         "replays": c["replays"],
+        "first_tier_replays": c["first_tier_replays"],
         "side_exits": c["side_exits"],
         # a replay that went on as another variant from its start instead of exiting
         "variant_switches": c["variant_switches"],

@@ -45,7 +45,9 @@ def explain_runtime(runtime: Any, stats: dict[str, Any], *, enabled: bool, now_n
     s = stats
     lines = [f"adaptive eager: {s['ops_recorded']} ops recorded, {s['regions_detected']} regions, "
              f"{s['compilations']} compilations, {s['cache_hits']} cache hits (executables "
-             f"loaded from the compile cache), {s['replays']} replays, {s['side_exits']} side "
+             f"loaded from the compile cache), {s['replays']} replays "
+             f"({s['first_tier_replays']} in the first tier: the recorded eager kernels issued "
+             f"as one batch while the program compiled), {s['side_exits']} side "
              f"exits, {s['variant_switches']} variant switches"]
     for reason, n in s["fallback_reasons"].items():
         lines.append(f"  fallback {reason} x{n}: {Reason(reason).message}")
@@ -81,6 +83,8 @@ def explain_region(region: Region, *, enabled: bool, now_ns: int,
     exits = ", ".join(f"{k.value} x{n}" for k, n in sorted(r.exits.items(), key=lambda x: x[0].value))
     cached = exe is not None and r.ready_at_ns is None and r.compile_latency_ns == 0
     replays = f"; replays {r.replays}"
+    if r.first_tier_replays:
+        replays += f" ({r.first_tier_replays} in the first tier)"
     if r.switched_in:
         replays += (f" ({r.switched_in} of them began as another region with the same first "
                     "ops and went on as this one once the next op told them apart)")
@@ -109,13 +113,16 @@ def _status(r: Region, *, enabled: bool, now_ns: int, refused: set[str]) -> tupl
             return "ready", ("not replayed: ready at " + _s(r.ready_at_ns) + " simulated, and "
                              "its first op has not come again since"
                              + ("" if enabled else ": the loop it served ended first"))
+        tier1 = (f"replayed {r.first_tier_replays}x in the first tier meanwhile; "
+                 if r.first_tier_replays else "")
         if not enabled:  # the run is over: it will never be swapped in
-            return "compiled, never replayed", (
-                f"never replayed: the loop it served ended (the run's last op at {_s(now_ns)} "
-                f"simulated) before its modeled compile finished at {_s(r.ready_at_ns)}; a "
-                "longer run replays it, and with the compile cache on the next run starts "
-                "with it ready")
-        return r.state.value, (f"why not swapped in: {Reason.COMPILE_PENDING.value}: "
+            return "compiled, program never replayed", (
+                f"{tier1}its compiled program never replayed: the loop it served ended (the "
+                f"run's last op at {_s(now_ns)} simulated) before its modeled compile finished "
+                f"at {_s(r.ready_at_ns)}; a longer run replays it, and with the compile cache "
+                "on the next run starts with it ready")
+        return r.state.value, (f"{tier1}why its program is not swapped in yet: "
+                               f"{Reason.COMPILE_PENDING.value}: "
                                f"{Reason.COMPILE_PENDING.message} (ready at {r.ready_at_ns} ns)")
     if r.reason is Reason.COMPILE_FAILED:
         return r.state.value, "why not swapped in: " + _compile_failed(r.detail, refused)

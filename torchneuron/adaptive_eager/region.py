@@ -26,7 +26,7 @@ log = logging.getLogger("torchneuron.adaptive_eager")
 class State(enum.Enum):
     RECORDING = "recording"  # seen, not yet hot
     HOT = "hot"  # seen often enough; being captured
-    COMPILING = "compiling"  # compiling in the background; runs eagerly meanwhile
+    COMPILING = "compiling"  # compiling in the background; replays in the first tier meanwhile
     READY = "ready"  # executable published; replays at its next start
     REPLAYING = "replaying"  # a replay is in progress
     ABORTED = "aborted"  # refused (capture, compile, no gain); runs eagerly
@@ -36,7 +36,7 @@ class State(enum.Enum):
 _ALLOWED: dict[State, set[State]] = {
     State.RECORDING: {State.HOT},
     State.HOT: {State.COMPILING, State.READY, State.ABORTED},  # READY: served by the cache
-    State.COMPILING: {State.READY, State.ABORTED},
+    State.COMPILING: {State.READY, State.ABORTED, State.BLACKLISTED},  # BLACKLISTED: first tier
     State.READY: {State.REPLAYING, State.BLACKLISTED, State.COMPILING},  # COMPILING: recaptured
     State.REPLAYING: {State.READY, State.BLACKLISTED},
     State.ABORTED: set(),
@@ -77,6 +77,7 @@ class Region:
         self.compile_latency_ns = 0
         self.wall_stall_s = 0.0
         self.replays = 0
+        self.first_tier_replays = 0  # of ``replays``: as recorded eager kernels (compiling)
         self.switched_in = 0  # replays that began as another variant (``switch_variant``)
         self.first_replay_ns: int | None = None
         self.exits: Counter[Reason] = Counter()

@@ -10,6 +10,10 @@ gradients, optimizer state, running statistics) are marked as deferred writes.
 The region *ends* when all its ops matched and the next thing happens (another op, a
 sync, a read): the executable runs once on the inputs' buffers, writes back into them,
 and the pending tensors still held receive buffers (views as views of their base).
+While the region's executable is still compiling, a replay is *first tier*: deferral is
+the same, and at the end the deferred ops run as eager's own kernels, in order, issued as
+one recorded batch (``NeuronCore.issue_recorded``): eager's numbers by construction, at
+a guard per op and a batched launch instead of dispatch and launch per op.
 Anything else (a mismatch, a read before the end, a live value the executable does not
 return) is a *side exit*: the deferred ops run eagerly, in order, with their recorded
 arguments, exactly as eager would have run them, and pending tensors get those results.
@@ -210,9 +214,10 @@ class _Write:
 class Replay:
     """One replay of a ready region."""
 
-    def __init__(self, runtime: Any, region: Any, index: int) -> None:
+    def __init__(self, runtime: Any, region: Any, index: int, tier: int = 2) -> None:
         self.runtime = runtime
         self.region = region
+        self.tier = tier  # 1: the recorded eager kernels at the end; 2: the executable
         self.plan = region.plan
         self.index = index
         self.core = get_core(index)
@@ -248,7 +253,7 @@ class Replay:
     def complete(self) -> bool:
         return self.pos == self.n
 
-    def adopt(self, region: Any) -> None:
+    def adopt(self, region: Any, tier: int = 2) -> None:
         """Go on as a replay of ``region``, another variant from the same start whose
         signatures up to ``pos`` are this region's (``Runtime.switch_variant``): the ops
         deferred so far matched it too, with the same input slots, value ids and lifted
@@ -262,6 +267,7 @@ class Replay:
         del self.ext_buffers[used:]
         self.exit_reason = None
         self.region = region
+        self.tier = tier
         self.n = len(region.sigs)
         self.plan = region.plan
         self.guards = _guards(region)
@@ -436,6 +442,11 @@ class Replay:
         self.done = True
         self.runtime.replay_ended(self)
         self._release_marks()
+        if self.tier == 1:
+            with self.core.issue_recorded():
+                self._run_deferred()
+            self.runtime.replay_finished(self)
+            return
         plan = self.plan
         live = self._live()
         self.missing = {(root[1], root[2]) for root in (plan.roots[ik] for ik, _ in live)
@@ -488,6 +499,11 @@ class Replay:
 
     def _eager(self, reason: Reason) -> None:
         self.runtime.replay_exited(self, reason)
+        self._run_deferred()
+
+    def _run_deferred(self) -> None:
+        """Run the deferred ops eagerly, in order, with their recorded arguments, and give
+        the pending values still held their results."""
         results: dict[tuple[int, int], torch.Tensor] = {}
         sigs = self.region.sigs
         # an input whose wrapper got another buffer after its first use: the ops deferred

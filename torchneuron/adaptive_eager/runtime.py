@@ -640,26 +640,41 @@ class Runtime:
         if not cands:
             return MISMATCH
         core = get_core(self.index)
-        best = None
+        best, best_tier = None, 0
         for r in cands:
-            if r.state is State.COMPILING and r.ready_at_ns is not None and core.now >= r.ready_at_ns:
-                self.publish(r)
-            if r.state is not State.READY:
+            tier = self._tier(r, core)
+            if not tier:
                 continue
             if r.skip_starts > 0:
                 r.skip_starts -= 1
                 self.reasons[Reason.BACKED_OFF.value] += 1
                 continue
-            if best is None or (len(r), len(r.plan.lifted)) > (len(best), len(best.plan.lifted)):
-                best = r
+            rank = (len(r), len(r.plan.lifted), tier)
+            if best is None or rank > (len(best), len(best.plan.lifted), best_tier):
+                best, best_tier = r, tier
         if best is None:
             return MISMATCH
-        best.to(State.REPLAYING)
-        self.replay = Replay(self, best, self.index)
+        if best_tier == 2:
+            best.to(State.REPLAYING)
+        self.replay = Replay(self, best, self.index, best_tier)
         out = self.replay.try_defer(func, args, kwargs)
         if out is MISMATCH:  # the start key matched: only an index check can fail here
             self.replay.side_exit(self.replay.exit_reason or Reason.GUARD_MISMATCH)
         return out
+
+    def _tier(self, region: Region, core: Any) -> int:
+        """How ``region`` can replay now: 2 through its executable (published here if its
+        modeled compile is done), 1 as its recorded eager kernels while it compiles
+        (``ae_first_tier``), 0 not at all."""
+        if region.state is State.COMPILING and region.ready_at_ns is not None \
+                and core.now >= region.ready_at_ns:
+            self.publish(region)
+        if region.state is State.READY:
+            return 2
+        if region.state is State.COMPILING and region.plan is not None \
+                and settings.get_value("ae_first_tier"):
+            return 1
+        return 0
 
     def _variants(self, rp: Replay) -> list[Region]:
         """Ready regions from the replaying region's start that agree with it on every op
@@ -671,17 +686,19 @@ class Runtime:
         for r in self.by_start.get(_start_key(region.sigs[0]), ()):
             if r is region or len(r) < k or r.sigs[:k] != prefix:
                 continue
-            if r.state is State.COMPILING and r.ready_at_ns is not None and core.now >= r.ready_at_ns:
-                self.publish(r)
-            if r.state is State.READY:
+            if self._tier(r, core):
                 out.append(r)
-        out.sort(key=lambda r: (len(r), len(r.plan.lifted)), reverse=True)
+        out.sort(key=lambda r: (len(r), len(r.plan.lifted), r.state is State.READY),
+                 reverse=True)
         return out
 
     def _adopt(self, rp: Replay, region: Region) -> None:
-        rp.region.to(State.READY)
-        region.to(State.REPLAYING)
-        rp.adopt(region)
+        if rp.region.state is State.REPLAYING:
+            rp.region.to(State.READY)
+        tier = 2 if region.state is State.READY else 1
+        if tier == 2:
+            region.to(State.REPLAYING)
+        rp.adopt(region, tier)
 
     def switch_variant(self, rp: Replay, func: Any, args: tuple, kwargs: dict) -> Any:
         """The next op does not match the replaying region: go on as another variant from
@@ -750,6 +767,9 @@ class Runtime:
         region = rp.region
         region.replays += 1
         self.counts["replays"] += 1
+        if rp.tier == 1:
+            region.first_tier_replays += 1
+            self.counts["first_tier_replays"] += 1
         if region.copies > 1:
             _count_copies(region, 1, self.epoch, self._sync_free(1))
         self.counts["ops_deferred"] += len(region)

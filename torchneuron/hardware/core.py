@@ -11,12 +11,17 @@ The core does not compute numbers (callers do, on CPU tensors); it charges time:
   host reads is never compiled), the kernel launch on the host, and the kernel's device
   time on the queue.
 - ``run_executable``: the executable's launch on the host and its device time on the queue.
+- ``issue_recorded``: eager kernels issued as one recorded batch (adaptive eager's first
+  tier): one batch launch, then per kernel only ``recorded_kernel_launch_ns`` on the host
+  (no dispatch, no launch call: the ops were matched by guards, charged by the caller) and
+  the same device time as eager's.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import settings
@@ -42,6 +47,8 @@ class NeuronCore:
         self.eager_compiles = 0  # new eager signatures (charged or not)
         self.executables: Counter[str] = Counter()  # executable runs by name
         self.executable_kernels = 0  # kernels inside executables run
+        self.issuing = False  # inside ``issue_recorded``: kernels charged as a batch
+        self.recorded_batches = 0  # batches issued by ``issue_recorded``
 
     # --- hardware swap -------------------------------------------------------------------
     def set_profile(self, profile: HardwareProfile) -> None:
@@ -71,6 +78,8 @@ class NeuronCore:
         p = self.profile
         tl = self.timeline
         self.ops[name] += 1
+        if self.issuing:
+            return self._issue_kernel(name, signature, work, cost, key)
         if work is None:
             tl.host(p.host_dispatch_ns, "dispatch")
             return None
@@ -90,6 +99,43 @@ class NeuronCore:
             tl.host(compile_ns, "compile")
         tl.host(p.kernel_launch_ns, "launch")
         tl.enqueue(cost.total_ns, name, detail=cost)
+        return cost
+
+    @contextmanager
+    def issue_recorded(self) -> Iterator[None]:
+        """Charge the eager kernels run inside as one recorded batch: one
+        ``recorded_batch_launch_ns``, then ``recorded_kernel_launch_ns`` per kernel."""
+        if self.issuing:  # nested: part of the batch already open
+            yield
+            return
+        self.timeline.host(self.profile.recorded_batch_launch_ns, "launch")
+        self.recorded_batches += 1
+        self.issuing = True
+        try:
+            yield
+        finally:
+            self.issuing = False
+
+    def _issue_kernel(self, name: str, signature: tuple[Any, ...], work: KernelWork | None,
+                      cost: KernelCost | None, key: tuple | None) -> KernelCost | None:
+        """One kernel of a recorded batch (``issue_recorded``)."""
+        if work is None:  # metadata only: the guard that matched it was its host cost
+            return None
+        p = self.profile
+        if key is None:
+            key = (name, tuple(signature))
+        if cost is None:
+            cost = kernel_cost(work, p)
+        self.kernels += 1
+        if key not in self.seen_signatures and _computes(work):
+            # recorded eagerly before, so normally compiled; not after a profile swap
+            self.seen_signatures.add(key)
+            self.eager_compiles += 1
+            compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
+            if compile_ns:
+                self.timeline.host(compile_ns, "compile")
+        self.timeline.host(p.recorded_kernel_launch_ns, "launch")
+        self.timeline.enqueue(cost.total_ns, name, detail=cost)
         return cost
 
     def run_executable(

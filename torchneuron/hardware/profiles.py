@@ -87,6 +87,15 @@ class HardwareProfile:
     graph_guard_ns: int  # torch.compile: guard evaluation per compiled-graph call
     program_compile_base_ns: int  # compile latency of a program: fixed part
     program_compile_per_op_ns: int  # compile latency of a program: per StableHLO op
+    # adaptive eager's first tier: a recorded op sequence issued to the runtime as one batch
+    # of the eager kernels it already compiled (as a CUDA Graph replays recorded launches:
+    # the per-kernel work left is the device-side descriptor, not the host's launch call)
+    recorded_batch_launch_ns: int = 20_000  # one submission of a recorded batch
+    recorded_kernel_launch_ns: int = 2_000  # each kernel of a recorded batch
+    # background compiles running at once (a trn2.48xlarge host has 192 vCPUs, and
+    # neuron_parallel_compile compiles a model's graphs concurrently; how many at once is
+    # not published)
+    compile_parallelism: int = 8
 
     # --- derived figures ---
     @property
@@ -142,6 +151,9 @@ ASSUMED_FIELDS: tuple[str, ...] = (
     "graph_guard_ns",
     "program_compile_base_ns",
     "program_compile_per_op_ns",
+    "recorded_batch_launch_ns",
+    "recorded_kernel_launch_ns",
+    "compile_parallelism",
 )
 
 _TRN2 = HardwareProfile(

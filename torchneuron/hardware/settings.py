@@ -124,6 +124,8 @@ TABLE: tuple[Setting, ...] = (
             "bytes of values a replaying region may hold deferred before it ends early"),
     Setting("ae_min_gain_ns", "TORCHNEURON_AE_MIN_GAIN_NS", 50_000, int,
             "a region whose predicted host saving per replay is at most this is not compiled"),
+    Setting("ae_first_tier", "TORCHNEURON_AE_FIRST_TIER", True, _parse_bool,
+            "while a hot region compiles, replay it as its recorded eager kernels in one batch"),
     Setting("ae_verify_first_replay", "TORCHNEURON_AE_VERIFY_FIRST_REPLAY", True, _parse_bool,
             "each region's first replay also runs eagerly and is compared (as verify does)"),
     # The compile cache (torchneuron/cache): read by torchneuron.cache.default_store().

@@ -45,6 +45,7 @@ class Timeline:
         self.enqueued = 0
         self.compiler_free_ns = 0  # when the simulated background compiler queue is idle
         self.compiler_busy_ns = 0  # modeled compile latency queued on it in total
+        self.compiler_workers_free_ns: list[int] = []  # when each compile worker is free
         self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
         # Observers (torchneuron.profiler) see every interval; they never change time.
         self.observers: list[TimelineObserver] = []
@@ -103,9 +104,10 @@ class Timeline:
         cats["launch"] = cats.get("launch", 0) + launch_ns
         return self.enqueue(device_ns, label, detail)
 
-    def schedule_compile(self, latency_ns: int) -> int:
-        """Queue a background compile of modeled ``latency_ns`` on the simulated compiler
-        thread, starting now (or when the previous compile ends); return when it is done.
+    def schedule_compile(self, latency_ns: int, workers: int = 1) -> int:
+        """Queue a background compile of modeled ``latency_ns`` on the simulated compiler,
+        which runs ``workers`` compiles at once: it starts now, or when the earliest of
+        them is free; return when it is done.
 
         The host does not wait: this is how adaptive eager decides, on the simulated clock,
         when a region's executable may be swapped in.
@@ -113,12 +115,17 @@ class Timeline:
         latency_ns = int(latency_ns)
         if latency_ns < 0:
             raise ValueError(f"compile latency must be >= 0 ns, got {latency_ns}")
-        start = max(self.host_ns, self.compiler_free_ns)
-        self.compiler_free_ns = start + latency_ns
+        free = self.compiler_workers_free_ns
+        while len(free) < max(1, int(workers)):
+            free.append(0)
+        slot = min(range(len(free)), key=lambda i: (free[i], i))
+        start = max(self.host_ns, free[slot])
+        free[slot] = start + latency_ns
+        self.compiler_free_ns = max(free)
         self.compiler_busy_ns += latency_ns
         if self.observers:
-            self.emit("compiler", "compile", start, self.compiler_free_ns)
-        return self.compiler_free_ns
+            self.emit("compiler", "compile", start, free[slot])
+        return free[slot]
 
     def record_event(self) -> int:
         """Timestamp at which all work enqueued so far has completed."""
