@@ -45,3 +45,12 @@ def test_negative_costs_rejected_and_trace_bounded() -> None:
     for i in range(3):
         tl.enqueue(1, f"k{i}")
     assert [label for label, _, _ in tl.trace] == ["k1", "k2"]
+
+
+def test_background_compiles_run_on_as_many_workers_as_given() -> None:
+    """``workers`` compiles at once (the profile's ``compile_parallelism``): the next
+    waits for the earliest free worker; one worker is a queue."""
+    one, three = Timeline(), Timeline()
+    assert [one.schedule_compile(100) for _ in range(3)] == [100, 200, 300]
+    assert [three.schedule_compile(100, workers=3) for _ in range(4)] == [100, 100, 100, 200]
+    assert three.compiler_free_ns == 200 and three.compiler_busy_ns == 400

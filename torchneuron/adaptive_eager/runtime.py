@@ -544,7 +544,8 @@ class Runtime:
             log.info("region %s (%d ops) is hot: executable from the cache", region.key, n)
             return
         region.compile_latency_ns = compile_latency_ns(core, n)
-        region.ready_at_ns = core.timeline.schedule_compile(region.compile_latency_ns)
+        region.ready_at_ns = core.timeline.schedule_compile(region.compile_latency_ns,
+                                                            core.profile.compile_parallelism)
         region.future = background.submit(gm, examples, region.key)
         if region.state is not State.COMPILING:  # (a recaptured region already is)
             region.to(State.COMPILING)
