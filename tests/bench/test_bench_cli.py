@@ -93,6 +93,8 @@ def test_markdown_chart_and_traces(full_run: Path) -> None:
     assert "TORCHNEURON_COMPILE_LATENCY=False" in md  # the settings in force
     assert "host_dispatch_ns = 15000 (assumed)" in md  # which figures are assumptions
     assert (full_run / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (full_run / "cumulative.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## The whole run: cumulative simulated time" in md
     recs = _records(full_run)
     for mode in ("eager", "compile"):
         trace = json.loads((full_run / recs[mode]["trace"]).read_text())

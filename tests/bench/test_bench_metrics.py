@@ -76,3 +76,16 @@ def test_schema_validate() -> None:
     assert schema.validate(r) == []
     r["extra"] = 1
     assert schema.validate(r) == ["unknown field 'extra'"]
+
+
+def test_cumulative_marks_and_where_a_run_stays_below_another() -> None:
+    steps = [900.0, 5.0, 5.0, 5.0]
+    assert metrics.cumulative(steps) == [900.0, 905.0, 910.0, 915.0]
+    assert metrics.cumulative_marks(steps) == {"1": 900.0, "4": 915.0}
+    assert metrics.cumulative_marks([1.0] * 12) == {"1": 1.0, "10": 10.0, "12": 12.0}
+    # eager: 100 per step; a run that starts dearer and catches up at step 3
+    eager = [100.0] * 5
+    assert metrics.below_from([250.0, 10.0, 10.0, 10.0, 10.0], eager) == 3
+    assert metrics.below_from([50.0, 10.0], eager) == 1
+    assert metrics.below_from([50.0, 200.0, 200.0], eager) is None  # ends above
+    assert metrics.below_from([], eager) is None

@@ -10,7 +10,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_chart"]
+from torchneuron.bench.metrics import cumulative as cumulative_ms
+
+__all__ = ["write_chart", "write_cumulative_chart"]
 
 _STYLE = {
     "eager": ("tab:gray", "o"),
@@ -20,8 +22,11 @@ _STYLE = {
 }
 
 
-def write_chart(records: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:
-    """Write the chart to ``path`` (PNG or SVG by suffix); None if no run has step times."""
+def write_chart(records: list[dict[str, Any]], path: Path, title: str = "",
+                cumulative: bool = False) -> Path | None:
+    """Write the chart to ``path`` (PNG or SVG by suffix); None if no run has step times.
+    ``cumulative``: simulated ms of the run so far against steps (where each mode's
+    line crosses eager's and torch.compile's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,12 +44,13 @@ def write_chart(records: list[dict[str, Any]], path: Path, title: str = "") -> P
             if r["model"] != model or not r["step_ms"]:
                 continue
             color, marker = _STYLE.get(r["mode"], ("black", "x"))
-            ax.plot(range(len(r["step_ms"])), r["step_ms"], label=r["mode"], color=color,
-                    marker=marker, markersize=3, linewidth=1.2)
+            ys = cumulative_ms(r["step_ms"]) if cumulative else r["step_ms"]
+            ax.plot(range(1, len(ys) + 1) if cumulative else range(len(ys)), ys,
+                    label=r["mode"], color=color, marker=marker, markersize=3, linewidth=1.2)
         ax.set_yscale("log")
         ax.set_title(model)
-        ax.set_xlabel("step")
-        ax.set_ylabel("simulated ms per step")
+        ax.set_xlabel("steps" if cumulative else "step")
+        ax.set_ylabel("cumulative simulated ms" if cumulative else "simulated ms per step")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(models):]:
@@ -55,3 +61,10 @@ def write_chart(records: list[dict[str, Any]], path: Path, title: str = "") -> P
     fig.savefig(path, dpi=110, metadata={"Software": None} if path.suffix == ".png" else None)
     plt.close(fig)
     return path
+
+
+def write_cumulative_chart(records: list[dict[str, Any]], path: Path,
+                           title: str = "") -> Path | None:
+    """The second chart: cumulative simulated ms against steps, per model."""
+    return write_chart(records, path, title, cumulative=True)
+

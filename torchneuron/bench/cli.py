@@ -148,11 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     png = chart.write_chart(records, args.out / "chart.png",
                             f"simulated ms per step on {hardware} (log scale)")
     meta["chart"] = png.name if png is not None else None
+    cum = chart.write_cumulative_chart(records, args.out / "cumulative.png",
+                                       f"cumulative simulated ms on {hardware} (log scale)")
+    meta["cumulative_chart"] = cum.name if cum is not None else None
     report.write_json(records, args.out / "report.json")
     report.write_markdown(records, meta, args.out / "report.md")
     failed = [r for r in records if r["status"] != "ok"]
     print(f"wrote {args.out / 'report.md'}, {args.out / 'report.json'}"
-          + (f", {args.out / 'chart.png'}" if png else "") + f" in {wall_s:.0f} s")
+          + (f", {args.out / 'chart.png'}" if png else "")
+          + (f", {args.out / 'cumulative.png'}" if cum else "") + f" in {wall_s:.0f} s")
     for r in failed:
         print(f"  {r['model']}/{r['mode']}: {r['status']}: {r['reason']}", file=sys.stderr)
     return 1 if failed and args.strict else 0

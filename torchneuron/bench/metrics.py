@@ -68,6 +68,38 @@ def _ok(rec: dict[str, Any] | None) -> bool:
     return rec is not None and rec["status"] == "ok" and rec["steady_ms"] is not None
 
 
+_MARKS = (1, 10, 100, 1000)
+
+
+def cumulative(step_ms: Sequence[float]) -> list[float]:
+    """Simulated ms of the run after each step (the running sum of ``step_ms``)."""
+    out, total = [], 0.0
+    for ms in step_ms:
+        total += ms
+        out.append(total)
+    return out
+
+
+def cumulative_marks(step_ms: Sequence[float]) -> dict[str, float]:
+    """N -> cumulative ms after N steps, for the marks the run reached and its last step."""
+    cum = cumulative(step_ms)
+    marks = [n for n in _MARKS if n <= len(cum)] + ([len(cum)] if cum else [])
+    return {str(n): round(cum[n - 1], 3) for n in dict.fromkeys(marks)}
+
+
+def below_from(mine: Sequence[float], other: Sequence[float]) -> int | None:
+    """First step (1-based) from which ``mine``'s cumulative time stays at or below
+    ``other``'s over the steps both ran, or None if it ends above."""
+    a, b = cumulative(mine), cumulative(other)
+    n = min(len(a), len(b))
+    if n == 0 or a[n - 1] > b[n - 1]:
+        return None
+    k = n
+    while k > 0 and a[k - 1] <= b[k - 1]:
+        k -= 1
+    return k + 1
+
+
 def derive(records: list[dict[str, Any]]) -> None:
     """Fill the cross-run figures of ``records`` in place: speedup over eager, share of the
     eager-to-compile gap closed, host µs per op (over eager's op count per step)."""
@@ -80,6 +112,11 @@ def derive(records: list[dict[str, Any]]) -> None:
                                         2)
         if r["mode"] == "cpu" or not _ok(r) or not _ok(eager):
             continue
+        if r.get("step_ms") and eager.get("step_ms"):
+            r["cumulative_ms"] = cumulative_marks(r["step_ms"])
+            r["below_eager_from"] = below_from(r["step_ms"], eager["step_ms"])
+            if _ok(compiled) and compiled.get("step_ms"):
+                r["below_compile_from"] = below_from(r["step_ms"], compiled["step_ms"])
         r["speedup_vs_eager"] = round(eager["steady_ms"] / r["steady_ms"], 4)
         if _ok(compiled):
             gap = eager["steady_ms"] - compiled["steady_ms"]

@@ -128,6 +128,21 @@ def render_markdown(records: list[Record], meta: dict[str, Any]) -> str:
     lines += _md_table(HEADER, table_rows(records))
     if meta.get("chart"):
         lines += ["", f"![simulated time per step]({meta['chart']})"]
+    whole = [r for r in records if r.get("cumulative_ms")]
+    if whole:
+        marks = list(dict.fromkeys(n for r in whole for n in r["cumulative_ms"]))
+        lines += ["", "## The whole run: cumulative simulated time", "",
+                  "Simulated ms of the run after N steps (the last column is the run's last "
+                  "step), and the first step from which the run's cumulative time stays at "
+                  "or below eager's and torch.compile's to the end of the run.", ""]
+        lines += _md_table(
+            ["model", "mode", *(f"after {n}" for n in marks), "<= eager from step",
+             "<= compile from step"],
+            [[r["model"], r["mode"], *(_num(r["cumulative_ms"].get(n)) for n in marks),
+              _num(r["below_eager_from"], "{}"), _num(r["below_compile_from"], "{}")]
+             for r in whole])
+        if meta.get("cumulative_chart"):
+            lines += ["", f"![cumulative simulated time]({meta['cumulative_chart']})"]
     bad = [r for r in records if r["status"] != "ok"]
     if bad:
         lines += ["", "## Not run or failed", ""]

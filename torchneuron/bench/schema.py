@@ -37,6 +37,12 @@ FIELDS: dict[str, str] = {
     "eager_kernel_compiles": "new eager (op, shapes, dtypes) signatures compiled",
     "graphs_compiled": "programs compiled (torchneuron.compiler.stats()['compilations'])",
     "compile_failures": "programs the compiler refused (typed errors; they ran eagerly)",
+    "cumulative_ms": "simulated ms of the run so far after N steps, N -> ms for N in 1, 10, "
+                     "100, 1000 (those the run reached) and the run's last step",
+    "below_eager_from": "first step (1-based) from which this run's cumulative simulated time "
+                        "stays at or below eager's to the end of the run, or None",
+    "below_compile_from": "first step (1-based) from which this run's cumulative simulated "
+                          "time stays at or below torch.compile's to the end, or None",
     "regions": "regions detected by adaptive eager",
     "replays": "region replays by adaptive eager",
     "executables": "distinct executables launched",
@@ -64,7 +70,8 @@ FIELDS: dict[str, str] = {
 
 SIMULATED = (
     "step_ms", "first_step_ms", "steady_ms", "steady_step", "steady_reached",
-    "speedup_vs_eager", "gap_closed", "compile_ms_critical_path", "compile_ms_background",
+    "speedup_vs_eager", "gap_closed", "cumulative_ms", "below_eager_from",
+    "below_compile_from", "compile_ms_critical_path", "compile_ms_background",
     "compile_ms_total", "eager_kernel_compiles", "graphs_compiled", "compile_failures",
     "regions", "replays", "executables", "executable_launches", "cache_hits", "side_exits",
     "fallbacks", "max_abs_diff_vs_eager", "ops_per_step", "device_busy_pct_last_step",
