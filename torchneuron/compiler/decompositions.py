@@ -104,6 +104,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_opmath import opmath_decompositions
 
     table.update(opmath_decompositions(table))  # half in float32; wraps the entries before
+    from torchneuron.compiler.decomp_half_log_softmax import half_log_softmax_decompositions
+
+    table.update(half_log_softmax_decompositions(table))  # last dim of halves: eager's roundings
     table.update(shape_decompositions(table))  # wraps the entries above, so last
     from torchneuron.compiler.index_bounds import with_index_checks
 
