@@ -92,3 +92,14 @@ def test_layer_norm_over_one_element_is_refused(dtype: torch.dtype) -> None:
     assert info.value.reason == "layer-norm-one-element"
     torch_compile_matches_eager(lambda t: F.layer_norm(t, [1]) + 1, x)
     compile_graph(lambda t: F.layer_norm(t, [2]), [torch.tensor([[1.0, 2.0]])])  # compiles
+
+
+def test_scatter_with_duplicates_keeps_eagers_last_write() -> None:
+    """Eager's scatter keeps the last index along ``dim`` for duplicate positions; the
+    interpreter's ``index_put_`` wrote duplicates in thread order from 32768 updates on."""
+    g = torch.Generator().manual_seed(0)
+    rows, cols = 200, 200
+    src = torch.randn(cols, rows, generator=g)
+    idx = torch.randint(0, 3, (rows, cols), generator=g)
+    matches_eager(lambda s, i, u: s.scatter(1, i, u.t()), torch.zeros(rows, cols), idx, src)
+    matches_eager(lambda s, i, u: s.scatter(0, i, u.t()), torch.zeros(rows, cols), idx, src)
