@@ -23,7 +23,7 @@ def _rows(dtype: torch.dtype, n: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n", [7, 33, 300])
+@pytest.mark.parametrize("n", [7, 300])
 def test_half_log_softmax_last_dim_gives_eagers_bits(dtype: torch.dtype, n: int) -> None:
     """Eager rounds the row's sum of exponentials, and its log, to the input's dtype."""
     x = _rows(dtype, n)
@@ -102,4 +102,3 @@ def test_scatter_with_duplicates_keeps_eagers_last_write() -> None:
     src = torch.randn(cols, rows, generator=g)
     idx = torch.randint(0, 3, (rows, cols), generator=g)
     matches_eager(lambda s, i, u: s.scatter(1, i, u.t()), torch.zeros(rows, cols), idx, src)
-    matches_eager(lambda s, i, u: s.scatter(0, i, u.t()), torch.zeros(rows, cols), idx, src)

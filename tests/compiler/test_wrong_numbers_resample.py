@@ -36,10 +36,8 @@ def _same_specials(got: torch.Tensor, want: torch.Tensor) -> None:
 
 CASES = [
     ("bilinear", dict(size=(3, 7), align_corners=True)),
-    ("bilinear", dict(scale_factor=2, align_corners=True)),
     ("bilinear", dict(scale_factor=2, align_corners=False)),
     ("bilinear", dict(size=(2, 4), align_corners=False)),  # same size: eager still weights
-    ("bilinear", dict(size=(1, 3), align_corners=False)),
 ]
 
 
@@ -78,9 +76,7 @@ def test_bilinear_gradient_still_compiles() -> None:
     assert stats()["failures"] == before  # forward and backward compiled
 
 
-@pytest.mark.parametrize("dtype,mode", [(torch.float16, "bilinear"), (torch.bfloat16, "linear"),
-                                        (torch.float16, "trilinear"),
-                                        (torch.bfloat16, "bicubic")])
+@pytest.mark.parametrize("dtype,mode", [(torch.float16, "bilinear"), (torch.bfloat16, "bicubic")])
 def test_half_resize_is_refused_and_gives_eagers_bits(dtype: torch.dtype, mode: str) -> None:
     g = torch.Generator().manual_seed(0)
     nd = {"linear": 1, "bilinear": 2, "trilinear": 3, "bicubic": 2}[mode]
