@@ -102,3 +102,21 @@ def test_scatter_with_duplicates_keeps_eagers_last_write() -> None:
     src = torch.randn(cols, rows, generator=g)
     idx = torch.randint(0, 3, (rows, cols), generator=g)
     matches_eager(lambda s, i, u: s.scatter(1, i, u.t()), torch.zeros(rows, cols), idx, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_area_resize_3d_keeps_nan_in_its_windows(dtype: torch.dtype) -> None:
+    """``interpolate(mode="area")`` of a 5-D input (adaptive_avg_pool3d): an averaging
+    matmul spread each NaN into every output of its row; half precision was an ulp off
+    (eager sums and divides in the input's dtype). float32 sums within tolerance."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 7, generator=g).to(dtype)
+    x.view(-1)[::13] = NAN
+    fn = lambda t: F.interpolate(t, size=(2, 3, 4), mode="area")  # noqa: E731
+    (got,) = compile_graph(fn, [x]).run([x])
+    want = fn(x)
+    if dtype == torch.float32:
+        assert torch.equal(got.isnan(), want.isnan())
+        torch.testing.assert_close(got, want, equal_nan=True)
+    else:
+        bits_equal(got, want)
