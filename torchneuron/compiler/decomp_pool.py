@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decomp_extremes import nan_blind_max
+from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["POOL_DECOMPOSITIONS"]
 
@@ -143,13 +144,58 @@ def _average_matrix(size: int, out: int, like: torch.Tensor) -> torch.Tensor:
     return inside.to(like.dtype) / (hi - lo).to(like.dtype)
 
 
+_MAX_HALF_WINDOW = 64  # elements of a half-precision window summed one by one
+
+
 def _adaptive_avg(x: torch.Tensor, output_size: Sequence[int], nd: int) -> torch.Tensor:
+    """As ATen's CPU loop: each window's elements summed in order, then divided by the
+    window's extent along each dim in turn. float16 / bfloat16 sum and divide in their own
+    dtype there, rounding after every add, so they are summed one element at a time here
+    (windows of up to 64 elements; larger ones are refused); float32 and float64 sum with
+    ``sum`` (last-bit reassociation). An averaging matmul per dim had spread a NaN into
+    every output (0 * NaN) and was off by an ulp in half precision."""
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    window = math.prod(_max_window(x.shape[x.dim() - nd + i], o)
+                       for i, o in enumerate(output_size))
+    if half and window > _MAX_HALF_WINDOW:
+        if torch._guards.TracingContext.try_get() is not None:
+            return NotImplemented  # a raise escapes torch.compile; prepare refuses
+        raise PrepareError(
+            f"aten._adaptive_avg_pool{nd}d: eager sums {x.dtype} windows element by element in "
+            f"{x.dtype}; windows of {window} elements (more than {_MAX_HALF_WINDOW}) are not "
+            "unrolled, so this region runs eagerly.", op=f"aten._adaptive_avg_pool{nd}d",
+            reason="adaptive-avg-half-window")
     out = x
+    lead = x.dim() - nd
+    counts = []
     for i, o in enumerate(output_size):
-        dim = x.dim() - nd + i
-        a = _average_matrix(x.shape[dim], o, x)
-        out = (out.movedim(dim, -1) @ a).movedim(-1, dim)
-    return out
+        dim = lead + i
+        lo, hi = _bounds(x.shape[dim], o, x.device)
+        k = _max_window(x.shape[dim], o)
+        idx = lo.unsqueeze(1) + torch.arange(k, device=x.device)  # (o, k)
+        inside = idx < hi.unsqueeze(1)
+        idx = torch.where(inside, idx, lo.unsqueeze(1))
+        out = torch.index_select(out, dim, idx.reshape(-1))
+        out = out.reshape(*out.shape[:dim], o, k, *out.shape[dim + 1:]).movedim(dim + 1, -1)
+        # windows trail: (..., o at dim, ..., k of earlier dims, k); mask padding slots
+        mask = inside.reshape([1] * dim + [o] + [1] * (out.dim() - dim - 2) + [k])
+        out = torch.where(mask, out.to(torch.float32), 0.0).to(x.dtype) if half \
+            else torch.where(mask, out, 0.0)  # (exact: no bfloat16 literal, see below)
+        counts.append(hi - lo)
+    if half:
+        flat = out.reshape(*out.shape[:out.dim() - nd], -1)
+        total = (flat[..., 0].to(torch.float32) + 0.0).to(x.dtype)  # eager's sum starts at +0
+        for j in range(1, flat.shape[-1]):
+            total = total + flat[..., j]
+    else:
+        total = out.sum(dim=list(range(out.dim() - nd, out.dim())))
+    for i, c in enumerate(counts):
+        view = [1] * (lead + i) + [-1] + [1] * (nd - 1 - i)
+        # (a half sum over a small integer: the quotient of the two as floats, rounded;
+        # no half-precision constant, which this Torch-MLIR cannot hold for bfloat16)
+        total = (total.to(torch.float32) / c.to(torch.float32).reshape(view)).to(x.dtype) \
+            if half else total / c.to(x.dtype).reshape(view)
+    return total
 
 
 def _adaptive_avg_backward(grad: torch.Tensor, x: torch.Tensor, nd: int) -> torch.Tensor:

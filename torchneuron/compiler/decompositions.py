@@ -82,6 +82,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_half_batch_norm import half_batch_norm_decompositions
 
     table.update(half_batch_norm_decompositions(table))  # float16 training; wraps the entries
+    from torchneuron.compiler.decomp_cpu_dependent import cpu_dependent_decompositions
+
+    table.update(cpu_dependent_decompositions(table))  # refusals; wrap the entries before
     from torchneuron.compiler.decomp_int_avg_pool import int_avg_pool_decompositions
 
     table.update(int_avg_pool_decompositions(table))  # integers refused; wraps the entries
@@ -101,6 +104,9 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     from torchneuron.compiler.decomp_opmath import opmath_decompositions
 
     table.update(opmath_decompositions(table))  # half in float32; wraps the entries before
+    from torchneuron.compiler.decomp_half_log_softmax import half_log_softmax_decompositions
+
+    table.update(half_log_softmax_decompositions(table))  # last dim of halves: eager's roundings
     table.update(shape_decompositions(table))  # wraps the entries above, so last
     from torchneuron.compiler.index_bounds import with_index_checks
 
@@ -138,6 +144,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
     from torchneuron.compiler.decomp_resize import RESIZE_DECOMPOSITIONS
     from torchneuron.compiler.decomp_special import SPECIAL_DECOMPOSITIONS
     from torchneuron.compiler.decomp_tie_order import TIE_ORDER_DECOMPOSITIONS
+    from torchneuron.compiler.decomp_upsample_linear import UPSAMPLE_LINEAR_DECOMPOSITIONS
     from torchneuron.compiler.decomp_zeta import ZETA_DECOMPOSITIONS
 
     # The fused LSTM/GRU cells PyTorch picks for the device have no CPU kernel to trace;
@@ -152,7 +159,7 @@ def _extra_tables() -> list[dict[Any, Callable[..., Any]]]:
             DIVISION_DECOMPOSITIONS, FMOD_DECOMPOSITIONS, HALF_MEAN_DECOMPOSITIONS,
             POW_DECOMPOSITIONS, RELU_DECOMPOSITIONS, TIE_ORDER_DECOMPOSITIONS,
             ADDC_DECOMPOSITIONS, CUMULATIVE_DECOMPOSITIONS, HALF_SCALAR_DECOMPOSITIONS,
-            FOREACH_DECOMPOSITIONS, custom_op_decompositions()]
+            FOREACH_DECOMPOSITIONS, UPSAMPLE_LINEAR_DECOMPOSITIONS, custom_op_decompositions()]
 
 
 # --------------------------------------------------------------------------- random

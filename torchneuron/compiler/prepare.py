@@ -39,6 +39,7 @@ from torchneuron.compiler.corrections import fix_degenerate_variances
 from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_complex
 from torchneuron.compiler.decomp_fft import refuse_unlowered_ffts
 from torchneuron.compiler.decomp_uint_casts import refuse_float_to_uint32
+from torchneuron.compiler.decomp_upsample_linear import eager_resample_kernels
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.fx_trace import TRACE_LOCK
@@ -427,7 +428,7 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
         # The python dispatcher (as AOTAutograd uses) turns native_batch_norm, whose schema
         # hides its running-stat mutation, into _native_batch_norm_legit *above*
         # functionalization, so the running-stat updates become write-backs.
-        with enable_python_dispatcher():
+        with enable_python_dispatcher(), eager_resample_kernels():
             gm = trace(fn)
             for _ in range(3):  # decompositions run below functionalization and may mutate
                 if not _mutates_intermediates(gm):

@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
+from torchneuron.compiler.decomp_upsample_linear import eager_resample_kernels
 from torchneuron.compiler.fx_trace import TRACE_LOCK
 from torchneuron.compiler.index_bounds import (
     INDEX_BOUNDS,
@@ -232,7 +233,9 @@ def _retarget_factories(gm: torch.fx.GraphModule, src: str, dst: str, wrap: bool
 def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     index = _device_index(example_inputs)
     _retarget_factories(gm, "neuron", "cpu", wrap=True)
-    with TRACE_LOCK:  # AOTAutograd's trace must not overlap a background one (fx_trace.py)
+    # AOTAutograd's trace must not overlap a background one (fx_trace.py); resampling ops
+    # reach the decomposition table (decomp_upsample_linear.py)
+    with TRACE_LOCK, eager_resample_kernels():
         return aot_autograd(
             fw_compiler=_compile_graph_for(index, "forward"),
             bw_compiler=_compile_graph_for(index, "backward"),

@@ -6,11 +6,15 @@ negative) padding as a StableHLO pad, and calls torch's conv with rhs dilation, 
 and feature groups; batch groups are split into separate convs.
 When the result type is wider than the operands (preferred element type, e.g. bf16 x
 bf16 -> f32) the operands are converted first, so accumulation happens in the wider
-type; otherwise the computation stays in the operand dtype.
+type; otherwise the computation stays in the operand dtype. Integer convolutions are
+computed in int64 (torch has no integer conv kernel): products summed over windows and
+input features, wrapping as eager's int64 arithmetic does; they were convolved in
+float64, which lost every bit past 2**53.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -99,8 +103,6 @@ def convolution(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     ns = len(sp_in)
     out = out_dtype(op)
     ct = _compute_dtype(lhs, rhs, out)
-    if ct == torch.int64:
-        ct = torch.float64  # torch has no integer conv; f64 is exact for small ints
     x = lhs.permute([dn["input_batch_dimension"], dn["input_feature_dimension"]] + sp_in).to(ct)
     w = rhs.permute(
         [dn["kernel_output_feature_dimension"], dn["kernel_input_feature_dimension"]] + sp_k
@@ -118,7 +120,7 @@ def convolution(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     x = pad_tensor(x, torch.zeros((), dtype=ct), low, high, interior)
     fgc = int(op.attributes.get("feature_group_count", 1))
     bgc = int(op.attributes.get("batch_group_count", 1))
-    conv = _CONV.get(ns)
+    conv = _int_conv if ct == torch.int64 else _CONV.get(ns)
     if conv is None:
         if ns != 0:
             raise NotImplementedError(f"convolution with {ns} spatial dims")
@@ -151,3 +153,24 @@ def _conv0d(x: torch.Tensor, w: torch.Tensor, fgc: int, bgc: int) -> torch.Tenso
     return torch.cat(
         [F.conv1d(a, b, groups=fgc) for a, b in zip(xs, ws, strict=False)], dim=1
     ).squeeze(-1)
+
+
+def _int_conv(x: torch.Tensor, w: torch.Tensor, stride: list[int], dilation: list[int],
+              groups: int) -> torch.Tensor:
+    """``F.conv*d`` of int64 tensors (already padded), exact: for each kernel offset, the
+    strided input window times the kernel tap, summed over the group's input features."""
+    ns = x.dim() - 2
+    n, c = x.shape[:2]
+    o, cg = w.shape[:2]
+    k = list(w.shape[2:])
+    out = [(x.shape[2 + d] - dilation[d] * (k[d] - 1) - 1) // stride[d] + 1 for d in range(ns)]
+    xg = x.reshape(n, groups, 1, cg, *x.shape[2:])
+    wg = w.reshape(groups, o // groups, cg, *k)
+    acc = torch.zeros(n, groups, o // groups, *out, dtype=torch.int64)
+    for offset in itertools.product(*[range(kd) for kd in k]):
+        window = [slice(None)] * 4 + [
+            slice(offset[d] * dilation[d], offset[d] * dilation[d] + (out[d] - 1) * stride[d] + 1,
+                  stride[d]) for d in range(ns)]
+        tap = wg[(slice(None), slice(None), slice(None), *offset)]
+        acc += (xg[tuple(window)] * tap.reshape(1, groups, o // groups, cg, *[1] * ns)).sum(3)
+    return acc.reshape(n, o, *out)

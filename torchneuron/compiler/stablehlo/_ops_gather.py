@@ -81,6 +81,27 @@ def is_replace(op: Operation, n: int) -> bool:
     )
 
 
+# torch's CPU index_put_ runs its loop in parallel chunks from this many elements on
+# (ATen's GRAIN_SIZE); below it the loop is serial and the last duplicate wins
+_SERIAL_PUT = 32768
+
+
+def put_last_wins(flat: torch.Tensor, linear: torch.Tensor, updates: torch.Tensor) -> None:
+    """``flat[linear] = updates`` with the last of duplicate positions winning, as in
+    eager's scatter (the last index along ``dim``, which is the last in the updates'
+    row-major order however the lowering permuted them). torch's ``index_put_`` leaves
+    duplicates undefined, and from 32768 elements its threads wrote them in any order:
+    a (300, 400) scatter along dim 1 of transposed updates differed from eager."""
+    linear, updates = linear.reshape(-1), updates.reshape(-1)
+    if linear.numel() >= _SERIAL_PUT:
+        order = torch.arange(linear.numel())
+        last = torch.full((flat.numel(),), -1, dtype=torch.int64)
+        last.scatter_reduce_(0, linear, order, reduce="amax")
+        keep = last[linear] == order
+        linear, updates = linear[keep], updates[keep]
+    flat.index_put_((linear,), updates)
+
+
 _REDUCE = {"stablehlo.maximum": "amax", "stablehlo.minimum": "amin", "stablehlo.multiply": "prod"}
 
 
@@ -133,7 +154,7 @@ def scatter(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     vals = [u[ok] for u in updates]
     kind = simple_body(op)
     if n == 1 and is_replace(op, n):
-        outs[0][lin] = vals[0]
+        put_last_wins(outs[0], lin, vals[0])
     elif n == 1 and kind == "stablehlo.add" and outs[0].dtype != torch.bool:
         outs[0].index_add_(0, lin, vals[0])
     elif n == 1 and kind in _REDUCE and outs[0].dtype != torch.bool:

@@ -286,7 +286,7 @@ def _scatter(op: Operation) -> OpFn | None:
     last, every operand dim indexed in order and an add body: a flat ``index_add_``;
     with a body returning the update (cross-entropy's gradient), the generic path's
     ``index_put_`` on the same flat positions in the same order."""
-    from ._ops_gather import is_replace
+    from ._ops_gather import is_replace, put_last_wins
     from ._ops_reduce import simple_body
 
     if len(op.operands) != 3:
@@ -327,7 +327,7 @@ def _scatter(op: Operation) -> OpFn | None:
             out = x.clone(memory_format=torch.contiguous_format)
             flat, linear = out.view(-1), idx @ weights
             if replace:
-                flat.index_put_((linear,), updates)
+                put_last_wins(flat, linear, updates)
             else:
                 flat.index_add_(0, linear.reshape(-1), updates.reshape(-1))
             return [out]
@@ -339,7 +339,7 @@ def _scatter(op: Operation) -> OpFn | None:
         else:
             linear, updates = linear[ok], updates[ok]
         if replace:
-            out.index_put_((linear,), updates)  # what ``out[linear] = updates`` calls
+            put_last_wins(out, linear, updates)
         else:
             out.index_add_(0, linear, updates)
         return [out.reshape(shape)]

@@ -1,0 +1,143 @@
+"""Ops refused because eager's own bits depend on the CPU's code path, not on the graph.
+
+Each op here was a known wrong number of the compiler (issue 22). For each, eager's CPU
+result depends on where an element sits in ATen's loop (a vectorised block or the scalar
+tail) or on the vector width the CPU gives those loops (8 floats with AVX2, 16 with
+AVX-512), so a lowering tuned to the machine it was written on would be wrong on
+another. They are refused with a typed reason and the region runs eagerly, which is
+eager's result on every CPU by construction:
+
+- ``hardtanh_backward`` (``relu6`` and ``hardtanh`` gradients) at NaN: the vectorised loop
+  tests ``min < x < max`` (false at NaN: gradient 0), the scalar tail tests ``x <= min or
+  x >= max`` (false at NaN: the gradient passes). A float32 NaN gives 0 in the first 16
+  elements of a 17-element tensor and the gradient in the 17th; float64 blocks are 8
+  long. Which NaN meets which loop depends on the length and the vector width. Whether
+  a NaN reaches the op is data, so every floating ``hardtanh_backward`` is refused.
+- bfloat16 batch norm in training: ATen sums the batch statistics of bfloat16 input in
+  float32 in vector-width order, and its ``save_invstd`` and output differ from every
+  fixed-order computation tried (float64 statistics, rounded or not to bfloat16; the
+  output then 0 to 1741 of 10,590 elements off). float16 keeps its exact entry
+  (``decomp_half_batch_norm``).
+- float16 / bfloat16 ``upsample_linear1d`` / ``bilinear2d`` / ``trilinear3d`` /
+  ``bicubic2d``: the same input gives different bits under ``ATEN_CPU_CAPABILITY=default``
+  and ``avx2`` (1 to 6 of 7,440 elements of a (2, 3, 31, 40) resize, up to 2 ulps), so no
+  lowering gives eager's bits on every CPU. float32 and float64 keep their entries
+  (within float32 tolerance; eager's float32 bits differ between those capabilities too).
+- ``native_layer_norm`` (and its backward) over one element: eager's float16 / bfloat16
+  output differs between ``default`` and ``avx2`` on 94 to 100 of 102 rows (``avx2``
+  gives 0.71 for a float16 row [65504], ``default`` 0), its mean of a row [inf] is NaN
+  (the lowering gave inf), and the sign of its zero outputs follows each dtype's kernel.
+  A normalisation over one element is degenerate (the bias, or NaN), so nothing is lost.
+
+While AOTAutograd traces (``torch.compile``) a raise would escape to the user, so the
+entry returns NotImplemented there: the op stays a node and prepare's own trace refuses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torchneuron.compiler.errors import PrepareError
+
+__all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
+
+aten = torch.ops.aten
+_HALVES = (torch.float16, torch.bfloat16)
+REFUSED_REASONS = ("hardtanh-backward-nan", "batch-norm-bfloat16", "upsample-half",
+                   "layer-norm-one-element")
+
+_BATCH_NORM = {  # op -> position of ``training`` (None: always training)
+    aten._native_batch_norm_legit.default: 5,
+    aten._native_batch_norm_legit.no_stats: 3,
+    aten._native_batch_norm_legit_functional.default: 5,
+    aten.native_batch_norm.default: 5,
+}
+_UPSAMPLE = (
+    aten.upsample_linear1d.default, aten.upsample_linear1d.vec,
+    aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
+    aten.upsample_trilinear3d.default, aten.upsample_trilinear3d.vec,
+    aten.upsample_bicubic2d.default, aten.upsample_bicubic2d.vec,
+)
+
+
+def _tracing() -> bool:
+    return torch._guards.TracingContext.try_get() is not None
+
+
+def _refuse(op: Any, why: str, reason: str) -> Any:
+    if _tracing():
+        return NotImplemented
+    name = f"aten.{op.__name__.split('.')[0]}"
+    raise PrepareError(f"{name}: {why}, so no lowering gives eager's bits on every CPU; "
+                       "this region runs eagerly.", op=name, reason=reason)
+
+
+def _hardtanh_backward(base: Callable[..., Any] | None) -> Callable[..., Any]:
+    op = aten.hardtanh_backward.default
+
+    def decomposition(grad: torch.Tensor, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not x.is_floating_point():
+            return base(grad, x, *args, **kwargs) if base is not None else NotImplemented
+        return _refuse(op, "at NaN, eager's vectorised loop gives a zero gradient and its "
+                       "scalar tail passes the gradient, and which loop an element meets "
+                       "depends on its position and the CPU's vector width",
+                       "hardtanh-backward-nan")
+
+    return decomposition
+
+
+def _batch_norm(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
+    at = _BATCH_NORM[op]
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        x = args[0]
+        training = args[at] if len(args) > at else kwargs.get("training", True)
+        if x.dtype == torch.bfloat16 and training:
+            return _refuse(op, "eager sums bfloat16 batch statistics in float32 in the "
+                           "order of its vector loop", "batch-norm-bfloat16")
+        return base(*args, **kwargs) if base is not None else NotImplemented
+
+    return decomposition
+
+
+def _upsample(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
+    def decomposition(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if x.dtype in _HALVES:
+            return _refuse(op, f"eager's {x.dtype} result differs between its CPU code "
+                           "paths (ATEN_CPU_CAPABILITY=default and avx2) by up to 2 ulps",
+                           "upsample-half")
+        return base(x, *args, **kwargs) if base is not None else NotImplemented
+
+    return decomposition
+
+
+def _layer_norm(op: Any, base: Callable[..., Any] | None, at: int) -> Callable[..., Any]:
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        x, shape = args[at], args[at + 1]
+        if x.is_floating_point() and math.prod(shape) == 1:
+            return _refuse(op, "over one element, eager's result follows each dtype's "
+                           "kernel and, in float16 and bfloat16, the CPU's code path",
+                           "layer-norm-one-element")
+        return base(*args, **kwargs) if base is not None else NotImplemented
+
+    return decomposition
+
+
+def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
+                                 ) -> dict[Any, Callable[..., Any]]:
+    """Entries wrapping ``base``'s (the table built so far): the cases above refuse,
+    everything else keeps ``base``'s entry."""
+    table: dict[Any, Callable[..., Any]] = {
+        aten.hardtanh_backward.default: _hardtanh_backward(base.get(aten.hardtanh_backward.default))}
+    for op in _BATCH_NORM:
+        table[op] = _batch_norm(op, base.get(op))
+    for op in _UPSAMPLE:
+        table[op] = _upsample(op, base.get(op))
+    for op, at in ((aten.native_layer_norm.default, 0),
+                   (aten.native_layer_norm_backward.default, 1)):  # (x, normalized_shape)
+        table[op] = _layer_norm(op, base.get(op), at)
+    return table
