@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp_cpu_dependent import REFUSED_REASONS as CPU_DEPENDENT_REASONS
+
 __all__ = ["RefusedOps"]
 
 # Reasons that belong to the op, not to the region, its layouts or the worker (half-conv
@@ -26,7 +28,8 @@ _OP_REASONS = frozenset({
     "no-lowering", "random-op-with-tensor-values", "random-op-multi-output",
     "random-op-unsupported-arg", "dynamic-output-shape", "data-dependent",
     "tie-order", "clamp-tensor-signed-zero", "half-conv", "cpu-dependent-special-value",
-    "custom-op",
+    "custom-op", "embedding-renorm-float16", "adaptive-avg-half-window", "cpu-dependent-premise",
+    *CPU_DEPENDENT_REASONS,
 })
 _MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream
 
