@@ -25,14 +25,14 @@ import torch
 
 from torchneuron.compiler.decomp_registry import registrar
 
-__all__ = ["RESAMPLE_DECOMPOSITIONS"]
+__all__ = ["RESAMPLE_DECOMPOSITIONS", "area_pixel_scale"]
 
 aten = torch.ops.aten
 RESAMPLE_DECOMPOSITIONS: dict[Any, Any] = {}
 _register = registrar(RESAMPLE_DECOMPOSITIONS)
 
 
-def _scale(in_size: int, out_size: int, align_corners: bool, scale: float | None) -> float:
+def area_pixel_scale(in_size: int, out_size: int, align_corners: bool, scale: float | None) -> float:
     """ATen's area_pixel_compute_scale: input pixels per output pixel."""
     if align_corners:
         return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
@@ -44,7 +44,7 @@ def _scale(in_size: int, out_size: int, align_corners: bool, scale: float | None
 def _weights(in_size: int, out_size: int, align_corners: bool, scale: float | None
              ) -> list[list[float]]:
     """The [out_size, in_size] matrix of ATen's antialiased bilinear weights."""
-    s = _scale(in_size, out_size, align_corners, scale)
+    s = area_pixel_scale(in_size, out_size, align_corners, scale)
     support = s if s >= 1.0 else 1.0  # interp_size / 2 = 1, widened by the scale
     invscale = 1.0 / s if s >= 1.0 else 1.0
     rows = []

@@ -38,6 +38,7 @@ import torch
 from torch._C import DispatchKey
 
 from torchneuron.compiler.decomp_registry import registrar
+from torchneuron.compiler.decomp_resample import area_pixel_scale
 from torchneuron.compiler.fx_trace import TRACE_LOCK
 
 __all__ = ["UPSAMPLE_LINEAR_DECOMPOSITIONS", "eager_resample_kernels"]
@@ -45,14 +46,6 @@ __all__ = ["UPSAMPLE_LINEAR_DECOMPOSITIONS", "eager_resample_kernels"]
 aten = torch.ops.aten
 UPSAMPLE_LINEAR_DECOMPOSITIONS: dict[Any, Any] = {}
 _register = registrar(UPSAMPLE_LINEAR_DECOMPOSITIONS)
-
-
-def _scale(in_size: int, out_size: int, align_corners: bool, scale: float | None) -> float:
-    if align_corners:
-        return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
-    if scale is not None and scale > 0:
-        return 1.0 / scale
-    return in_size / out_size
 
 
 def _taps(in_size: int, out_size: int, align_corners: bool, scale: float | None,
@@ -64,7 +57,7 @@ def _taps(in_size: int, out_size: int, align_corners: bool, scale: float | None,
     if in_size == out_size:
         w1 = torch.zeros(out_size, dtype=dtype, device=device)
         return i, i, torch.ones(out_size, dtype=dtype, device=device), w1
-    ratio = _scale(in_size, out_size, align_corners, scale)
+    ratio = area_pixel_scale(in_size, out_size, align_corners, scale)
     pos = i.to(dtype)
     src = pos * ratio if align_corners else (pos + 0.5) * ratio - 0.5
     if not align_corners:
