@@ -9,7 +9,7 @@ import torch
 
 import torchneuron.nki.isa as nisa
 import torchneuron.nki.language as nl
-from tests.nki.kernels import add_kernel, matmul_kernel, nl_matmul_kernel, tiled_add_kernel
+from tests.nki.example_kernels import add_kernel, matmul_kernel, nl_matmul_kernel, tiled_add_kernel
 from torchneuron import nki
 from torchneuron.hardware import settings
 

@@ -29,13 +29,20 @@ def register() -> None:
     global _registered
     if _registered or not dist.is_available():
         return
-    from torchneuron.distributed.backend import create_process_group
-
     if "neuron" not in dist.Backend.backend_list:
         # ``devices`` must be a list: a bare string is read character by character
         dist.Backend.register_backend("neuron", create_process_group, extended_api=True,
                                       devices=["neuron"])
     _registered = True
+
+
+def create_process_group(*args: object, **kwargs: object) -> object:
+    """The backend's factory, importing the group's module only when a group is made:
+    ``import torchneuron`` must not load Dynamo (the group's methods are wrapped in
+    ``torch.compiler.disable``) nor ``torch.distributed``'s heavier modules."""
+    from torchneuron.distributed.backend import create_process_group as create
+
+    return create(*args, **kwargs)
 
 
 def stats(index: int = 0) -> dict:
