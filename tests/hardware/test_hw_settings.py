@@ -34,3 +34,18 @@ def test_override_restores_and_unknown_names_fail() -> None:
     assert (settings.compile_latency_enabled(), current_profile()) == before
     with pytest.raises(KeyError, match="compile_latency"):
         settings.get_value("compile_latencyy")
+
+
+def test_a_value_that_does_not_parse_warns_and_keeps_the_default(monkeypatch) -> None:
+    """A typo in a tuning variable never stops the program: one warning naming the
+    variable, the value and the default used instead."""
+    from torchneuron.hardware import settings as st
+
+    monkeypatch.setenv("TORCHNEURON_AE_HOT_THRESHOLD", "three")
+    st.reset()
+    try:
+        with pytest.warns(UserWarning, match="TORCHNEURON_AE_HOT_THRESHOLD='three'.*default 2"):
+            assert st.get_value("ae_hot_threshold") == 2
+    finally:
+        monkeypatch.delenv("TORCHNEURON_AE_HOT_THRESHOLD")
+        st.reset()

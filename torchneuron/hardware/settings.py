@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -152,8 +153,18 @@ _MISSING = object()
 
 
 def _load(setting: Setting) -> Any:
+    """The environment's value, or the default with one warning when it does not parse:
+    a typo in a tuning variable must not stop the user's program."""
     raw = os.environ.get(setting.env)
-    return setting.default if raw is None else setting.parse(raw)
+    if raw is None:
+        return setting.default
+    try:
+        return setting.parse(raw)
+    except (ValueError, TypeError) as err:
+        kind = getattr(setting.parse, "__name__", "value").lstrip("_").replace("parse_", "")
+        warnings.warn(f"{setting.env}={raw!r} is not a valid {kind} ({err}); using the "
+                      f"default {setting.default!r}. Expected: {setting.doc}.", stacklevel=3)
+        return setting.default
 
 
 def get_value(name: str) -> Any:
