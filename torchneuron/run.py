@@ -33,14 +33,19 @@ def summary(now_ns: int) -> str:
 
     lines = [ae.explain(), f"simulated host time on neuron:0: {now_ns} ns ({_seconds(now_ns)})"]
     s = ae.stats()
-    if s["replays"] == 0 and s["ops_recorded"]:
+    tier1 = s["first_tier_replays"]
+    if s["replays"] == tier1 and s["ops_recorded"]:
         pending = [r.ready_at_ns for r in ae.regions()
                    if r.state is State.COMPILING and r.ready_at_ns is not None]
         if pending:
             lines.append(
-                f"nothing replayed: the script ended (at {_seconds(now_ns)} simulated) before "
+                ("no compiled program replayed" if tier1 else "nothing replayed")
+                + f": the script ended (at {_seconds(now_ns)} simulated) before "
                 f"the modeled compile of its {len(pending)} hot region(s) finished (the first "
-                f"at {_seconds(min(pending))}); run more steps, or run again with the compile "
+                f"at {_seconds(min(pending))})"
+                + (f"; meanwhile they replayed {tier1}x in the first tier (recorded eager "
+                   "kernels)" if tier1 else "")
+                + "; run more steps, or run again with the compile "
                 "cache on (TORCHNEURON_CACHE not 0) to start from the compiled regions.")
         elif not s["compilations"]:
             lines.append("nothing replayed: no region repeated often enough to compile (a "

@@ -51,6 +51,25 @@ def test_background_compiles_run_on_as_many_workers_as_given() -> None:
     """``workers`` compiles at once (the profile's ``compile_parallelism``): the next
     waits for the earliest free worker; one worker is a queue."""
     one, three = Timeline(), Timeline()
-    assert [one.schedule_compile(100) for _ in range(3)] == [100, 200, 300]
-    assert [three.schedule_compile(100, workers=3) for _ in range(4)] == [100, 100, 100, 200]
+    jobs = [one.submit_compile(100) for _ in range(3)]
+    one.host(300, "test")
+    assert [one.compile_done_at(j) for j in jobs] == [100, 200, 300]
+    jobs = [three.submit_compile(100, workers=3) for _ in range(4)]
+    three.host(100, "test")
+    assert [three.compile_done_at(j) for j in jobs] == [100, 100, 100, 200]
     assert three.compiler_free_ns == 200 and three.compiler_busy_ns == 400
+
+
+def test_a_free_worker_takes_the_highest_priority_compile_submitted_by_then() -> None:
+    tl = Timeline()
+    a = tl.submit_compile(100, priority=1.0)  # starts at once: the worker is free
+    b = tl.submit_compile(100, priority=1.0)
+    tl.host(50, "test")
+    c = tl.submit_compile(100, priority=5.0)  # later, but outranks b at time 100
+    assert tl.compile_done_at(a) == 100
+    assert tl.compile_done_at(b) is None  # not decided before the host reaches its start
+    tl.host(50, "test")
+    assert tl.compile_done_at(c) == 200
+    assert tl.compile_done_at(b) is None
+    tl.host(100, "test")
+    assert tl.compile_done_at(b) == 300

@@ -108,6 +108,10 @@ def explain_region(region: Region, *, enabled: bool, now_ns: int,
 
 def _status(r: Region, *, enabled: bool, now_ns: int, refused: set[str]) -> tuple[str, str]:
     """(the state as shown, the line saying why it is not swapped in, or "")."""
+    if r.state is State.COMPILING and r.ready_at_ns is None and r.compile_job is not None:
+        return r.state.value, ("why its program is not swapped in yet: its compile waits for "
+                               "a worker of the simulated compiler (regions that save more "
+                               "per second of compile go first)")
     if r.state is State.COMPILING and r.ready_at_ns is not None:
         if r.ready_at_ns <= now_ns:  # done on the simulated clock; its start has not come
             return "ready", ("not replayed: ready at " + _s(r.ready_at_ns) + " simulated, and "

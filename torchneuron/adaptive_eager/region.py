@@ -74,6 +74,7 @@ class Region:
         self.future: Any = None
         self.hot_at_ns: int | None = None
         self.ready_at_ns: int | None = None  # simulated moment its compile finishes
+        self.compile_job: int | None = None  # its job on the simulated compiler queue
         self.compile_latency_ns = 0
         self.wall_stall_s = 0.0
         self.replays = 0

@@ -544,8 +544,13 @@ class Runtime:
             log.info("region %s (%d ops) is hot: executable from the cache", region.key, n)
             return
         region.compile_latency_ns = compile_latency_ns(core, n)
-        region.ready_at_ns = core.timeline.schedule_compile(region.compile_latency_ns,
-                                                            core.profile.compile_parallelism)
+        # the predicted host saving per second of compile, times the copies replayed per
+        # step: the blocks of identical layers compile first
+        priority = _gain(core.profile, n) * max(1, region.copies) \
+            / max(1, region.compile_latency_ns)
+        region.compile_job = core.timeline.submit_compile(
+            region.compile_latency_ns, priority, core.profile.compile_parallelism)
+        region.ready_at_ns = core.timeline.compile_done_at(region.compile_job)
         region.future = background.submit(gm, examples, region.key)
         if region.state is not State.COMPILING:  # (a recaptured region already is)
             region.to(State.COMPILING)
@@ -667,6 +672,9 @@ class Runtime:
         """How ``region`` can replay now: 2 through its executable (published here if its
         modeled compile is done), 1 as its recorded eager kernels while it compiles
         (``ae_first_tier``), 0 not at all."""
+        if region.state is State.COMPILING and region.ready_at_ns is None \
+                and region.compile_job is not None:
+            region.ready_at_ns = core.timeline.compile_done_at(region.compile_job)
         if region.state is State.COMPILING and region.ready_at_ns is not None \
                 and core.now >= region.ready_at_ns:
             self.publish(region)

@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .compile_queue import CompileQueue
+
 __all__ = ["Timeline", "TimelineEntry", "TimelineObserver"]
 
 TimelineEntry = tuple[str, int, int]  # (label, start_ns, end_ns)
@@ -43,9 +45,7 @@ class Timeline:
         self.device_busy_ns = 0
         self.device_idle_ns = 0
         self.enqueued = 0
-        self.compiler_free_ns = 0  # when the simulated background compiler queue is idle
-        self.compiler_busy_ns = 0  # modeled compile latency queued on it in total
-        self.compiler_workers_free_ns: list[int] = []  # when each compile worker is free
+        self.compiler: CompileQueue | None = None  # the simulated background compiler
         self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
         # Observers (torchneuron.profiler) see every interval; they never change time.
         self.observers: list[TimelineObserver] = []
@@ -104,28 +104,34 @@ class Timeline:
         cats["launch"] = cats.get("launch", 0) + launch_ns
         return self.enqueue(device_ns, label, detail)
 
-    def schedule_compile(self, latency_ns: int, workers: int = 1) -> int:
-        """Queue a background compile of modeled ``latency_ns`` on the simulated compiler,
-        which runs ``workers`` compiles at once: it starts now, or when the earliest of
-        them is free; return when it is done.
+    def submit_compile(self, latency_ns: int, priority: float = 0.0, workers: int = 1) -> int:
+        """Queue a background compile of modeled ``latency_ns`` now on the simulated
+        compiler (``compile_queue``: ``workers`` at once, highest ``priority`` first);
+        return its job id for ``compile_done_at``. The host does not wait: this is how
+        adaptive eager decides, on the simulated clock, when a region's executable may
+        be swapped in."""
+        if self.compiler is None:  # (its worker count is fixed by the first submission)
+            self.compiler = CompileQueue(workers, self._compile_started)
+        return self.compiler.submit(self.host_ns, latency_ns, priority)
 
-        The host does not wait: this is how adaptive eager decides, on the simulated clock,
-        when a region's executable may be swapped in.
-        """
-        latency_ns = int(latency_ns)
-        if latency_ns < 0:
-            raise ValueError(f"compile latency must be >= 0 ns, got {latency_ns}")
-        free = self.compiler_workers_free_ns
-        while len(free) < max(1, int(workers)):
-            free.append(0)
-        slot = min(range(len(free)), key=lambda i: (free[i], i))
-        start = max(self.host_ns, free[slot])
-        free[slot] = start + latency_ns
-        self.compiler_free_ns = max(free)
-        self.compiler_busy_ns += latency_ns
+    def compile_done_at(self, job: int) -> int | None:
+        """When compile ``job`` finishes, once the host has reached its start; else None."""
+        assert self.compiler is not None, "no compile was submitted"
+        return self.compiler.done_at(job, self.host_ns)
+
+    @property
+    def compiler_busy_ns(self) -> int:
+        """Modeled compile latency of the compiles started so far."""
+        return 0 if self.compiler is None else self.compiler.busy_ns
+
+    @property
+    def compiler_free_ns(self) -> int:
+        """When the compiles started so far are done."""
+        return 0 if self.compiler is None else self.compiler.free_ns
+
+    def _compile_started(self, start: int, end: int) -> None:
         if self.observers:
-            self.emit("compiler", "compile", start, free[slot])
-        return free[slot]
+            self.emit("compiler", "compile", start, end)
 
     def record_event(self) -> int:
         """Timestamp at which all work enqueued so far has completed."""
