@@ -33,14 +33,14 @@ from torchneuron.adaptive_eager import dataflow, issued, lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
-from torchneuron.adaptive_eager.recorder import static_of, vid_of
+from torchneuron.adaptive_eager.recorder import run_eagerly, static_of, vid_of
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
 from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler import index_bounds
 from torchneuron.compiler.launch import launch
 from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
-from torchneuron.dispatch import run_op, wrap
+from torchneuron.dispatch import wrap
 from torchneuron.hardware import get_core
 
 __all__ = ["Replay", "MISMATCH"]
@@ -520,7 +520,7 @@ class Replay:
                 start = end
                 args, kwargs = rebuild(self.templates[i], tensors)
                 try:
-                    out = run_op(func, args, kwargs)
+                    out = run_eagerly(func, args, kwargs, tensors)  # (factories as eager)
                 except Exception as e:
                     detail = (f"deferred by adaptive eager as op {i} of region "
                               f"{self.region.key}, run eagerly at its side exit")
