@@ -75,7 +75,7 @@ def test_wrong_decomposition_under_training_forward(wrong_silu: None) -> None:
 def test_without_the_undecomposed_reference_the_wrong_decomposition_goes_unnoticed(
         wrong_silu: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The control: only the per-graph check (today's, against the decomposed graph)."""
-    monkeypatch.setattr(backend, "verify_first_call", lambda compiled, gm, index: compiled)
+    monkeypatch.setattr(backend, "verify_first_call", lambda compiled, gm, host, index: compiled)
     cf = torch.compile(f, backend="neuron")
     x = torch.randn(4, 5).to("neuron")
     with override(verify=True):

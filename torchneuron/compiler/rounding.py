@@ -17,7 +17,7 @@ difference stays a mismatch.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -50,17 +50,15 @@ class _Float64(fx.Interpreter):
         return target(*_up(args), **_up(kwargs))
 
 
-def _reference64(gm: fx.GraphModule, inputs64: list[Any], rng_state: torch.Tensor | None,
-                 place: Callable[[list[Any]], list[Any]] | None = None,
-                 unplace: Callable[[Any], Any] | None = None) -> list[Any]:
+def _reference64(gm: fx.GraphModule, inputs64: list[Any], rng_state: torch.Tensor | None
+                 ) -> list[Any]:
     ctx: Any = torch.random.fork_rng(devices=[]) if rng_state is not None \
         else contextlib.nullcontext()
     with ctx:
         if rng_state is not None:
             torch.default_generator.set_state(rng_state)
-        outs = _Float64(gm).run(*(inputs64 if place is None else place(inputs64)))
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    return outs if unplace is None else [unplace(o) for o in outs]
+        outs = _Float64(gm).run(*inputs64)
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
 def _within(ref: torch.Tensor, eager: torch.Tensor, got: torch.Tensor, rtol: float,
@@ -128,19 +126,15 @@ def copy_preserving_aliases(values: Sequence[Any], widen: bool = False) -> list[
 
 def explained_by_rounding(gm: fx.GraphModule, inputs: Sequence[Any],
                           rng_state: torch.Tensor | None, eager: Sequence[Any],
-                          got: Sequence[Any], rtol: float, atol: float, *,
-                          place: Callable[[list[Any]], list[Any]] | None = None,
-                          unplace: Callable[[Any], Any] | None = None) -> bool:
+                          got: Sequence[Any], rtol: float, atol: float) -> bool:
     """Whether ``got`` (the executable's outputs, then its inputs after its writes)
     differs from ``eager`` (the same for the eager reference) only as float32 rounding
-    does. ``inputs``: the graph's arguments as they were before either run.
-    ``place`` / ``unplace``: turn the float64 inputs into what ``gm`` takes (neuron
-    tensors over them, for a Dynamo graph) and each of its outputs back (its buffer)."""
+    does. ``inputs``: the graph's arguments as they were before either run."""
     inputs64 = copy_preserving_aliases(inputs, widen=True)
     if inputs64 is None:  # no faithful float64 copy of the inputs: the mismatch stands
         return False
     try:
-        outs64 = _reference64(gm, inputs64, rng_state, place, unplace)
+        outs64 = _reference64(gm, inputs64, rng_state)
     except Exception:  # noqa: BLE001 - no float64 reference: the mismatch stands
         return False
     ref = outs64 + [x for x in inputs64 if isinstance(x, torch.Tensor)]
