@@ -51,16 +51,17 @@ def reference_raised(error: BaseException) -> bool:
 def run_checked(region: Any, inputs: list[torch.Tensor],
                 run: Callable[[list[torch.Tensor]], list[Any]], index: int) -> list[Any]:
     """``run(inputs)``, checked against the region's graph on its first run when the
-    ``verify`` setting is on (on every run with ``ae_verify_replays``). Sets
+    ``verify`` setting is on (on every run with ``ae_verify_replays``, read when a region
+    is first checked, so set it before the loop starts). Sets
     ``region.mismatch`` when the two differ. A run that raises leaves the region to be
     verified next time."""
-    if region.verified:  # (the default path: one attribute read per replay)
-        if not get_value("ae_verify_replays") or region.graph is None:
-            return run(inputs)
-    elif region.graph is None or not (verify_enabled() or get_value("ae_verify_first_replay")
-                                      or get_value("ae_verify_replays")):
+    if region.verified or region.graph is None or not (
+            verify_enabled() or get_value("ae_verify_first_replay")
+            or get_value("ae_verify_replays")):
         return run(inputs)
-    region.verified = True
+    # checked: trusted from now on (the default path reads one attribute per replay),
+    # unless every replay is to be checked
+    region.verified = not get_value("ae_verify_replays")
     region.checked_replays += 1
     gen = random.generator(index)
     ran: list[bool] = []
@@ -75,6 +76,7 @@ def run_checked(region: Any, inputs: list[torch.Tensor],
                                       set_rng_state=gen.set_state, source="adaptive_eager")
     except Exception as e:
         region.verified = False  # not compared: next time
+        region.checked_replays -= 1
         if not ran:  # the reference raised (on clones): the executable did not run
             setattr(e, _REFERENCE_RAISED, True)
         raise
