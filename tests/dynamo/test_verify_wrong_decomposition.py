@@ -82,3 +82,49 @@ def test_without_the_undecomposed_reference_the_wrong_decomposition_goes_unnotic
         out = cf(x).cpu()
     assert not torch.allclose(out, f(x.cpu()))
     assert "verify:verify-mismatch" not in tc.stats()["failures_by_stage"]
+
+
+def _wrong_tanh_backward(grad: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return aten.mul.Tensor(grad, aten.rsub.Scalar(y, 1))  # 1 - y, not 1 - y**2: wrong
+
+
+@pytest.fixture()
+def wrong_tanh_backward(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setitem(decomposition_table(), aten.tanh_backward.default,
+                        _wrong_tanh_backward)
+    torch._dynamo.reset()
+    tc.reset_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def _tanh_step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x @ w).sum()
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checked", "control"])
+def test_wrong_backward_decomposition_gives_eager_gradients(
+        wrong_tanh_backward: None, monkeypatch: pytest.MonkeyPatch, checked: bool) -> None:
+    """The forward is right, the compiled backward wrong: caught at the first backward,
+    eager's gradient handed on, the graph refused (the next steps run eagerly). The
+    control (the undecomposed check off) hands out the wrong gradient."""
+    if not checked:
+        monkeypatch.setattr(backend, "verify_first_call", lambda compiled, gm, host, i: compiled)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(5, 3, generator=g)
+    xs = [torch.randn(4, 5, generator=g) for _ in range(3)]
+    wn = w.to("neuron").requires_grad_()
+    w = w.requires_grad_()
+    cf = torch.compile(_tanh_step, backend="neuron")
+    with override(verify=True):
+        for x in xs:
+            _tanh_step(x, w).backward()
+            cf(x.to("neuron"), wn).backward()
+            if not checked:
+                break
+    if checked:
+        torch.testing.assert_close(wn.grad.cpu(), w.grad, rtol=0, atol=0)
+        assert tc.stats()["failures_by_stage"] == {"verify:verify-mismatch": 1}, tc.explain()
+    else:
+        assert not torch.allclose(wn.grad.cpu(), w.grad)
+        assert "verify:verify-mismatch" not in tc.stats()["failures_by_stage"]

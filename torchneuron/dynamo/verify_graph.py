@@ -33,7 +33,11 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from torchneuron.compiler.rounding import copy_preserving_aliases, explained_by_rounding
+from torchneuron.compiler.rounding import (
+    copy_preserving_aliases,
+    explained_by_rounding,
+    grads_explained_by_rounding,
+)
 from torchneuron.compiler.verify import (
     ATOL,
     RTOL,
@@ -43,6 +47,7 @@ from torchneuron.compiler.verify import (
     run_reference,
 )
 from torchneuron.device import NeuronTensor, random
+from torchneuron.device.tensor import wrap_buffer
 
 __all__ = ["host_graph", "verify_first_call"]
 
@@ -101,7 +106,7 @@ def verify_first_call(compiled: Callable, gm: fx.GraphModule, host: fx.GraphModu
         if state["checked"]:
             return compiled(*args)
         state["checked"] = True
-        out, mismatch = _checked(name, compiled, host, list(args), index)
+        out, mismatch = _checked(name, compiled, host, list(args), index, state)
         if mismatch is None:
             return out
         state["refused"] = True
@@ -113,26 +118,39 @@ def verify_first_call(compiled: Callable, gm: fx.GraphModule, host: fx.GraphModu
 
 
 def _checked(name: str, compiled: Callable, host: fx.GraphModule, args: list[Any],
-             index: int) -> tuple[Any, Mismatch | None]:
+             index: int, state: dict[str, bool]) -> tuple[Any, Mismatch | None]:
     """Run the reference then ``compiled``; on a mismatch (reported), the inputs and the
-    device generator are as they were before either run, for the caller's eager run."""
+    device generator are as they were before either run, for the caller's eager run.
+    Inputs that require a gradient reach ``compiled`` through ``_Tap`` (``_Backward``)."""
     buffers = [_buffer(a) for a in args]
     before = copy_preserving_aliases(buffers)
     clones = copy_preserving_aliases(buffers)
+    wrt = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad
+           and torch.is_grad_enabled()]
+    for i in wrt:
+        clones[i].requires_grad_()
     gen = random.generator(index)
     start = gen.get_state()
     try:  # (random ops draw from the CPU generator set to the device generator's state)
-        expected, ref_end = run_reference(host, clones, start)
+        ref_outs, ref_end = run_reference(host, clones, start)
     except Exception as e:  # noqa: BLE001 - nothing to compare with: the compiled path runs
         log.info("%s: not checked against Dynamo's graph, whose host copy raised %s: %s",
                  name, type(e).__name__, e)
         return compiled(*args), None
-    out = compiled(*args)
+    backward = _Backward(name, host, before, wrt, clones, ref_outs, index, state) if wrt \
+        else None
+    tapped = list(args)
+    for i in wrt:
+        tapped[i] = _Tap.apply(args[i], backward, i)
+    out = compiled(*tapped)
+    if backward is not None:
+        backward.watch(pytree.tree_leaves(out))
     expected = [e.detach() if isinstance(e, torch.Tensor) else e
-                for e in pytree.tree_leaves(expected)]
+                for e in pytree.tree_leaves(ref_outs)]
     got = [_buffer(g).detach() if isinstance(g, torch.Tensor) else g
            for g in pytree.tree_leaves(out)]
-    written = [(c, b) for c, b in zip(clones, buffers, strict=True) if isinstance(b, torch.Tensor)]
+    written = [(c.detach(), b) for c, b in zip(clones, buffers, strict=True)
+               if isinstance(b, torch.Tensor)]
     mismatch = compare_outputs(name, expected, got)
     if mismatch is None:
         mismatch = compare_outputs(name, [c for c, _ in written], [b for _, b in written])
@@ -157,3 +175,82 @@ def _checked(name: str, compiled: Callable, host: fx.GraphModule, args: list[Any
             b.copy_(saved)
     gen.set_state(start)
     return out, mismatch
+
+
+class _Backward:
+    """The first call's gradients, checked as the compiled backward hands them out.
+
+    Why: the compiled backward is AOTAutograd's, built from our decompositions too (the
+    per-graph check compares it with itself). Hooks on the compiled outputs catch the
+    gradients flowing into them (the tangents); each input that requires a gradient went
+    into the compiled graph through a ``_Tap``, whose backward receives exactly this
+    graph's gradient for it. That is compared with the gradient of Dynamo's graph, run on
+    the host, for the same tangents; a difference that a float64 run does not explain is
+    reported, eager's gradient is handed on instead and the graph is refused."""
+
+    def __init__(self, name: str, host: fx.GraphModule, before: list[Any], wrt: list[int],
+                 clones: list[Any], ref_outs: list[Any], index: int,
+                 state: dict[str, bool]) -> None:
+        self.name, self.host, self.before, self.wrt = name, host, before, wrt
+        self.clones, self.ref_outs, self.index, self.state = clones, ref_outs, index, state
+        self.tangents: list[Any] = [None] * len(ref_outs)
+        self.ref: dict[int, torch.Tensor] | None = None
+        self.reported = False
+
+    def watch(self, outs: list[Any]) -> None:
+        for k, o in enumerate(outs[: len(self.tangents)]):
+            if isinstance(o, torch.Tensor) and o.requires_grad:
+                o.register_hook(lambda g, k=k: self.tangents.__setitem__(k, _buffer(g)))
+
+    def _reference(self) -> dict[int, torch.Tensor]:
+        if self.ref is None:
+            pairs = [(o, t) for o, t in zip(self.ref_outs, self.tangents, strict=True)
+                     if isinstance(o, torch.Tensor) and o.requires_grad and t is not None]
+            leaves = [self.clones[i] for i in self.wrt]
+            grads = torch.autograd.grad([o for o, _ in pairs], leaves,
+                                        [t.to(o.dtype) for o, t in pairs], allow_unused=True) \
+                if pairs else [None] * len(leaves)
+            self.ref = {i: (g if g is not None else torch.zeros_like(self.clones[i])).detach()
+                        for i, g in zip(self.wrt, grads, strict=True)}
+            self.ref_outs = []  # the host graph's autograd graph is no longer needed
+        return self.ref
+
+    def check(self, i: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        """The gradient to hand on for input ``i``: the compiled one, or eager's."""
+        if grad is None:
+            return None
+        ref = self._reference()
+        got = _buffer(grad).detach()
+        mismatch = compare_outputs(self.name, [ref[i]], [got])
+        if mismatch is None:
+            return grad
+        tangents = list(self.tangents)
+        if grads_explained_by_rounding(self.host, self.before, self.wrt, tangents,
+                                       [ref[j] for j in self.wrt],
+                                       [ref[j] if j != i else got for j in self.wrt],
+                                       RTOL, ATOL):
+            log.info("%s; within float32 rounding of a float64 reference: accepted", mismatch)
+            return grad
+        if not self.reported:
+            self.reported = True
+            mismatch.graph = f"{self.name} (backward)"
+            mismatch.detail = (f"the gradient of input {i}, checked against Dynamo's graph run "
+                               "eagerly (before our decompositions): a decomposition or a "
+                               "lowering of the backward is wrong")
+            report_mismatch(mismatch, "torch.compile")
+            self.state["refused"] = True
+        value = ref[i].to(got.dtype)
+        return wrap_buffer(value, self.index) if isinstance(grad, NeuronTensor) else value
+
+
+class _Tap(torch.autograd.Function):
+    """Identity on the way in; on the way back, the gradient goes through ``_Backward``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, backward: _Backward, i: int) -> torch.Tensor:
+        ctx.backward, ctx.i = backward, i
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None, None]:
+        return ctx.backward.check(ctx.i, grad), None, None
