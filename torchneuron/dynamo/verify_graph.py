@@ -15,10 +15,12 @@ per-graph check), the inputs and generator are put back, and that call and every
 one run Dynamo's graph eagerly on the device: eager's numbers and eager's autograd, the
 backward included.
 
-What it does not see: a compiled backward is checked by the per-graph check only, against
-AOTAutograd's (decomposed) backward graph; a graph Dynamo hands over boxed (``GmWrapper``)
-is checked by the per-graph check only; a graph whose host copy cannot run (it raises on
-the copies: eager's own error, or a module call over device tensors) is not compared here.
+The first call's gradients are checked too (``_Backward``). What it does not see: the
+gradients of a graph that draws random numbers or holds a higher-order op (checkpoint)
+are checked by the per-graph check only, against AOTAutograd's (decomposed) backward; so
+is a graph Dynamo hands over boxed (``GmWrapper``); a graph whose host copy cannot run (it
+raises on the copies: eager's own error, or a module call over device tensors) is not
+compared here.
 """
 
 from __future__ import annotations
@@ -137,8 +139,14 @@ def _checked(name: str, compiled: Callable, host: fx.GraphModule, args: list[Any
         log.info("%s: not checked against Dynamo's graph, whose host copy raised %s: %s",
                  name, type(e).__name__, e)
         return compiled(*args), None
-    backward = _Backward(name, host, before, wrt, clones, ref_outs, index, state) if wrt \
-        else None
+    # Gradients are checked unless the graph draws random numbers or holds a higher-order
+    # op (a checkpoint redraws in its backward, from a state the host run cannot share)
+    plain = (ref_end is None or torch.equal(ref_end, start)) and not any(
+        isinstance(n.target, torch._ops.HigherOrderOperator) for n in host.graph.nodes)
+    backward = _Backward(name, host, before, wrt, clones, ref_outs, index, state) \
+        if wrt and plain else None
+    if backward is None:
+        wrt = []
     tapped = list(args)
     for i in wrt:
         tapped[i] = _Tap.apply(args[i], backward, i)
