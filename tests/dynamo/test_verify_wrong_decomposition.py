@@ -128,3 +128,22 @@ def test_wrong_backward_decomposition_gives_eager_gradients(
     else:
         assert not torch.allclose(wn.grad.cpu(), w.grad)
         assert "verify:verify-mismatch" not in tc.stats()["failures_by_stage"]
+
+
+def test_two_backward_passes_through_the_checked_call_agree_with_eager() -> None:
+    """``retain_graph``: each pass's gradients are checked against its own tangents."""
+    torch._dynamo.reset()
+    tc.reset_stats()
+    g = torch.Generator().manual_seed(1)
+    w, x = torch.randn(5, 3, generator=g), torch.randn(4, 5, generator=g)
+    wn = w.to("neuron").requires_grad_()
+    w = w.requires_grad_()
+    cf = torch.compile(lambda x, w: torch.tanh(x @ w), backend="neuron")
+    with override(verify=True):
+        out, ref = cf(x.to("neuron"), wn), torch.tanh(x @ w)
+        for scale in (1.0, 3.0):
+            (out.sum() * scale).backward(retain_graph=True)
+            (ref.sum() * scale).backward(retain_graph=True)
+    torch.testing.assert_close(wn.grad.cpu(), w.grad)
+    assert "verify:verify-mismatch" not in tc.stats()["failures_by_stage"], tc.explain()
+    torch._dynamo.reset()

@@ -207,8 +207,13 @@ class _Backward:
 
     def watch(self, outs: list[Any]) -> None:
         for k, o in enumerate(outs[: len(self.tangents)]):
-            if isinstance(o, torch.Tensor) and o.requires_grad:
-                o.register_hook(lambda g, k=k: self.tangents.__setitem__(k, _buffer(g)))
+            if isinstance(o, torch.Tensor) and o.requires_grad and not o.is_leaf:
+                o.register_hook(lambda g, k=k: self._tangent(k, g))
+
+    def _tangent(self, k: int, grad: torch.Tensor) -> None:
+        if self.ref is not None:  # another backward pass through the graph (retain_graph)
+            self.ref, self.tangents = None, [None] * len(self.tangents)
+        self.tangents[k] = _buffer(grad).detach()
 
     def _reference(self) -> dict[int, torch.Tensor]:
         if self.ref is None:
@@ -216,11 +221,11 @@ class _Backward:
                      if isinstance(o, torch.Tensor) and o.requires_grad and t is not None]
             leaves = [self.clones[i] for i in self.wrt]
             grads = torch.autograd.grad([o for o, _ in pairs], leaves,
-                                        [t.to(o.dtype) for o, t in pairs], allow_unused=True) \
+                                        [t.to(o.dtype) for o, t in pairs], allow_unused=True,
+                                        retain_graph=True) \
                 if pairs else [None] * len(leaves)
             self.ref = {i: (g if g is not None else torch.zeros_like(self.clones[i])).detach()
                         for i, g in zip(self.wrt, grads, strict=True)}
-            self.ref_outs = []  # the host graph's autograd graph is no longer needed
         return self.ref
 
     def check(self, i: int, grad: torch.Tensor | None) -> torch.Tensor | None:
