@@ -210,10 +210,10 @@ class _Backward:
             if isinstance(o, torch.Tensor) and o.requires_grad and not o.is_leaf:
                 o.register_hook(lambda g, k=k: self._tangent(k, g))
 
-    def _tangent(self, k: int, grad: torch.Tensor) -> None:
+    def _tangent(self, k: int, grad: torch.Tensor | None) -> None:
         if self.ref is not None:  # another backward pass through the graph (retain_graph)
             self.ref, self.tangents = None, [None] * len(self.tangents)
-        self.tangents[k] = _buffer(grad).detach()
+        self.tangents[k] = None if grad is None else _buffer(grad).detach()
 
     def _reference(self) -> dict[int, torch.Tensor]:
         if self.ref is None:
