@@ -157,7 +157,8 @@ def grads_explained_by_rounding(gm: fx.GraphModule, inputs: Sequence[Any], wrt: 
     """Gradients: whether ``got`` (of ``gm``'s outputs' vector-Jacobian product with
     ``tangents``, with respect to ``inputs[i]`` for ``i`` in ``wrt``) differs from ``eager``
     only as rounding does, judged as ``explained_by_rounding`` judges outputs, against the
-    same product computed in float64. A graph that draws random numbers is not judged."""
+    same product computed in float64 (no random state is set: the caller gives it no graph
+    that draws random numbers)."""
     inputs64 = copy_preserving_aliases(inputs, widen=True)
     if inputs64 is None:
         return False
