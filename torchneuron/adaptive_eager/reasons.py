@@ -67,8 +67,9 @@ _MESSAGES = {
     Reason.BACKED_OFF: "the region exited too often; replay skipped for a while (back-off)",
     Reason.BLACKLISTED: "the region exited too often after back-offs; never replayed again",
     Reason.COMPILE_PENDING: "its modeled compile had not finished on the simulated clock",
-    Reason.VERIFY_MISMATCH: "its first replay differed from eager under TORCHNEURON_VERIFY "
-    "(eager's results were used); never replayed again",
+    Reason.VERIFY_MISMATCH: "a checked replay (its first, under TORCHNEURON_VERIFY or "
+    "TORCHNEURON_AE_VERIFY_FIRST_REPLAY; any, under TORCHNEURON_AE_VERIFY_REPLAYS) differed "
+    "from eager (eager's results were used); never replayed again",
     Reason.HOST_COPY_INTO_INPUT: "host data was copied into a tensor the region had already "
     "used before the region ended",
     Reason.GROWING_CAPPED: "a growing op's pattern was not kept: growing.py already keeps "

@@ -69,8 +69,9 @@ class Region:
         self.guards: Any = None  # per-op guards, prepared at its first replay (``guard``)
         self.executable: Any = None
         self.graph: Any = None  # the captured FX graph (the verify reference)
-        self.verified = False  # its first replay was checked (or verify is off)
+        self.verified = False  # checked, no more checks due (ae_verify_replays off)
         self.mismatch: Any = None  # a verify mismatch of that check
+        self.checked_replays = 0  # replays compared with eager (verify.run_checked)
         self.future: Any = None
         self.hot_at_ns: int | None = None
         self.ready_at_ns: int | None = None  # simulated moment its compile finishes

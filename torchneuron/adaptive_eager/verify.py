@@ -10,11 +10,19 @@ executable's results are used and the region is trusted from then on. Differing,
 mismatch is logged and counted (``compiler.stats()`` failure ``verify:verify-mismatch``),
 the inputs, outputs and generator get eager's results, and the region is blacklisted
 (``Reason.VERIFY_MISMATCH``): a wrong region never hands out a number.
+
+With ``ae_verify_replays`` on (``TORCHNEURON_AE_VERIFY_REPLAYS=1``, off by default: it runs
+every region twice), *every* replay is checked the same way, not only the first: for
+debugging a user's divergence that appears only after many steps (an executable, a cached
+one or a buffer it reads, that goes wrong later). The mismatch names the replay, the region
+and the op nearest the first differing value, in the log and in ``explain()``; the region is
+blacklisted and that replay hands out eager's numbers.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +35,8 @@ from torchneuron.dispatch.rnn import FUSED_CELL_KERNELS
 from torchneuron.hardware.settings import get_value
 
 __all__ = ["run_checked", "reference_raised"]
+
+log = logging.getLogger("torchneuron.adaptive_eager.verify")
 
 _REFERENCE_RAISED = "_torchneuron_ae_reference_raised"
 
@@ -41,12 +51,18 @@ def reference_raised(error: BaseException) -> bool:
 def run_checked(region: Any, inputs: list[torch.Tensor],
                 run: Callable[[list[torch.Tensor]], list[Any]], index: int) -> list[Any]:
     """``run(inputs)``, checked against the region's graph on its first run when the
-    ``verify`` setting is on. Sets ``region.mismatch`` when the two differ. A run that
-    raises leaves the region to be verified next time."""
+    ``verify`` setting is on (on every run with ``ae_verify_replays``, read when a region
+    is first checked, so set it before the loop starts). Sets
+    ``region.mismatch`` when the two differ. A run that raises leaves the region to be
+    verified next time."""
     if region.verified or region.graph is None or not (
-            verify_enabled() or get_value("ae_verify_first_replay")):
+            verify_enabled() or get_value("ae_verify_first_replay")
+            or get_value("ae_verify_replays")):
         return run(inputs)
-    region.verified = True
+    # checked: trusted from now on (the default path reads one attribute per replay),
+    # unless every replay is to be checked
+    region.verified = not get_value("ae_verify_replays")
+    region.checked_replays += 1
     gen = random.generator(index)
     ran: list[bool] = []
 
@@ -60,9 +76,18 @@ def run_checked(region: Any, inputs: list[torch.Tensor],
                                       set_rng_state=gen.set_state, source="adaptive_eager")
     except Exception as e:
         region.verified = False  # not compared: next time
+        region.checked_replays -= 1
         if not ran:  # the reference raised (on clones): the executable did not run
             setattr(e, _REFERENCE_RAISED, True)
         raise
+    if mismatch is not None:
+        nth = region.checked_replays
+        mismatch.detail = "; ".join(filter(None, [
+            mismatch.detail, f"checked replay {nth} of region {region.key}"
+            + (" (its first)" if nth == 1 else
+               " (the earlier ones agreed with eager; TORCHNEURON_AE_VERIFY_REPLAYS)")]))
+        log.warning("adaptive eager: region %s diverged from eager at its checked replay %d; "
+                    "blacklisted: %s", region.key, nth, mismatch)
     region.mismatch = mismatch
     return outs
 

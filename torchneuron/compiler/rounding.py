@@ -149,3 +149,28 @@ def explained_by_rounding(gm: fx.GraphModule, inputs: Sequence[Any],
         if not _within(r, e, g, rtol, atol):
             return False
     return True
+
+
+def grads_explained_by_rounding(gm: fx.GraphModule, inputs: Sequence[Any], wrt: Sequence[int],
+                                tangents: Sequence[Any], eager: Sequence[torch.Tensor],
+                                got: Sequence[torch.Tensor], rtol: float, atol: float) -> bool:
+    """Gradients: whether ``got`` (of ``gm``'s outputs' vector-Jacobian product with
+    ``tangents``, with respect to ``inputs[i]`` for ``i`` in ``wrt``) differs from ``eager``
+    only as rounding does, judged as ``explained_by_rounding`` judges outputs, against the
+    same product computed in float64 (no random state is set: the caller gives it no graph
+    that draws random numbers)."""
+    inputs64 = copy_preserving_aliases(inputs, widen=True)
+    if inputs64 is None:
+        return False
+    try:
+        leaves = [inputs64[i].requires_grad_() for i in wrt]
+        with torch.enable_grad():
+            outs = _reference64(gm, inputs64, None)
+            pairs = [(o, _up(t)) for o, t in zip(outs, tangents, strict=True)
+                     if isinstance(o, torch.Tensor) and o.requires_grad and t is not None]
+            ref = torch.autograd.grad([o for o, _ in pairs], leaves, [t for _, t in pairs],
+                                      allow_unused=True)
+    except Exception:  # noqa: BLE001 - no float64 reference: the mismatch stands
+        return False
+    return all(r is not None and _within(r, e, g, rtol, atol)
+               for r, e, g in zip(ref, eager, got, strict=True))

@@ -5,7 +5,11 @@ and adaptive eager swaps executables in without the user asking. With the settin
 ``verify`` on (``TORCHNEURON_VERIFY=1``), each newly compiled graph's first run is
 checked against the graph run eagerly on CPU, from the same inputs and the same RNG
 state; a mismatch is logged, counted (``stats()`` failure ``verify:verify-mismatch``) and
-the caller refuses the graph from then on.
+the caller refuses the graph from then on. The graph given here as the reference is the
+one the caller holds: under adaptive eager the captured region (before our decomposition
+table, so a wrong decomposition differs from it); under torch.compile AOTAutograd's graph,
+which already holds our decompositions, so ``dynamo/verify_graph.py`` also checks the
+first call against Dynamo's own graph.
 
 :func:`compare_outputs` is the reusable part (torch.compile graphs here, replayed
 regions in adaptive eager): it names the graph, the output and element that differ

@@ -43,6 +43,7 @@ from torchneuron.device import NeuronTensor, buffers, random
 from torchneuron.device.module import current_device
 from torchneuron.dynamo import rng_hops
 from torchneuron.dynamo.undo_rewrites import undo_dynamo_rewrites
+from torchneuron.dynamo.verify_graph import host_graph, verify_first_call
 from torchneuron.hardware import get_core
 
 __all__ = ["neuron_backend", "DynamicShapesNotSupported"]
@@ -255,8 +256,13 @@ def _aot_or_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     buffer with strides the wrapper did not trace with, and AOTAutograd's check of
     ``NeuronTensor.__tensor_unflatten__`` fails with an AssertionError that torch.compile
     would raise as BackendCompilerFailed. Eager gives the result and layout eager gives."""
+    verify = verify_enabled() and not isinstance(gm, torch._dynamo.utils.GmWrapper)
+    host = host_graph(gm) if verify else None  # (before _aot retargets its factories)
     try:
-        return _eager_when_needed(_aot(gm, example_inputs), gm)
+        compiled = _eager_when_needed(_aot(gm, example_inputs), gm)
+        if host is not None:
+            return verify_first_call(compiled, gm, host, _device_index(example_inputs))
+        return compiled
     except AssertionError as e:
         if "__tensor_unflatten__" not in str(e) or "stride" not in str(e):
             raise

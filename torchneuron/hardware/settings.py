@@ -129,6 +129,8 @@ TABLE: tuple[Setting, ...] = (
             "while a hot region compiles, replay it as its recorded eager kernels in one batch"),
     Setting("ae_verify_first_replay", "TORCHNEURON_AE_VERIFY_FIRST_REPLAY", True, _parse_bool,
             "each region's first replay also runs eagerly and is compared (as verify does)"),
+    Setting("ae_verify_replays", "TORCHNEURON_AE_VERIFY_REPLAYS", False, _parse_bool,
+            "every replay runs eagerly too and is compared; a divergent region is blacklisted"),
     # The compile cache (torchneuron/cache): read by torchneuron.cache.default_store().
     Setting("cache", "TORCHNEURON_CACHE", True, _parse_bool, "compile cache on; '0' turns it off"),
     Setting("cache_dir", "TORCHNEURON_CACHE_DIR", "", str,
