@@ -119,6 +119,18 @@ def _spawn_one(spec: dict[str, Any], timeout: float) -> Record:
     return _failed(spec, "crashed", "the benchmark process exited without a result")
 
 
+def _resolve(spec: dict[str, Any], results: dict[tuple[str, str], Record]) -> dict[str, Any]:
+    """The spec to send: ``steps_from`` (``--steps auto``) takes the steps its model's
+    pacer run made (its cap when that run left none, so nothing is cut short)."""
+    spec = {k: v for k, v in spec.items() if k != "_index"}
+    src = spec.get("steps_from")
+    if src is not None:
+        made = (results.get((spec["model"], src)) or {}).get("steps")
+        if made:
+            spec["steps"] = int(made)
+    return spec
+
+
 def _ready(pending: list[dict[str, Any]], done: set[tuple[str, str]]) -> Iterator[int]:
     for i, spec in enumerate(pending):
         dep = spec.get("after")
@@ -131,12 +143,14 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
     """Run every spec (a spec with ``after`` = mode waits for that mode of its model);
     call ``on_done`` as each finishes; return the records in the order of ``specs``."""
     results: dict[int, Record] = {}
+    by_key: dict[tuple[str, str], Record] = {}
     pending = [dict(s, _index=i) for i, s in enumerate(specs)]
     done: set[tuple[str, str]] = set()
     if not hasattr(os, "fork"):
         while pending:
             spec = pending.pop(next(_ready(pending, done)))
-            rec = results[spec["_index"]] = _spawn_one(spec, timeout)
+            rec = results[spec["_index"]] = _spawn_one(_resolve(spec, by_key), timeout)
+            by_key[(spec["model"], spec["mode"])] = rec
             done.add((spec["model"], spec["mode"]))
             on_done(rec)
         return [results[i] for i in range(len(specs))]
@@ -158,7 +172,7 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
                     break
                 spec = pending.pop(ready)
                 busy[conn] = spec
-                conn.send({k: v for k, v in spec.items() if k != "_index"})
+                conn.send(_resolve(spec, by_key))
             if not busy:  # every lane died: the rest cannot run
                 for spec in pending:
                     results[spec["_index"]] = _failed(spec, "crashed", "no benchmark lane left")
@@ -172,7 +186,7 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
                 except EOFError:
                     rec = _failed(spec, "crashed", "the benchmark lane died")
                     lanes = [lane for lane in lanes if lane[1] is not conn]
-                results[spec["_index"]] = rec
+                results[spec["_index"]] = by_key[(spec["model"], spec["mode"])] = rec
                 done.add((spec["model"], spec["mode"]))
                 on_done(rec)
     finally:
