@@ -92,3 +92,19 @@ def test_auto_arguments(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--steps", "many"])
     assert exc.value.code == 2
     assert "--steps takes a number or 'auto'" in capsys.readouterr().err
+
+
+def test_when_the_pacing_run_dies_its_followers_say_why(tmp_path: Path) -> None:
+    from torchneuron.bench._pool import run_all
+
+    base = {"model": "no-such-model", "hardware": "trn2", "steps": 5}
+    specs = [dict(base, mode="adaptive_cold", auto=True, after=None,
+                  record_path=str(tmp_path / "a.json")),
+             dict(base, mode="eager", steps_from="adaptive_cold", after="adaptive_cold",
+                  record_path=str(tmp_path / "b.json"))]
+    seen: list[str] = []
+    pacer, follower = run_all(specs, 1, 60, lambda r: seen.append(r["mode"]))
+    assert pacer["status"] == "crashed"
+    assert follower["status"] == "not run" and seen == ["adaptive_cold", "eager"]
+    assert follower["reason"] == ("--steps auto: the adaptive_cold run that sets the steps "
+                                  "ended crashed with no step")

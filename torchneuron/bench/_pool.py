@@ -119,16 +119,24 @@ def _spawn_one(spec: dict[str, Any], timeout: float) -> Record:
     return _failed(spec, "crashed", "the benchmark process exited without a result")
 
 
-def _resolve(spec: dict[str, Any], results: dict[tuple[str, str], Record]) -> dict[str, Any]:
+def _resolve(spec: dict[str, Any], results: dict[tuple[str, str], Record]
+             ) -> dict[str, Any] | Record:
     """The spec to send: ``steps_from`` (``--steps auto``) takes the steps its model's
-    pacer run made (its cap when that run left none, so nothing is cut short)."""
+    pacer run made. When that run made none (it failed or timed out), the step count is
+    unknown: a "not run" record saying so, rather than a guess."""
     spec = {k: v for k, v in spec.items() if k != "_index"}
     src = spec.get("steps_from")
     if src is not None:
-        made = (results.get((spec["model"], src)) or {}).get("steps")
-        if made:
-            spec["steps"] = int(made)
+        pacer = results.get((spec["model"], src)) or {}
+        if not pacer.get("steps"):
+            return _failed(spec, "not run", f"--steps auto: the {src} run that sets the steps "
+                           f"ended {pacer.get('status', 'without a record')} with no step")
+        spec["steps"] = int(pacer["steps"])
     return spec
+
+
+def _is_record(x: dict[str, Any]) -> bool:
+    return "status" in x
 
 
 def _ready(pending: list[dict[str, Any]], done: set[tuple[str, str]]) -> Iterator[int]:
@@ -149,7 +157,9 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
     if not hasattr(os, "fork"):
         while pending:
             spec = pending.pop(next(_ready(pending, done)))
-            rec = results[spec["_index"]] = _spawn_one(_resolve(spec, by_key), timeout)
+            sent = _resolve(spec, by_key)
+            rec = results[spec["_index"]] = sent if _is_record(sent) else _spawn_one(sent,
+                                                                                  timeout)
             by_key[(spec["model"], spec["mode"])] = rec
             done.add((spec["model"], spec["mode"]))
             on_done(rec)
@@ -165,14 +175,21 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
     try:
         while pending or busy:
             for _proc, conn in lanes:
-                if conn in busy or not pending:
-                    continue
-                ready = next(_ready(pending, done), None)
-                if ready is None:
-                    break
-                spec = pending.pop(ready)
-                busy[conn] = spec
-                conn.send(_resolve(spec, by_key))
+                while conn not in busy and pending:
+                    ready = next(_ready(pending, done), None)
+                    if ready is None:
+                        break
+                    spec = pending.pop(ready)
+                    sent = _resolve(spec, by_key)
+                    if _is_record(sent):  # nothing to run: its record is the answer
+                        results[spec["_index"]] = by_key[(spec["model"], spec["mode"])] = sent
+                        done.add((spec["model"], spec["mode"]))
+                        on_done(sent)
+                        continue
+                    busy[conn] = spec
+                    conn.send(sent)
+            if not busy and not pending:
+                break
             if not busy:  # every lane died: the rest cannot run
                 for spec in pending:
                     results[spec["_index"]] = _failed(spec, "crashed", "no benchmark lane left")
