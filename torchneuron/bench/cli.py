@@ -5,6 +5,7 @@ Examples::
     torchneuron-bench --quick --out results/          # CI-sized: every model, every mode
     torchneuron-bench --models gpt,cnn --hardware trn3 --steps 50 --out results/
     torchneuron-bench --models mlp --modes eager,compile --trace --out /tmp/mlp
+    torchneuron-bench --models gpt --steps auto --max-steps 3000 --timeout 7200
 
 Writes ``OUT/report.md``, ``OUT/report.json`` (a list of records, one per model and
 mode; fields in ``torchneuron.bench.schema.FIELDS``), ``OUT/chart.png`` and, with
