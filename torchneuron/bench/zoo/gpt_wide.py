@@ -110,6 +110,6 @@ def build(device: str) -> TrainTask:
 
 
 WORKLOAD = Workload(
-    "gpt_wide", f"device-bound GPT decoder (float32): {LAYERS} blocks, "
+    "gpt_wide", f"device-bound GPT decoder (float32): {LAYERS} block(s), "
     f"d={D_MODEL}, {BATCH * SEQ} tokens per step (batch {BATCH} x seq {SEQ}), vocab {VOCAB}, "
     "AdamW", "training", build)
