@@ -46,6 +46,9 @@ def test_auto_runs_until_the_last_tier_is_in_and_every_mode_as_long(tmp_path: Pa
     assert eager["steps"] == ae["steps"] and len(eager["step_ms"]) == ae["steps"]
     assert eager["steps_cap"] is None and eager["last_tier_step"] is None
     assert last_tier_in(ae["adaptive_stats"])
+    # its steady state is that of the steps after the last tier came in
+    assert ae["steady_step"] >= ae["last_tier_step"] and ae["steady_reached"]
+    assert ae["steady_ms"] == ae["step_ms"][-1]
     md = (tmp_path / "report.md").read_text()
     assert "## --steps auto: steps to adaptive eager's last tier" in md
     assert f"last tier in after step {ae['last_tier_step']}" in md

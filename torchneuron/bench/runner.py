@@ -155,7 +155,11 @@ def _measure(spec: dict[str, Any], workload: zoo.Workload, rec: dict[str, Any]) 
     if on_device:
         rec["step_ms"] = step_ms
         rec["first_step_ms"] = step_ms[0] if step_ms else None
-        rec["steady_step"], rec["steady_ms"], rec["steady_reached"] = metrics.steady_state(step_ms)
+        # --steps auto: the steady state is that of the steps after the last tier is in
+        # (the run's last half is mostly first-tier steps, whose median is not the end's)
+        lo = rec["last_tier_step"] or 0
+        k, rec["steady_ms"], rec["steady_reached"] = metrics.steady_state(step_ms[lo:])
+        rec["steady_step"] = k + lo if k is not None else None
     _wall_figures(rec, wall_ms)
     if not on_device:
         return

@@ -32,7 +32,8 @@ FIELDS: dict[str, str] = {
     "step_ms": "simulated ms of each step (torch.neuron.Event), list",
     "first_step_ms": "simulated ms of step 0",
     "steady_ms": "median simulated ms per step from steady_step on",
-    "steady_step": "first step of steady state (see metrics.steady_state)",
+    "steady_step": "first step of steady state (see metrics.steady_state; --steps auto: "
+                   "among the steps after last_tier_step)",
     "steady_reached": "whether at least two steps were steady",
     "speedup_vs_eager": "eager steady_ms / this steady_ms",
     "gap_closed": "(eager - this) / (eager - compile) of steady_ms; 1.0 = as fast as compile",
