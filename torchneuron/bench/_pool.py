@@ -119,6 +119,26 @@ def _spawn_one(spec: dict[str, Any], timeout: float) -> Record:
     return _failed(spec, "crashed", "the benchmark process exited without a result")
 
 
+def _resolve(spec: dict[str, Any], results: dict[tuple[str, str], Record]
+             ) -> dict[str, Any] | Record:
+    """The spec to send: ``steps_from`` (``--steps auto``) takes the steps its model's
+    pacer run made. When that run made none (it failed or timed out), the step count is
+    unknown: a "not run" record saying so, rather than a guess."""
+    spec = {k: v for k, v in spec.items() if k != "_index"}
+    src = spec.get("steps_from")
+    if src is not None:
+        pacer = results.get((spec["model"], src)) or {}
+        if not pacer.get("steps"):
+            return _failed(spec, "not run", f"--steps auto: the {src} run that sets the steps "
+                           f"ended {pacer.get('status', 'without a record')} with no step")
+        spec["steps"] = int(pacer["steps"])
+    return spec
+
+
+def _is_record(x: dict[str, Any]) -> bool:
+    return "status" in x
+
+
 def _ready(pending: list[dict[str, Any]], done: set[tuple[str, str]]) -> Iterator[int]:
     for i, spec in enumerate(pending):
         dep = spec.get("after")
@@ -131,12 +151,16 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
     """Run every spec (a spec with ``after`` = mode waits for that mode of its model);
     call ``on_done`` as each finishes; return the records in the order of ``specs``."""
     results: dict[int, Record] = {}
+    by_key: dict[tuple[str, str], Record] = {}
     pending = [dict(s, _index=i) for i, s in enumerate(specs)]
     done: set[tuple[str, str]] = set()
     if not hasattr(os, "fork"):
         while pending:
             spec = pending.pop(next(_ready(pending, done)))
-            rec = results[spec["_index"]] = _spawn_one(spec, timeout)
+            sent = _resolve(spec, by_key)
+            rec = results[spec["_index"]] = sent if _is_record(sent) else _spawn_one(sent,
+                                                                                  timeout)
+            by_key[(spec["model"], spec["mode"])] = rec
             done.add((spec["model"], spec["mode"]))
             on_done(rec)
         return [results[i] for i in range(len(specs))]
@@ -151,14 +175,21 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
     try:
         while pending or busy:
             for _proc, conn in lanes:
-                if conn in busy or not pending:
-                    continue
-                ready = next(_ready(pending, done), None)
-                if ready is None:
-                    break
-                spec = pending.pop(ready)
-                busy[conn] = spec
-                conn.send({k: v for k, v in spec.items() if k != "_index"})
+                while conn not in busy and pending:
+                    ready = next(_ready(pending, done), None)
+                    if ready is None:
+                        break
+                    spec = pending.pop(ready)
+                    sent = _resolve(spec, by_key)
+                    if _is_record(sent):  # nothing to run: its record is the answer
+                        results[spec["_index"]] = by_key[(spec["model"], spec["mode"])] = sent
+                        done.add((spec["model"], spec["mode"]))
+                        on_done(sent)
+                        continue
+                    busy[conn] = spec
+                    conn.send(sent)
+            if not busy and not pending:
+                break
             if not busy:  # every lane died: the rest cannot run
                 for spec in pending:
                     results[spec["_index"]] = _failed(spec, "crashed", "no benchmark lane left")
@@ -172,7 +203,7 @@ def run_all(specs: list[dict[str, Any]], jobs: int, timeout: float,
                 except EOFError:
                     rec = _failed(spec, "crashed", "the benchmark lane died")
                     lanes = [lane for lane in lanes if lane[1] is not conn]
-                results[spec["_index"]] = rec
+                results[spec["_index"]] = by_key[(spec["model"], spec["mode"])] = rec
                 done.add((spec["model"], spec["mode"]))
                 on_done(rec)
     finally:

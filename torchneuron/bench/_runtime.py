@@ -32,6 +32,7 @@ __all__ = [
     "adaptive_summary",
     "background_compile_ns",
     "cache_hits",
+    "last_tier_in",
     "use_cache_dir",
 ]
 
@@ -53,13 +54,27 @@ def adaptive_scope() -> Iterator[None]:
         yield
 
 
-def adaptive_summary() -> tuple[dict[str, Any] | None, str | None]:
-    """(stats, explain) of adaptive eager, or (None, None) when it is not importable."""
+def adaptive_summary(explain: bool = True) -> tuple[dict[str, Any] | None, str | None]:
+    """(stats, explain) of adaptive eager, or (None, None) when it is not importable;
+    ``explain=False`` leaves the text out (None), for a check after every step."""
     try:
         ae = adaptive_module()
     except ImportError:
         return None, None
-    return dict(ae.stats()), str(ae.explain())
+    return dict(ae.stats()), (str(ae.explain()) if explain else None)
+
+
+def last_tier_in(stats: dict[str, Any] | None) -> bool:
+    """Whether adaptive eager's last tier is in (what ``--steps auto`` waits for): compiled
+    programs of its regions have replayed (replays beyond ``first_tier_replays``) and no
+    region is still being captured or compiled (``regions_by_state`` has no ``hot`` and
+    no ``compiling``). Regions refused or blacklisted run eagerly for good; regions not
+    yet hot may never be, so neither is waited for."""
+    if not stats:
+        return False
+    by_state = stats.get("regions_by_state") or {}
+    second = int(stats.get("replays") or 0) - int(stats.get("first_tier_replays") or 0)
+    return second > 0 and not by_state.get("compiling") and not by_state.get("hot")
 
 
 def use_cache_dir(path: str | None) -> None:

@@ -5,6 +5,7 @@ Examples::
     torchneuron-bench --quick --out results/          # CI-sized: every model, every mode
     torchneuron-bench --models gpt,cnn --hardware trn3 --steps 50 --out results/
     torchneuron-bench --models mlp --modes eager,compile --trace --out /tmp/mlp
+    torchneuron-bench --models gpt --steps auto --max-steps 3000 --timeout 7200
 
 Writes ``OUT/report.md``, ``OUT/report.json`` (a list of records, one per model and
 mode; fields in ``torchneuron.bench.schema.FIELDS``), ``OUT/chart.png`` and, with
@@ -34,6 +35,22 @@ def _csv(value: str, valid: list[str], what: str) -> list[str]:
     return items
 
 
+def _steps(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps takes a number or 'auto', not {value!r}"
+                                         ) from None
+
+
+def _default_max_steps() -> int:
+    from torchneuron.bench.suite import DEFAULT_MAX_STEPS
+
+    return DEFAULT_MAX_STEPS
+
+
 def _parser() -> argparse.ArgumentParser:
     from torchneuron.bench import modes, zoo
     from torchneuron.hardware import PROFILES
@@ -49,8 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", type=lambda v: _csv(v, list(modes.MODES), "mode"),
                    default=list(modes.MODES), help=f"comma-separated (default all: "
                    f"{','.join(modes.MODES)})")
-    p.add_argument("--steps", type=int, default=None,
-                   help="steps per run (default 20; 6 with --quick)")
+    p.add_argument("--steps", type=_steps, default=None,
+                   help="steps per run (default 20; 6 with --quick), or 'auto': each model "
+                   "until adaptive eager's last tier is in (its compiled programs replayed), "
+                   "at most --max-steps; every mode of the model runs that many steps")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help=f"cap of --steps auto (default {_default_max_steps()})")
     p.add_argument("--hardware", choices=sorted(PROFILES), default=None,
                    help="simulated hardware (default: TORCHNEURON_HARDWARE or trn2)")
     p.add_argument("--quick", action="store_true", help="CI-sized: few steps per run")
@@ -69,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _meta(args: argparse.Namespace, hardware: str, steps: int, wall_s: float,
+def _meta(args: argparse.Namespace, hardware: str, steps: int | str, wall_s: float,
           argv: list[str]) -> dict[str, Any]:
     import torch
 
@@ -89,8 +110,9 @@ def _meta(args: argparse.Namespace, hardware: str, steps: int, wall_s: float,
     }
 
 
-def resolve_steps(steps: int | None, quick: bool) -> int:
-    """``--steps`` when given, else the quick (CI-sized) or the full default."""
+def resolve_steps(steps: int | str | None, quick: bool) -> int | str:
+    """``--steps`` when given (a number or ``"auto"``), else the quick (CI-sized) or the
+    full default."""
     from torchneuron.bench.suite import DEFAULT_STEPS, QUICK_STEPS
 
     return steps if steps is not None else (QUICK_STEPS if quick else DEFAULT_STEPS)
@@ -109,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     from torchneuron.bench import chart, report, zoo
-    from torchneuron.bench.suite import run_suite
+    from torchneuron.bench.suite import AUTO, pacer_mode, run_suite
     from torchneuron.hardware import current_profile
 
     if args.list:
@@ -118,8 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         print("modes:", ", ".join(_parser().get_default("modes")))
         return 0
     steps = resolve_steps(args.steps, args.quick)
-    if steps < 1:
-        print("torchneuron-bench: --steps must be >= 1", file=sys.stderr)
+    max_steps = args.max_steps if args.max_steps is not None else _default_max_steps()
+    if (isinstance(steps, int) and steps < 1) or max_steps < 1:
+        print("torchneuron-bench: --steps and --max-steps must be >= 1", file=sys.stderr)
+        return 2
+    if steps == AUTO and pacer_mode(args.modes) is None:
+        print("torchneuron-bench: --steps auto needs adaptive_cold or adaptive_warm among "
+              "--modes (that run decides how many steps every mode runs)", file=sys.stderr)
         return 2
     if args.out.exists() and not args.out.is_dir():
         print(f"torchneuron-bench: --out {args.out} is a file; give a directory (created if "
@@ -141,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
 
     records, wall_s = run_suite(args.models, args.modes, steps, hardware, args.out,
                                 trace=args.trace, jobs=args.jobs, timeout=args.timeout,
-                                zero_compile_latency=args.zero_compile_latency, on_done=done)
+                                zero_compile_latency=args.zero_compile_latency,
+                                max_steps=max_steps, on_done=done)
     if bar is not None:
         bar.close()
-    meta = _meta(args, hardware, steps, wall_s, argv)
+    meta = _meta(args, hardware, f"auto (at most {max_steps})" if steps == AUTO else steps,
+                 wall_s, argv)
     png = chart.write_chart(records, args.out / "chart.png",
                             f"simulated ms per step on {hardware} (log scale)")
     meta["chart"] = png.name if png is not None else None
@@ -157,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.out / 'report.md'}, {args.out / 'report.json'}"
           + (f", {args.out / 'chart.png'}" if png else "")
           + (f", {args.out / 'cumulative.png'}" if cum else "") + f" in {wall_s:.0f} s")
+    for r in records:
+        if r.get("steps_cap") is not None:
+            print(f"  {r['model']}: " + report.auto_steps_line(r))
     for r in failed:
         print(f"  {r['model']}/{r['mode']}: {r['status']}: {r['reason']}", file=sys.stderr)
     return 1 if failed and args.strict else 0

@@ -14,7 +14,7 @@ from typing import Any
 
 from torchneuron.bench.schema import FIELDS
 
-__all__ = ["render_markdown", "table_rows", "write_json", "write_markdown"]
+__all__ = ["auto_steps_line", "render_markdown", "table_rows", "write_json", "write_markdown"]
 
 Record = dict[str, Any]
 
@@ -65,6 +65,22 @@ def _compile(r: Record) -> str:
     bg = r["compile_ms_background"]
     total = f"{r['compile_ms_total']:.0f}" if bg is not None else "?"
     return f"{r['compile_ms_critical_path']:.0f} / {total}"
+
+
+def auto_steps_line(r: Record) -> str:
+    """``--steps auto``, the run that set its model's steps: when the last tier was in, or
+    that the cap was hit and what adaptive eager's regions were doing then."""
+    if r["status"] != "ok":
+        return f"{r['mode']} {r['status']} after {r['steps']} steps: {r['reason']}"
+    if not r.get("steps_cap_hit"):
+        return (f"{r['mode']}: last tier in after step {r['last_tier_step']}; "
+                f"{r['steps']} steps run")
+    st = r.get("adaptive_stats") or {}
+    second = int(st.get("replays") or 0) - int(st.get("first_tier_replays") or 0)
+    by_state = ", ".join(f"{k} {v}" for k, v in (st.get("regions_by_state") or {}).items())
+    return (f"{r['mode']}: CAP HIT, stopped at --max-steps {r['steps_cap']} before the last "
+            f"tier was in (compiled-program replays {second}, first-tier replays "
+            f"{st.get('first_tier_replays', '?')}; regions: {by_state or 'none'})")
 
 
 def table_rows(records: list[Record]) -> list[list[str]]:
@@ -143,6 +159,14 @@ def render_markdown(records: list[Record], meta: dict[str, Any]) -> str:
              for r in whole])
         if meta.get("cumulative_chart"):
             lines += ["", f"![cumulative simulated time]({meta['cumulative_chart']})"]
+    paced = [r for r in records if r.get("steps_cap") is not None]
+    if paced:
+        lines += ["", "## --steps auto: steps to adaptive eager's last tier", "",
+                  "Each model's adaptive run went on until its regions' compiled programs had "
+                  "replayed and no region was hot or compiling, then a few steps more; every "
+                  "other mode of the model ran as many steps. Measured, never extrapolated.",
+                  ""]
+        lines += [f"- {r['model']}: {auto_steps_line(r)}" for r in paced]
     bad = [r for r in records if r["status"] != "ok"]
     if bad:
         lines += ["", "## Not run or failed", ""]

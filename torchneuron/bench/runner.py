@@ -24,7 +24,9 @@ from typing import Any
 
 from torchneuron.bench import _runtime, metrics, modes, schema, zoo
 
-__all__ = ["run_one"]
+__all__ = ["AUTO_TAIL", "run_one"]
+
+AUTO_TAIL = 3  # --steps auto: steps measured after the last tier is in (a steady state)
 
 
 def _short(e: BaseException) -> str:
@@ -104,6 +106,11 @@ def _measure(spec: dict[str, Any], workload: zoo.Workload, rec: dict[str, Any]) 
 
     mode, steps = spec["mode"], int(spec["steps"])
     on_device = mode != "cpu"
+    # --steps auto (the pacer run of its model): at most ``steps``, ending AUTO_TAIL steps
+    # after the one in which adaptive eager's last tier is in (``_runtime.last_tier_in``)
+    auto = bool(spec.get("auto")) and mode.startswith("adaptive")
+    if auto:
+        rec["steps_cap"] = steps
     hardware.reset()
     tc.reset_stats()
     outputs: list[Any] = []
@@ -117,7 +124,8 @@ def _measure(spec: dict[str, Any], workload: zoo.Workload, rec: dict[str, Any]) 
     torch.manual_seed(0)  # every mode's random ops start from the same generator state
     with modes.scope(mode):
         try:
-            for i in range(steps):
+            i = 0
+            while i < steps:
                 last = i == steps - 1
                 if on_device and last:
                     before = hardware.get_core(0).stats()
@@ -130,6 +138,11 @@ def _measure(spec: dict[str, Any], workload: zoo.Workload, rec: dict[str, Any]) 
                 wall_ms.append(wall)
                 outputs.append(_to_cpu(out))
                 rec["steps"] = i + 1
+                if auto and rec["last_tier_step"] is None and _runtime.last_tier_in(
+                        _runtime.adaptive_summary(explain=False)[0]):
+                    rec["last_tier_step"] = i + 1
+                    steps = min(steps, i + 1 + AUTO_TAIL)
+                i += 1
         finally:
             if prof is not None:
                 prof.stop()
@@ -137,10 +150,16 @@ def _measure(spec: dict[str, Any], workload: zoo.Workload, rec: dict[str, Any]) 
     Path(spec["outputs_path"]).parent.mkdir(parents=True, exist_ok=True)
     torch.save({"outputs": outputs, "state": state}, spec["outputs_path"])
     rec["status"] = "ok"
+    if auto:
+        rec["steps_cap_hit"] = rec["last_tier_step"] is None
     if on_device:
         rec["step_ms"] = step_ms
         rec["first_step_ms"] = step_ms[0] if step_ms else None
-        rec["steady_step"], rec["steady_ms"], rec["steady_reached"] = metrics.steady_state(step_ms)
+        # --steps auto: the steady state is that of the steps after the last tier is in
+        # (the run's last half is mostly first-tier steps, whose median is not the end's)
+        lo = rec["last_tier_step"] or 0
+        k, rec["steady_ms"], rec["steady_reached"] = metrics.steady_state(step_ms[lo:])
+        rec["steady_step"] = k + lo if k is not None else None
     _wall_figures(rec, wall_ms)
     if not on_device:
         return

@@ -22,10 +22,18 @@ FIELDS: dict[str, str] = {
     "description": "what the workload is",
     "hardware": "simulated hardware profile (trn2 | trn3)",
     "steps": "steps measured",
+    "steps_cap": "--steps auto, the run that sets its model's steps: the most it could run "
+                 "(--max-steps); None otherwise",
+    "last_tier_step": "--steps auto: the step (1-based) after which adaptive eager's last "
+                      "tier was in (compiled programs replayed, no region hot or compiling); "
+                      "the run ended a few steps later. None if not reached or not auto",
+    "steps_cap_hit": "--steps auto: True when the run stopped at --max-steps before the last "
+                     "tier was in; None when not auto",
     "step_ms": "simulated ms of each step (torch.neuron.Event), list",
     "first_step_ms": "simulated ms of step 0",
     "steady_ms": "median simulated ms per step from steady_step on",
-    "steady_step": "first step of steady state (see metrics.steady_state)",
+    "steady_step": "first step of steady state (see metrics.steady_state; --steps auto: "
+                   "among the steps after last_tier_step)",
     "steady_reached": "whether at least two steps were steady",
     "speedup_vs_eager": "eager steady_ms / this steady_ms",
     "gap_closed": "(eager - this) / (eager - compile) of steady_ms; 1.0 = as fast as compile",
@@ -69,7 +77,8 @@ FIELDS: dict[str, str] = {
 }
 
 SIMULATED = (
-    "step_ms", "first_step_ms", "steady_ms", "steady_step", "steady_reached",
+    "step_ms", "last_tier_step", "steps_cap_hit", "first_step_ms", "steady_ms", "steady_step",
+    "steady_reached",
     "speedup_vs_eager", "gap_closed", "cumulative_ms", "below_eager_from",
     "below_compile_from", "compile_ms_critical_path", "compile_ms_background",
     "compile_ms_total", "eager_kernel_compiles", "graphs_compiled", "compile_failures",

@@ -20,23 +20,48 @@ from typing import Any
 from torchneuron.bench import metrics, modes, zoo
 from torchneuron.bench._pool import run_all
 
-__all__ = ["QUICK_STEPS", "DEFAULT_STEPS", "compare_with_eager", "run_suite", "specs_for"]
+__all__ = ["AUTO", "DEFAULT_MAX_STEPS", "DEFAULT_STEPS", "QUICK_STEPS", "compare_with_eager",
+           "pacer_mode", "run_suite", "specs_for"]
 
 QUICK_STEPS = 6
 DEFAULT_STEPS = 20
+AUTO = "auto"  # --steps auto
+DEFAULT_MAX_STEPS = 2000  # --steps auto stops here when the last tier is not in
 _COST_ORDER = {"adaptive_cold": 0, "compile": 1, "eager": 2, "adaptive_warm": 3, "cpu": 4}
 
 
-def specs_for(models: list[str], mode_names: list[str], steps: int, hardware: str, tmp: Path,
-              out: Path, trace: bool, zero_compile_latency: bool = False) -> list[dict[str, Any]]:
-    """One spec per (model, mode), the costliest first so that parallel lanes balance."""
+def pacer_mode(mode_names: list[str]) -> str | None:
+    """The mode whose run sets its model's step count under ``--steps auto``: adaptive
+    eager with a cold cache (the one that has to wait for its compiles), else warm."""
+    return next((m for m in ("adaptive_cold", "adaptive_warm") if m in mode_names), None)
+
+
+def specs_for(models: list[str], mode_names: list[str], steps: int | str, hardware: str,
+              tmp: Path, out: Path, trace: bool, zero_compile_latency: bool = False,
+              max_steps: int = DEFAULT_MAX_STEPS) -> list[dict[str, Any]]:
+    """One spec per (model, mode), the costliest first so that parallel lanes balance.
+
+    ``steps="auto"``: the pacer run of each model (``pacer_mode``) runs until adaptive
+    eager's last tier is in, at most ``max_steps``; the model's other modes run after it
+    (``after``) for as many steps as it ran (``steps_from``), so that every mode of a
+    model covers the same steps and the cumulative figures compare like with like."""
+    auto = steps == AUTO
+    pacer = pacer_mode(mode_names) if auto else None
+    if auto and pacer is None:
+        raise ValueError("--steps auto needs adaptive_cold or adaptive_warm among --modes "
+                         "(their run decides how many steps every mode runs)")
     specs = []
     for model in models:
         for mode in mode_names:
             cache_mode = modes.DEPENDS_ON.get(mode, mode)
             dep = modes.DEPENDS_ON.get(mode)
+            follows = auto and mode != pacer
+            if follows:
+                dep = dep if dep in mode_names else pacer
             specs.append({
-                "model": model, "mode": mode, "steps": steps, "hardware": hardware,
+                "model": model, "mode": mode, "hardware": hardware,
+                "steps": max_steps if auto else steps, "auto": auto and mode == pacer,
+                "steps_from": pacer if follows else None,
                 "cache_dir": str(tmp / "cache" / model / cache_mode),
                 "outputs_path": str(tmp / "outputs" / f"{model}-{mode}.pt"),
                 "record_path": str(tmp / "records" / f"{model}-{mode}.json"),
@@ -90,9 +115,9 @@ def compare_with_eager(records: list[dict[str, Any]], outputs: dict[tuple[str, s
             r["max_abs_diff_vs_eager"] = metrics.max_abs_diff(mine, eager)
 
 
-def run_suite(models: list[str], mode_names: list[str], steps: int, hardware: str, out: Path,
-              trace: bool = False, jobs: int = 1, timeout: float = 1800.0,
-              zero_compile_latency: bool = False,
+def run_suite(models: list[str], mode_names: list[str], steps: int | str, hardware: str,
+              out: Path, trace: bool = False, jobs: int = 1, timeout: float = 1800.0,
+              zero_compile_latency: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
               on_done: Callable[[dict[str, Any]], None] | None = None
               ) -> tuple[list[dict[str, Any]], float]:
     """Run every (model, mode); return the records in report order and the wall seconds."""
@@ -103,7 +128,7 @@ def run_suite(models: list[str], mode_names: list[str], steps: int, hardware: st
         for sub in ("cache", "outputs", "records"):
             (tmp / sub).mkdir()
         specs = specs_for(models, mode_names, steps, hardware, tmp, out, trace,
-                          zero_compile_latency)
+                          zero_compile_latency, max_steps)
         _preload(models, mode_names)
         records = run_all(specs, jobs, timeout, on_done or (lambda r: None))
         order = {(m, md): i for i, (m, md) in enumerate(

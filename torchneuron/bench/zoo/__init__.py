@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from . import cnn, decode, encoder, gpt, hf_gpt2, mlp, rnn
+from . import cnn, decode, encoder, gpt, gpt_wide, hf_gpt2, mlp, rnn
 from ._task import Task, TrainTask, Workload
 
 __all__ = ["ZOO", "Task", "TrainTask", "Workload", "get", "missing_requirements"]
@@ -17,7 +17,7 @@ __all__ = ["ZOO", "Task", "TrainTask", "Workload", "get", "missing_requirements"
 ZOO: dict[str, Workload] = {
     w.name: w
     for w in (mlp.WORKLOAD, cnn.WORKLOAD, gpt.WORKLOAD, rnn.WORKLOAD, decode.WORKLOAD,
-              encoder.WORKLOAD, hf_gpt2.WORKLOAD)
+              encoder.WORKLOAD, hf_gpt2.WORKLOAD, gpt_wide.WORKLOAD)
 }
 
 
