@@ -43,7 +43,9 @@ Lengths that come again: a step's growing ops have one exact signature per lengt
 cache holds L positions at the L-th token), and a loop that decodes again from the same
 prompt length (``generate()`` called once per request) meets the same lengths in the same
 order. An op matching a pattern with an exact signature that already ran between regions
-at its position (``kind`` is ``SEEN``) is recorded instead, in a segment of its own: the
+at its position, with other signatures there since (``kind`` is ``SEEN``: not the same
+length again at once, as the next layer of a step split by syncs, or a cache that stopped
+growing), is recorded instead, in a segment of its own: the
 segment is cut where the step goes from fixed-shape ops to growing ones and back
 (``Runtime.on_op``), so each run of growing ops at one length becomes a region keyed by
 that length (its first op's exact signature is its start), hot when that length comes
@@ -208,7 +210,12 @@ class Growing:
         if not self.varies(func, static):
             return FIXED
         seen = self.seen.get(self.pos)
-        return SEEN if seen is not None and (func, static) in seen else NEW
+        # a length met before, and other lengths since (a new sequence, not the next
+        # layer of the same step nor a cache that stopped growing)
+        if seen is None or (func, static) not in seen or self.last_ran.get(self.pos) == static:
+            return NEW
+        self.ran[self.pos] = static  # the last signature here (``last_ran``)
+        return SEEN
 
     def cut(self, kind: int) -> bool:
         """Whether the segment must end before an op of ``kind`` that is about to be
