@@ -39,6 +39,21 @@ wildcard alone would match both. A pattern is stored once with the set of its po
 (every layer of a model has the same ones), and at most ``_MAX_PATTERNS`` distinct patterns
 are kept; one refused past that is counted as ``growing-patterns-capped``.
 
+Lengths that come again: a step's growing ops have one exact signature per length (the
+cache holds L positions at the L-th token), and a loop that decodes again from the same
+prompt length (``generate()`` called once per request) meets the same lengths in the same
+order. An op matching a pattern with an exact signature that already ran between regions
+at its position, with other signatures there since (``kind`` is ``SEEN``: not the same
+length again at once, as the next layer of a step split by syncs, or a cache that stopped
+growing), is recorded instead, in a segment of its own: the
+segment is cut where the step goes from fixed-shape ops to growing ones and back
+(``Runtime.on_op``), so each run of growing ops at one length becomes a region keyed by
+that length (its first op's exact signature is its start), hot when that length comes
+again, replayed like any other, while the fixed-shape pieces around it stay the shared
+regions they were. A length met once (``NEW``) still runs eagerly: nothing is recorded
+or compiled for a shape that does not come again. At most ``_MAX_SEEN`` exact signatures
+are remembered; past that, growing ops run eagerly as before.
+
 Only integers may differ: a float (lifted instead, see ``lift``), a dtype or a different
 op sequence teaches nothing. Every decision is made from the op stream alone, so the step
 that first replays is the same on every run. A pattern never changes a result: it only
@@ -53,7 +68,11 @@ from typing import Any
 
 from torchneuron.adaptive_eager.reasons import Reason
 
-__all__ = ["Growing", "ANY", "steady", "matches"]
+__all__ = ["Growing", "ANY", "steady", "matches", "FIXED", "NEW", "SEEN"]
+
+FIXED, NEW, SEEN = 0, 1, 2  # ``Growing.kind``: no pattern; a length not met; one met before
+_MAX_SEEN = 1 << 14  # exact signatures of growing ops remembered (``Growing.seen``)
+_MAX_STARTS = 64  # step positions remembered per region (``Growing.started``)
 
 _MAX_PATTERNS = 256  # distinct patterns kept; past this, no more are learned
 # ops of a step kept to learn from: a stream that never syncs is one endless step, kept
@@ -157,6 +176,11 @@ class Growing:
         self.chunks: list[_Chunk] = []  # the current step
         self.ran: dict[int, tuple] = {}  # position -> static run between regions there
         self.last_ran: dict[int, tuple] = {}  # the same, as last seen at each position
+        # position -> (op, exact static) run between regions there: lengths met before
+        self.seen: dict[int, set[tuple[Any, tuple]]] = {}
+        self.n_seen = 0
+        self.run = FIXED  # ``kind`` of the last op recorded this step (a cut between kinds)
+        self.starts: dict[str, set[int]] = {}  # region key -> step positions it started at
         # the last (up to) three steps of each (length, first op): steps may alternate
         # with others (a read of each step's output to the host is a step of its own)
         self.prev: dict[tuple[int, Any], list[list[_Chunk]]] = {}
@@ -179,6 +203,49 @@ class Growing:
                 return True
         return False
 
+    def kind(self, func: Any, static: tuple) -> int:
+        """FIXED, or for an op whose shapes change every step, NEW (run it eagerly
+        between regions) or SEEN (this exact op ran at this position before: a length
+        that comes again, recorded in a segment of its own)."""
+        if not self.varies(func, static):
+            return FIXED
+        seen = self.seen.get(self.pos)
+        # a length met before, and other lengths since (a new sequence, not the next
+        # layer of the same step nor a cache that stopped growing)
+        if seen is None or (func, static) not in seen or self.last_ran.get(self.pos) == static:
+            return NEW
+        self.ran[self.pos] = static  # the last signature here (``last_ran``)
+        return SEEN
+
+    def cut(self, kind: int) -> bool:
+        """Whether the segment must end before an op of ``kind`` that is about to be
+        recorded (the step goes from fixed-shape ops to growing ones, or back)."""
+        if kind == self.run:
+            return False
+        self.run = kind
+        return kind == SEEN
+
+    def started(self, key: str, seg_len: int, windows: list[tuple[int, int]]) -> None:
+        """Region ``key`` was seen at windows of the current segment (``seg_len`` ops,
+        the last of them at the current position): remember the step positions where it
+        starts. Why: once a step's growing ops are recorded (``SEEN``), several regions
+        keyed by one length can begin with the same op (the slice of the last token,
+        taken three times in a decoding step, then cloned, compared, added to), and
+        the position tells which one the stream is: without it the longest is tried
+        first and exits at its second op, and exits back it off."""
+        at = self.starts.setdefault(key, set())
+        base = self.pos - seg_len
+        for a, _ in windows:
+            if len(at) < _MAX_STARTS:
+                at.add(base + a)
+
+    def elsewhere(self, key: str) -> bool:
+        """Whether region ``key`` was only ever seen starting at other positions of a
+        step than the current one (it is then not started here: it is recorded, and so
+        learned here, if it is the stream)."""
+        at = self.starts.get(key)
+        return at is not None and self.pos not in at
+
     def saw(self, func: Any, static: tuple) -> None:
         """An op was recorded."""
         if self.pos < _MAX_STEP_OPS:
@@ -188,6 +255,11 @@ class Growing:
     def ran_between(self, func: Any, static: tuple) -> None:
         """An op matching a pattern ran eagerly between regions."""
         self.ran[self.pos] = static
+        if self.n_seen < _MAX_SEEN:
+            where = self.seen.setdefault(self.pos, set())
+            if (func, static) not in where:
+                where.add((func, static))
+                self.n_seen += 1
         if self.pos < _MAX_STEP_OPS:
             self.chunks.append((None, func, static))
         self.pos += 1
@@ -206,7 +278,7 @@ class Growing:
         learn from the last three steps of this kind. A step without ops (two syncs in a
         row) is no step."""
         chunks, n = self.chunks, self.pos
-        self.chunks, self.pos = [], 0
+        self.chunks, self.pos, self.run = [], 0, FIXED
         if self.ran:
             for pos, static in self.ran.items():
                 if self.last_ran.get(pos) == static:

@@ -41,7 +41,7 @@ from torchneuron.adaptive_eager.capture import (
     example_inputs,
     plan_region,
 )
-from torchneuron.adaptive_eager.growing import Growing
+from torchneuron.adaptive_eager.growing import NEW, Growing
 from torchneuron.adaptive_eager.lift import (
     Lifter,
     block_identity,
@@ -194,8 +194,12 @@ class Runtime:
             except Unsupported:
                 self.end_segment()
                 return func(*args, **kwargs)
-            if self.growing.at and self.growing.varies(func, static):
-                return self.between_regions(func, args, kwargs, static, tensors)
+            if self.growing.at:
+                kind = self.growing.kind(func, static)
+                if kind == NEW:
+                    return self.between_regions(func, args, kwargs, static, tensors)
+                if self.growing.cut(kind) and self.segment.entries:
+                    self.end_segment(boundary=False)  # a run of growing ops: its own region
             if not self.segment.entries:
                 out = self.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
@@ -434,6 +438,8 @@ class Runtime:
             # changing after it (a changing scalar, say). A prefix first found is counted
             # once, so that a full segment that does repeat is compiled before it.
             pass
+        if self.growing.at:
+            self.growing.started(region.key, len(self.segment), windows or [(s, e)])
         region.times_seen += seen + earlier
         region.hot_count += earlier
         # Hotness counts one sighting per step (the ops between two boundaries): copies
@@ -647,6 +653,7 @@ class Runtime:
             return MISMATCH
         core = get_core(self.index)
         best, best_tier = None, 0
+        decoding = bool(self.growing.at)  # regions keyed by a length start where seen
         for r in cands:
             tier = self._tier(r, core)
             if not tier:
@@ -654,6 +661,8 @@ class Runtime:
             if r.skip_starts > 0:
                 r.skip_starts -= 1
                 self.reasons[Reason.BACKED_OFF.value] += 1
+                continue
+            if decoding and self.growing.elsewhere(r.key):
                 continue
             rank = (len(r), len(r.plan.lifted), tier)
             if best is None or rank > (len(best), len(best.plan.lifted), best_tier):
