@@ -81,6 +81,7 @@ STEPS = 4  # seen once, seen twice (compiled), then replayed at least twice
 DEFAULT_SAMPLES = 6
 TIMEOUT_S = 300
 SEED = 0
+EXACT = os.environ.get("REPLAY_SWEEP_EXACT") == "1"  # (--exact) last-bit differences fail
 # most severe first: an op takes the first verdict any of its samples has
 VERDICTS = ("MISMATCH", "ERROR", "NOT-REPLAYED", "REFUSED", "PASS")
 
@@ -94,7 +95,8 @@ def sweep_settings() -> dict[str, Any]:
 def _refused(stats: dict[str, Any]) -> bool:
     """Did the compiler refuse a region or an op of the sample (run eagerly, counted)?"""
     return bool(stats["refused_ops"] or stats["compile_failures"]
-                or stats["fallback_reasons"].get("compile-failed"))
+                or stats["fallback_reasons"].get("compile-failed")
+                or stats["fallback_reasons"].get("capture-failed"))
 
 
 def _about(explained: str, region: Any) -> str:
@@ -118,7 +120,8 @@ def _why_not(stats: dict[str, Any], explained: str) -> tuple[str, str]:
     refused = stats["refused_ops"]
     reasons = stats["fallback_reasons"]
     if _refused(stats):
-        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or explained
+        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or \
+            f"reasons {reasons}, {stats['compile_failures']} compile failures: {explained}"
         return "REFUSED", why[:400]
     return "NOT-REPLAYED", (f"reasons {reasons}: " if reasons else "") + explained[:400]
 
@@ -183,8 +186,11 @@ def _under_replay(step: Callable[[int], Any], compare_step: Callable[[int, Any],
 # --- ops ---------------------------------------------------------------------------------
 
 
-def _op_sample(fn: Callable, sample: Any, exact: bool) -> tuple[str, str] | None:
-    """One sample of one variant: None when eager itself refuses it or draws random numbers."""
+def _op_sample(fn: Callable, sample: Any, exact: bool) -> tuple[str, str, str | None] | None:
+    """One sample of one variant: None when eager itself refuses it or draws random numbers;
+    else the verdict, its detail and, for an elementwise op within tolerance, its first
+    last-bit difference from eager (``LAST-BIT``: counted and listed, not a MISMATCH, as
+    ``tools/lowering_coverage.py`` takes them; ``--exact`` makes them MISMATCHes)."""
     spy = _RandomOpSpy()
     ref = _run(fn, sample, _Copier(False, False), spy)
     if spy.random or ref.error is not None:
@@ -197,14 +203,25 @@ def _op_sample(fn: Callable, sample: Any, exact: bool) -> tuple[str, str] | None
             raise r.error
         return _cpu(r.out), [t.cpu() for t in _tensors(r.inputs)]
 
-    def compare_step(i: int, got: Any) -> str | None:
-        bad = compare(want[0], got[0], exact)
+    last_bits: list[str] = []
+
+    def differs(strict: bool, got: Any) -> str | None:
+        bad = compare(want[0], got[0], strict)
         if bad is None:
-            bad = compare(want[1], got[1], exact)
+            bad = compare(want[1], got[1], strict)
             bad = None if bad is None else (bad[0], "input after the op " + bad[1])
         return None if bad is None else f"{bad[0]}: {bad[1]}"
 
-    return _under_replay(step, compare_step)
+    def compare_step(i: int, got: Any) -> str | None:
+        bad = differs(False, got)
+        if bad is None and exact and not last_bits:
+            note = differs(True, got)
+            if note is not None:
+                last_bits.append(f"step {i}: {note}")
+        return bad
+
+    verdict, detail = _under_replay(step, compare_step)
+    return verdict, detail, (last_bits[0] if last_bits else None)
 
 
 def _cpu(tree: Any) -> Any:
@@ -240,8 +257,14 @@ def check_op(op: Any, samples: int = DEFAULT_SAMPLES, timeout: int = 0) -> dict[
                     got = _op_sample(fn, sample, exact)
                     if got is None:
                         continue
-                    counts[got[0]] += 1
-                    res["first"].setdefault(got[0], f"{label}#{i}: {got[1]}")
+                    verdict, detail, last_bit = got
+                    if last_bit is not None:
+                        counts["LAST-BIT"] += 1
+                        res["first"].setdefault("LAST-BIT", f"{label}#{i}: {last_bit}")
+                        verdict = "MISMATCH" if EXACT else verdict
+                        detail = last_bit if EXACT else detail
+                    counts[verdict] += 1
+                    res["first"].setdefault(verdict, f"{label}#{i}: {detail}")
     except Exception as e:  # noqa: BLE001 - never let one op stop the sweep
         counts["ERROR"] += 1
         res["first"].setdefault("ERROR", f"harness: {_first_line(e)} "
@@ -268,22 +291,24 @@ def _module_results(module: torch.nn.Module, outs: Any, leaves: list[torch.Tenso
     return got
 
 
-def _module_step(module: torch.nn.Module, sample: Any, start: dict[str, torch.Tensor],
-                 inputs: Any) -> dict[str, Any]:
-    """One training step from the same state: buffers restored, gradients cleared."""
+def _module_step(module: torch.nn.Module, start: dict[str, torch.Tensor], inputs: Any,
+                 leaves: list[torch.Tensor]) -> dict[str, Any]:
+    """One training step from the same state: buffers restored, gradients cleared.
+
+    The inputs are the same device leaves every step (gradients cleared): fresh copies
+    would put ``requires_grad_`` (a boundary) into the step, a side exit of the harness.
+    """
     with torch.no_grad():
         for name, b in module.named_buffers():
             b.copy_(start[name])
-    for p in module.parameters():
-        p.grad = None
-    copier = _ModuleCopier("neuron")
-    args, kwargs = copier(inputs[0]), copier(inputs[1])
+    for t in (*module.parameters(), *leaves):
+        t.grad = None
     torch.manual_seed(SEED)
-    outs = module(*args, **kwargs)
+    outs = module(*inputs[0], **inputs[1])
     loss = _sum_of_outputs(_module_tensors(outs))
     if loss is not None:
         loss.backward()
-    return _module_results(module, outs, [y for _, y in copier.leaves if y.requires_grad])
+    return _module_results(module, outs, leaves)
 
 
 def _module_sample(info: Any, sample: Any) -> tuple[str, str] | None:
@@ -296,9 +321,10 @@ def _module_sample(info: Any, sample: Any) -> tuple[str, str] | None:
         # the lazy modules initialize on their first call: make both from one initialized copy
         on_device = _ModuleCopier("neuron")
         inputs = (on_device(sample.forward_input.args), on_device(sample.forward_input.kwargs))
+        leaves = [y for _, y in on_device.leaves if y.requires_grad]
         start = {k: v.detach().clone() for k, v in dev.named_buffers()}
         eager_mod = copy.deepcopy(dev)
-        want = _module_step(eager_mod, sample, start, inputs)
+        want = _module_step(eager_mod, start, inputs, leaves)
     except Exception:  # noqa: BLE001 - a sample eager refuses is not the replay's
         return None
     replay_mod = copy.deepcopy(dev)
@@ -315,7 +341,7 @@ def _module_sample(info: Any, sample: Any) -> tuple[str, str] | None:
                 return f"{k}: {bad[0]}: {bad[1]}"
         return None
 
-    return _under_replay(lambda i: _module_step(replay_mod, sample, start, inputs),
+    return _under_replay(lambda i: _module_step(replay_mod, start, inputs, leaves),
                          compare_step)
 
 
@@ -425,11 +451,20 @@ def report(suite: str, results: dict[str, dict[str, Any]], seconds: float) -> di
             for n in names:
                 print(f"  {n}: {results[n]['samples']} {results[n]['first'][verdict][:300]}")
     skipped = sorted(n for n, r in results.items() if r["status"] in ("skipped", "no-samples"))
+    last_bit = sorted(n for n, r in results.items() if r["samples"].get("LAST-BIT"))
+    if last_bit:
+        print(f"\nLAST-BIT: elementwise ops within tolerance, not eager's bits "
+              f"({len(last_bit)}):")
+        for n in last_bit:
+            print(f"  {n}: {results[n]['samples']['LAST-BIT']} samples; "
+                  f"{results[n]['first']['LAST-BIT'][:200]}")
     print(f"\nnot counted ({len(skipped)}): {', '.join(skipped)}")
     unit = "ops" if suite == "ops" else "modules"
     print(f"\nreplay sweep, {suite}: " + ", ".join(f"{ops[v]} {v}" for v in VERDICTS)
           + f" {unit} of {sum(ops[v] for v in VERDICTS)}; samples: "
-          + ", ".join(f"{samples[v]} {v}" for v in VERDICTS) + f"; {seconds:.0f}s")
+          + ", ".join(f"{samples[v]} {v}" for v in VERDICTS)
+          + f" ({samples['LAST-BIT']} of them LAST-BIT in {len(last_bit)} {unit}); "
+          f"{seconds:.0f}s")
     return {"suite": suite, "ops": dict(ops), "samples": dict(samples), "seconds": seconds,
             "results": results}
 
@@ -446,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="worker processes side by side")
     p.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per op or module")
     p.add_argument("--json", default="", help="write per-op results and the totals here")
+    p.add_argument("--exact", action="store_true", help="a last-bit difference of an "
+                   "elementwise op is a MISMATCH (default: counted as LAST-BIT)")
     p.add_argument("-v", "--verbose", action="store_true", help="print each as it ends")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -459,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     cache = tempfile.mkdtemp(prefix="replay-sweep-cache-")  # verdicts of this run only
     env["TORCHNEURON_CACHE_DIR"] = cache
+    if a.exact:
+        env["REPLAY_SWEEP_EXACT"] = "1"
     results: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
     jobs = max(1, min(a.jobs, len(names)))
