@@ -114,13 +114,15 @@ def _about(explained: str, region: Any) -> str:
     return " | ".join(ln.strip() for ln in lines[start:end])
 
 
-def _why_not(stats: dict[str, Any], explained: str) -> tuple[str, str]:
+def _why_not(stats: dict[str, Any], explained: str, full: str = "") -> tuple[str, str]:
     """(REFUSED or NOT-REPLAYED, the reason) for a sample whose computation did not
     replay as a program, or replayed only in part around refused ops."""
     refused = stats["refused_ops"]
     reasons = stats["fallback_reasons"]
     if _refused(stats):
-        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or \
+        whys = [ln.strip().removeprefix("why not swapped in: ") for ln in full.splitlines()
+                if "why not swapped in: c" in ln]  # compile-failed, capture-failed
+        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "; ".join(whys) or \
             f"reasons {reasons}, {stats['compile_failures']} compile failures: {explained}"
         return "REFUSED", why[:400]
     return "NOT-REPLAYED", (f"reasons {reasons}: " if reasons else "") + explained[:400]
@@ -177,7 +179,7 @@ def _under_replay(step: Callable[[int], Any], compare_step: Callable[[int, Any],
         return "MISMATCH", mismatch
     replays, eager_ops, exits = last
     if not replays or eager_ops or exits or _refused(stats):
-        verdict, why = _why_not(stats, _about(explained, main))
+        verdict, why = _why_not(stats, _about(explained, main), explained)
         return verdict, (f"last step: {replays} program replays, {eager_ops} ops eagerly, "
                          f"{exits} side exits; {why}")
     return "PASS", f"program replays at steps {replayed_steps}"
