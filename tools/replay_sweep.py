@@ -35,8 +35,11 @@ input gradients of the sum of the outputs, and the buffers after the step.
 Usage::
 
     python tools/replay_sweep.py ops [--only add,mm] [--limit N] [--samples K] [--jobs J]
-        [--json out.json] [-v]
+        [--json out.json] [--skip done.json ...] [--merge a.json ...] [--exact] [-v]
     python tools/replay_sweep.py modules [--only nn.Linear] [--limit N] [--samples K] ...
+
+The results so far are rewritten to ``out.json.partial`` after each op; ``--skip`` resumes
+an interrupted sweep from it (what it holds is counted, not run again).
 """
 
 from __future__ import annotations
@@ -402,7 +405,8 @@ def _worker(suite: str, names: list[str], samples: int, timeout: int) -> None:
 
 
 def _run_isolated(suite: str, names: list[str], flags: list[str], env: dict[str, str],
-                  out: dict[str, dict[str, Any]], lock: threading.Lock, verbose: bool) -> None:
+                  out: dict[str, dict[str, Any]], lock: threading.Lock, verbose: bool,
+                  partial: str) -> None:
     """Run ``names`` in a worker process, restarting it after a hard crash (an abort costs
     one op, not the sweep), as ``tools/opinfo_device.py`` does."""
     todo = list(names)
@@ -417,7 +421,7 @@ def _run_isolated(suite: str, names: list[str], flags: list[str], env: dict[str,
                 current = line[6:].strip()
             elif line.startswith("RESULT "):
                 r = json.loads(line[7:])
-                _record(r, out, lock, verbose)
+                _record(r, out, lock, verbose, partial)
                 todo.remove(r["name"])
                 current = None
         _, err = proc.communicate()
@@ -426,14 +430,20 @@ def _run_isolated(suite: str, names: list[str], flags: list[str], env: dict[str,
         crashed = current if current is not None else todo[0]
         tail = [ln for ln in err.splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
         _record({"name": crashed, "status": "ERROR", "samples": {"ERROR": 1},
-                 "first": {"ERROR": f"process died: {tail[0][:200]}"}}, out, lock, verbose)
+                 "first": {"ERROR": f"process died: {tail[0][:200]}"}}, out, lock, verbose,
+                partial)
         todo.remove(crashed)
 
 
 def _record(r: dict[str, Any], out: dict[str, dict[str, Any]], lock: threading.Lock,
-            verbose: bool) -> None:
+            verbose: bool, partial: str) -> None:
+    """Keep ``r``; rewrite the results so far to ``partial`` (an interrupted sweep resumes
+    from it with ``--skip``)."""
     with lock:
         out[r["name"]] = r
+        if partial:
+            with open(partial, "w") as fh:
+                json.dump({"results": out}, fh)
         if verbose:
             first = r["first"].get(r["status"], r.get("reason", ""))
             print(f"{r['status']:>13} {r.get('seconds', 0):7.1f}s {r['name']:<32} "
@@ -483,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="worker processes side by side")
     p.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per op or module")
     p.add_argument("--json", default="", help="write per-op results and the totals here")
+    p.add_argument("--skip", nargs="+", default=[], help="JSON files (results or their "
+                   ".partial): what they hold is not run again, and is counted")
+    p.add_argument("--merge", nargs="+", default=[], help="only report these JSON files")
     p.add_argument("--exact", action="store_true", help="a last-bit difference of an "
                    "elementwise op is a MISMATCH (default: counted as LAST-BIT)")
     p.add_argument("-v", "--verbose", action="store_true", help="print each as it ends")
@@ -490,6 +503,14 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     names = _names(a.suite, a.only, a.limit)
+    results: dict[str, dict[str, Any]] = {}
+    for path in a.skip + a.merge:
+        with open(path) as fh:
+            results.update(json.load(fh)["results"])
+    if a.merge:
+        report(a.suite, results, 0.0)
+        return 0
+    names = [n for n in names if n not in results]
     if a.worker:
         _worker(a.suite, names, a.samples, a.timeout)
         return 0
@@ -500,11 +521,12 @@ def main(argv: list[str] | None = None) -> int:
     env["TORCHNEURON_CACHE_DIR"] = cache
     if a.exact:
         env["REPLAY_SWEEP_EXACT"] = "1"
-    results: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
-    jobs = max(1, min(a.jobs, len(names)))
+    partial = a.json + ".partial" if a.json else ""
+    jobs = max(1, min(a.jobs, len(names) or 1))
     threads = [threading.Thread(target=_run_isolated, args=(
-        a.suite, names[j::jobs], flags, env, results, lock, a.verbose)) for j in range(jobs)]
+        a.suite, names[j::jobs], flags, env, results, lock, a.verbose, partial))
+        for j in range(jobs)]
     try:
         for t in threads:
             t.start()
@@ -512,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
             t.join()
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    ordered = {n: results[n] for n in names if n in results}
+    ordered = {n: results[n] for n in _names(a.suite, a.only, a.limit) if n in results}
     summary = report(a.suite, ordered, time.perf_counter() - t0)
     if a.json:
         with open(a.json, "w") as fh:
