@@ -172,6 +172,7 @@ def _under_replay(step: Callable[[int], Any], compare_step: Callable[[int, Any],
                     kind = "replayed" if i in replayed_steps else "not replayed"
                     mismatch = f"step {i} ({kind}): {why}"
         stats, explained = ae.stats(), ae.explain()
+        ran_ops = stats["ops_recorded"] + stats["ops_deferred"] + stats["ops_between_regions"]
         main = max((r for r in ae.regions() if r.times_seen > 1), key=len, default=None)
     except Exception as e:  # noqa: BLE001 - eager ran this sample: raising here is a defect
         ae.disable()
@@ -180,6 +181,8 @@ def _under_replay(step: Callable[[int], Any], compare_step: Callable[[int, Any],
         ae.reset()
     if mismatch is not None:
         return "MISMATCH", mismatch
+    if not ran_ops:  # (broadcast_shapes): nothing ran on the device, nothing to replay
+        return "no-device-ops", "the sample runs no op on the device"
     replays, eager_ops, exits = last
     if not replays or eager_ops or exits or _refused(stats):
         verdict, why = _why_not(stats, _about(explained, main), explained)
@@ -322,8 +325,14 @@ def _module_sample(info: Any, sample: Any) -> tuple[str, str] | None:
     try:
         built = info.module_cls(*ctor.args, **ctor.kwargs).to(torch.float32)
         built.train(True)
+        if any(isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+               for t in (*built.parameters(), *built.buffers())):
+            # a lazy module initializes on its first call; a copy of it on the device would
+            # still hold CPU placeholders: initialize it once on the CPU, then copy
+            args, kwargs = _ModuleCopier("cpu")(
+                (sample.forward_input.args, sample.forward_input.kwargs))
+            built(*args, **kwargs)
         dev = copy.deepcopy(built).to("neuron")
-        # the lazy modules initialize on their first call: make both from one initialized copy
         on_device = _ModuleCopier("neuron")
         inputs = (on_device(sample.forward_input.args), on_device(sample.forward_input.kwargs))
         leaves = [y for _, y in on_device.leaves if y.requires_grad]
