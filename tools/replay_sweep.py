@@ -209,7 +209,7 @@ def _op_sample(fn: Callable, sample: Any, exact: bool) -> tuple[str, str, str | 
         r = _run(fn, sample, _Copier(False, False))
         if r.error is not None:
             raise r.error
-        return _cpu(r.out), [t.cpu() for t in _tensors(r.inputs)]
+        return _cpu(r.out), _cpu(_tensors(r.inputs))
 
     last_bits: list[str] = []
 
@@ -233,9 +233,12 @@ def _op_sample(fn: Callable, sample: Any, exact: bool) -> tuple[str, str, str | 
 
 
 def _cpu(tree: Any) -> Any:
+    """The tensors of ``tree`` read to the CPU, with no op before the read (a ``detach``
+    there would be a one-op region of the harness's own, exiting at the read)."""
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
+    with torch.no_grad():
+        return tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, tree)
 
 
 def _verdict(counts: collections.Counter[str]) -> str:
@@ -288,14 +291,15 @@ def check_op(op: Any, samples: int = DEFAULT_SAMPLES, timeout: int = 0) -> dict[
 def _module_results(module: torch.nn.Module, outs: Any, leaves: list[torch.Tensor],
                     ) -> dict[str, Any]:
     """Outputs, parameters and their gradients, buffers, input gradients: on the CPU."""
-    got: dict[str, Any] = {"out": [t.detach().cpu() for t in _module_tensors(outs)]}
-    for name, p in module.named_parameters():
-        got[f"param {name}"] = p.detach().cpu()
-        got[f"grad {name}"] = None if p.grad is None else p.grad.cpu()
-    for name, b in module.named_buffers():
-        got[f"buffer {name}"] = b.detach().cpu()
-    for i, t in enumerate(leaves):
-        got[f"input grad {i}"] = None if t.grad is None else t.grad.cpu()
+    with torch.no_grad():  # reads only (see _cpu)
+        got: dict[str, Any] = {"out": [t.cpu() for t in _module_tensors(outs)]}
+        for name, p in module.named_parameters():
+            got[f"param {name}"] = p.cpu()
+            got[f"grad {name}"] = None if p.grad is None else p.grad.cpu()
+        for name, b in module.named_buffers():
+            got[f"buffer {name}"] = b.cpu()
+        for i, t in enumerate(leaves):
+            got[f"input grad {i}"] = None if t.grad is None else t.grad.cpu()
     return got
 
 
