@@ -82,7 +82,13 @@ def plan_region(sigs: tuple, n_inputs: int, input_metas: list[tuple],
                 nbytes[(i, k)] = out[2]
             else:
                 ref = refs[out[2]]
-                roots[(i, k)] = ref if ref[0] == "x" else roots[(ref[1], ref[2])]
+                root = ref if ref[0] == "x" else roots[(ref[1], ref[2])]
+                root_dtype = input_metas[root[1]][3] if root[0] == "x" else metas[root[1:]][3]
+                if out[1][3] != root_dtype:
+                    # rebuilt as ``as_strided`` of its root's buffer, it would read the
+                    # root's elements as its own dtype's (view_as_complex gave zeros)
+                    raise CaptureRefused(f"{func} views a {root_dtype} value as {out[1][3]}")
+                roots[(i, k)] = root
     outputs = sorted({roots[v] for v in live if v in roots and roots[v][0] == "v"})
     first_write: dict[int, int] = {}
     last_ref: dict[int, int] = {}

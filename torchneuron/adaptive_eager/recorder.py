@@ -157,7 +157,9 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
             if ptrs is None:
                 ptrs = [_storage_ptr(t) for t in tensors]  # type: ignore[arg-type]
             storage = r._buffer.untyped_storage()
-            ptr = storage.data_ptr()
+            # (an empty storage's pointer is null, as an empty input's is: a new empty
+            # result, of any dtype, is no view of an input)
+            ptr = storage.data_ptr() if storage.nbytes() else -1
             for j, p in enumerate(ptrs):
                 if p == ptr:
                     outs.append(("view", meta_of(r), j))

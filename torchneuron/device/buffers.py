@@ -15,6 +15,7 @@ on the core that counted it, never on its fresh successor. Allocation is checked
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import torch
@@ -67,7 +68,9 @@ def track(wrapper: object, buffer: torch.Tensor, index: int) -> None:
     if nbytes == 0:
         # nothing to account; a previous buffer's token (``set_``, ``.data =`` an empty
         # tensor) must not keep that storage counted through this wrapper
-        wrapper.__dict__.pop("_memory_token", None)  # type: ignore[attr-defined]
+        # (a deferred replay value has __slots__, no __dict__: delete the attribute itself)
+        with contextlib.suppress(AttributeError):
+            del wrapper._memory_token  # type: ignore[attr-defined]
         return
     key = (index, storage.data_ptr())
     ref = _live.get(key)
