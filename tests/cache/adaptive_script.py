@@ -33,4 +33,5 @@ adaptive_eager.disable()
 s = adaptive_eager.stats()
 print(json.dumps({"losses": losses, "times": times, "compilations": s["compilations"],
                   "cache_hits": s["cache_hits"], "replays": s["replays"],
+                  "first_tier_replays": s["first_tier_replays"],
                   "first_replay_step": first_replay}))

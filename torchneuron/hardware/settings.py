@@ -154,6 +154,14 @@ _hardware_listeners: list[Callable[[HardwareProfile], None]] = []
 _MISSING = object()
 
 
+def _show_size(n: int) -> str:
+    """``10_000_000_000`` -> ``10GB``: a size as the variable would spell it."""
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B"
+
+
 def _load(setting: Setting) -> Any:
     """The environment's value, or the default with one warning when it does not parse:
     a typo in a tuning variable must not stop the user's program."""
@@ -164,8 +172,10 @@ def _load(setting: Setting) -> Any:
         return setting.parse(raw)
     except (ValueError, TypeError) as err:
         kind = getattr(setting.parse, "__name__", "value").lstrip("_").replace("parse_", "")
+        default = _show_size(setting.default) if setting.parse is parse_size \
+            else repr(setting.default)
         warnings.warn(f"{setting.env}={raw!r} is not a valid {kind} ({err}); using the "
-                      f"default {setting.default!r}. Expected: {setting.doc}.", stacklevel=3)
+                      f"default {default}. Expected: {setting.doc}.", stacklevel=3)
         return setting.default
 
 
