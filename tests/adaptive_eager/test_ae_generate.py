@@ -72,7 +72,14 @@ def _generate(mode: str, sample: bool, calls: int) -> tuple[list[int], list, lis
     return times, tokens, scores
 
 
-@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "top-k"])
+# top-k takes as long as greedy (about 1.75 minutes on 2 cores) and exercises the same
+# per-length regions: in `make test` only when asked, to keep the suite within its budget
+_TOP_K = pytest.param(True, id="top-k", marks=pytest.mark.skipif(
+    os.environ.get("TORCHNEURON_SLOW_TESTS") != "1",
+    reason="set TORCHNEURON_SLOW_TESTS=1 (the greedy case covers the same path)"))
+
+
+@pytest.mark.parametrize("sample", [pytest.param(False, id="greedy"), _TOP_K])
 def test_generate_costs_at_most_compile_per_call_with_eagers_tokens(sample: bool) -> None:
     with override(compile_latency=False, cache=False):
         _, want_tokens, want_scores = _generate("eager", sample, CALLS)
