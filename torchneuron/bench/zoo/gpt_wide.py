@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._task import TrainTask, Workload, make_batches
+from .gpt import lm_loss
 
 __all__ = ["WideGPT", "WORKLOAD"]
 
@@ -91,10 +92,6 @@ class WideGPT(nn.Module):
             for block in self.blocks:
                 x = block(x)
             return self.head(self.ln_f(x)).float()
-
-
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def build(device: str) -> TrainTask:
