@@ -34,7 +34,7 @@ import torchneuron.compiler as tc  # noqa: E402
 from tests import models  # noqa: E402
 from torchneuron.cache import CacheStore  # noqa: E402
 from torchneuron.compiler import executable  # noqa: E402
-from torchneuron.compiler.worker import warm_up  # noqa: E402
+from torchneuron.compiler.lower.worker import warm_up  # noqa: E402
 
 
 def _inference_graph() -> tuple:

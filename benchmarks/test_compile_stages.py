@@ -21,7 +21,7 @@ from torch.func import functional_call, grad_and_value  # noqa: E402
 
 import torchneuron.compiler as tc  # noqa: E402
 from tests import models  # noqa: E402
-from torchneuron.compiler.worker import warm_up  # noqa: E402
+from torchneuron.compiler.lower.worker import warm_up  # noqa: E402
 
 
 def _training_graph() -> tuple:

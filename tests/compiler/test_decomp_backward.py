@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from torchneuron.compiler import decomposition_table
-from torchneuron.compiler.decomp_conv import convolution_backward
-from torchneuron.compiler.decomp_pad import PAD_DECOMPOSITIONS
-from torchneuron.compiler.decomp_pool import POOL_DECOMPOSITIONS
+from torchneuron.compiler.decomp.conv import convolution_backward
+from torchneuron.compiler.decomp.pad import PAD_DECOMPOSITIONS
+from torchneuron.compiler.decomp.pool import POOL_DECOMPOSITIONS
 
 aten = torch.ops.aten
 _TOL = {"rtol": 1e-12, "atol": 1e-12}

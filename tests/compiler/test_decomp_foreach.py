@@ -19,7 +19,7 @@ import torch
 
 from tests.compiler.exact import bits_equal
 from torchneuron.compiler import compile_graph
-from torchneuron.compiler.decomp_foreach import FOREACH_DECOMPOSITIONS
+from torchneuron.compiler.decomp.foreach import FOREACH_DECOMPOSITIONS
 
 aten = torch.ops.aten
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)

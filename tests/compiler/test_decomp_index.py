@@ -192,7 +192,7 @@ def test_an_out_of_range_index_raises_eagers_error(name: str, computed: bool) ->
 def test_an_index_input_adds_no_device_work() -> None:
     """The check of an index that is a graph input is the host's: the program (StableHLO,
     and so the simulated time) is the one compiled without checks."""
-    from torchneuron.compiler.index_bounds import without_index_checks
+    from torchneuron.compiler.prepare.index_bounds import without_index_checks
 
     def fn(w: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.embedding(i, w).sum(0)
@@ -231,7 +231,7 @@ def test_a_tracer_without_decomp_layers_fails_loudly(monkeypatch: pytest.MonkeyP
     must fail (the graph then runs eagerly), not compile every index unchecked."""
     from torch.fx.experimental import proxy_tensor
 
-    from torchneuron.compiler import index_bounds
+    from torchneuron.compiler.prepare import index_bounds
 
     class RenamedTracerMode:  # PyTorch's mode after a rename of its counter
         decomposition_layers = 1
@@ -244,7 +244,7 @@ def test_a_tracer_without_decomp_layers_fails_loudly(monkeypatch: pytest.MonkeyP
 def test_the_check_run_eagerly_on_the_device_launches_no_kernel() -> None:
     """Run op by op (Dynamo's eager fallback), the check is the host's, as in eager
     PyTorch: no kernel, no eager compile; it still raises eager's error."""
-    from torchneuron.compiler.index_bounds import INDEX_BOUNDS
+    from torchneuron.compiler.prepare.index_bounds import INDEX_BOUNDS
     from torchneuron.hardware import get_core
 
     i = torch.arange(10, device="neuron")

@@ -81,7 +81,7 @@ def test_complex_inputs_and_outputs_cross_the_boundary_as_pairs() -> None:
 def test_long_transforms_match_eager_up_to_the_bound_and_are_refused_past_it() -> None:
     """One matmul up to 256 points, two stages beyond (1000 = 25 * 40, 4096 = 64 * 64),
     one matmul for a prime length (1021); refused past MAX_FFT_SIZE / MAX_DFT_SIZE."""
-    from torchneuron.compiler.decomp_fft import MAX_DFT_SIZE, MAX_FFT_SIZE
+    from torchneuron.compiler.decomp.fft import MAX_DFT_SIZE, MAX_FFT_SIZE
 
     g = torch.Generator().manual_seed(1)
     for n, fn in ((1000, torch.fft.rfft), (1000, torch.fft.fft), (1021, torch.fft.rfft),
@@ -144,9 +144,9 @@ def test_other_complex_ops_are_refused(name: str) -> None:
 def test_real_graphs_do_not_change() -> None:
     """The complex entries hand real values on: the graph of a real program is the
     same as without them (its StableHLO text, hence its cache key and sim time)."""
-    import torchneuron.compiler.decomp_complex as decomp_complex
-    import torchneuron.compiler.decomp_fft as decomp_fft
-    from torchneuron.compiler.prepare import prepare
+    import torchneuron.compiler.decomp.complex as decomp_complex
+    import torchneuron.compiler.decomp.fft as decomp_fft
+    from torchneuron.compiler.prepare.graph import prepare
 
     def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
         c = torch.sgn(a) * b + a.abs() - a.new_zeros(4, 6) + torch.cat([a, b]).sum() / 3
@@ -156,7 +156,7 @@ def test_real_graphs_do_not_change() -> None:
 
     a, b = torch.randn(4, 6), torch.randn(4, 6)
     with_fft = prepare(fn, [a, b]).graph_text
-    from torchneuron.compiler.decompositions import decomposition_table
+    from torchneuron.compiler.decomp.table import decomposition_table
 
     tables = (decomp_fft.FFT_DECOMPOSITIONS, decomp_complex.COMPLEX_DECOMPOSITIONS)
     saved = [dict(t) for t in tables]
@@ -235,7 +235,7 @@ def test_adaptive_eager_loop_of_ffts_gives_eagers_numbers() -> None:
 def test_prepared_graph_reference_run_takes_and_gives_complex_values() -> None:
     """``PreparedGraph.run_reference`` (what lowerings are checked against) converts at
     the same boundary as the executable."""
-    from torchneuron.compiler.prepare import prepare
+    from torchneuron.compiler.prepare.graph import prepare
 
     z = torch.randn(3, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(6))
 
@@ -356,7 +356,7 @@ def test_torch_compile_of_fft_layouts_and_long_transforms(name: str) -> None:
 def test_complex_clone_keeps_its_memory_format() -> None:
     """The clone decomposition alone (not the restride after it) gives a contiguous
     complex clone; a channels_last one compiles with eager's strides."""
-    from torchneuron.compiler.decomp_complex import clone
+    from torchneuron.compiler.decomp.complex import clone
 
     z = torch.randn(4, 10, dtype=torch.complex64).t()
     got = clone(z, memory_format=torch.contiguous_format)

@@ -22,7 +22,9 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron.adaptive_eager as ae
-from torchneuron.compiler.stablehlo import _fuse, _simplify, parse_module, prepare
+from torchneuron.compiler.interpreter import _simplify, prepare
+from torchneuron.compiler.interpreter.collapse import base as _fuse
+from torchneuron.compiler.stablehlo import parse_module
 from torchneuron.hardware import reset as reset_cores
 
 _SPECIALS = [float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0,
@@ -241,7 +243,7 @@ def _optimizer_loop(make_opt: Any, fused: bool, monkeypatch: pytest.MonkeyPatch,
     """An MLP trained 8 steps under adaptive eager (the optimizer step replays as a
     compiled region): its losses, parameters and optimizer state, and the number of
     steps the prepared blocks run per replay (``_Block.hot``, summed)."""
-    interp = importlib.import_module("torchneuron.compiler.stablehlo.interpret")
+    interp = importlib.import_module("torchneuron.compiler.interpreter.interpret")
     blocks: dict[int, Any] = {}
     with monkeypatch.context() as m:
         if not fused:

@@ -11,7 +11,7 @@ import threading
 import torch
 import torch.fx._symbolic_trace as fx_symbolic_trace
 
-from torchneuron.compiler.prepare import prepare
+from torchneuron.compiler.prepare.graph import prepare
 
 
 def test_overlapping_prepares_leave_fx_tracing_flag_clear() -> None:

@@ -9,8 +9,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 pytest.importorskip("torch_mlir")
 
 from torchneuron.compiler.errors import LoweringError  # noqa: E402
-from torchneuron.compiler.lower import lower_to_stablehlo, parse_failed_op  # noqa: E402
-from torchneuron.compiler.prepare import prepare  # noqa: E402
+from torchneuron.compiler.lower.importer import lower_to_stablehlo, parse_failed_op  # noqa: E402
+from torchneuron.compiler.prepare.graph import prepare  # noqa: E402
 
 
 def _mlp_step(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t: torch.Tensor):
@@ -32,8 +32,9 @@ def test_mlp_forward_backward_lowers_to_dot_general() -> None:
 
 def test_lowered_mlp_interprets_to_eager_numbers() -> None:
     shlo = pytest.importorskip("torchneuron.compiler.stablehlo")
+    interp = pytest.importorskip("torchneuron.compiler.interpreter")
     pg = prepare(make_fx(_mlp_step)(*MLP_ARGS), MLP_ARGS, already_aten=True)
-    results = shlo.interpret(shlo.parse_module(lower_to_stablehlo(pg.gm)), MLP_ARGS)
+    results = interp.interpret(shlo.parse_module(lower_to_stablehlo(pg.gm)), MLP_ARGS)
     for got, ref in zip(pg.assemble_outputs(MLP_ARGS, results), _mlp_step(*MLP_ARGS), strict=True):
         torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
 
@@ -77,7 +78,7 @@ def test_literal_tracker_never_hands_a_freed_tensors_constant_to_another() -> No
     """Torch-MLIR caches constants by id(); bool constants go through a temporary copy, so
     a freed temporary's id came back with the previous constant's data (a wrong constant,
     or a type error when shapes differ). Ours reuses an entry only for the same live object."""
-    from torchneuron.compiler.literal_tracker import LiveRefTracker
+    from torchneuron.compiler.lower.literal_tracker import LiveRefTracker
 
     tracker = LiveRefTracker()
     for i in range(200):
@@ -117,7 +118,8 @@ class _Masks(torch.nn.Module):
 
 def test_bool_constants_lower_to_their_own_values() -> None:
     shlo = pytest.importorskip("torchneuron.compiler.stablehlo")
+    interp = pytest.importorskip("torchneuron.compiler.interpreter")
     model, x = _Masks(8), torch.randn(3, 4)
     gm = make_fx(model)(x)
-    results = shlo.interpret(shlo.parse_module(lower_to_stablehlo(gm, [x])), [x])
+    results = interp.interpret(shlo.parse_module(lower_to_stablehlo(gm, [x])), [x])
     torch.testing.assert_close(results[0], model(x))

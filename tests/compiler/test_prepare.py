@@ -11,11 +11,15 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchneuron.compiler import decomp_special as DS
-from torchneuron.compiler import decompositions as D
+from torchneuron.compiler.decomp import special as DS
+from torchneuron.compiler.decomp import table as D
 from torchneuron.compiler.errors import PrepareError
-from torchneuron.compiler.prepare import prepare
-from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs, is_random_op
+from torchneuron.compiler.prepare.graph import prepare
+from torchneuron.compiler.prepare.random_ops import (
+    RandomInputSpec,
+    draw_random_inputs,
+    is_random_op,
+)
 
 aten = torch.ops.aten
 

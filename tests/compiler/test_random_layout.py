@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from torchneuron.compiler.errors import PrepareError
-from torchneuron.compiler.prepare import prepare
+from torchneuron.compiler.prepare.graph import prepare
 
 _LAYOUTS = {
     "contiguous": lambda: torch.randn(6, 10),

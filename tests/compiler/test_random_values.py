@@ -18,7 +18,7 @@ import torch.utils._pytree as pytree
 
 from torchneuron.compiler import compile_graph
 from torchneuron.compiler.errors import CompileError, PrepareError
-from torchneuron.compiler.prepare import prepare
+from torchneuron.compiler.prepare.graph import prepare
 
 
 def _probs(*shape: int) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 
 from torchneuron.compiler import compile_graph
 from torchneuron.compiler.errors import PrepareError
-from torchneuron.compiler.prepare import prepare
+from torchneuron.compiler.prepare.graph import prepare
 
 _CASES: dict[str, Callable[[torch.Tensor], Any]] = {
     "float": lambda x: x.sum().item(),

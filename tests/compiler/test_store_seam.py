@@ -65,7 +65,7 @@ def test_resolved_graph_key_skips_every_stage(monkeypatch: pytest.MonkeyPatch) -
         raise AssertionError("a resolved graph key must not prepare/lower/compile")
 
     monkeypatch.setattr(pipeline, "prepare", boom)
-    monkeypatch.setattr("torchneuron.compiler.worker.run_in_worker", boom)
+    monkeypatch.setattr("torchneuron.compiler.lower.worker.run_in_worker", boom)
     second = compile_graph(f, xs, name="b", store=store, graph_key="g1", in_process=True)
     assert second.from_cache and second.name == "b"
     assert stats()["compilations"] == 1 and stats()["cache"]["hits"] == 1

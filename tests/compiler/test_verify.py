@@ -10,7 +10,7 @@ import torch
 import torchneuron.compiler as tc
 from torchneuron.compiler import verify
 from torchneuron.compiler.executable import Executable
-from torchneuron.compiler.prepare import prepare
+from torchneuron.compiler.prepare.graph import prepare
 from torchneuron.compiler.rounding import copy_preserving_aliases
 from torchneuron.hardware.settings import get_value, override
 

@@ -11,9 +11,9 @@ import torch
 
 pytest.importorskip("torch_mlir")
 
-from torchneuron.compiler import worker  # noqa: E402
 from torchneuron.compiler.errors import LoweringError, WorkerCrash, WorkerTimeout  # noqa: E402
-from torchneuron.compiler.prepare import prepare  # noqa: E402
+from torchneuron.compiler.lower import worker  # noqa: E402
+from torchneuron.compiler.prepare.graph import prepare  # noqa: E402
 
 HERE = __name__  # the worker imports this module by name (pytest puts its folder on sys.path)
 

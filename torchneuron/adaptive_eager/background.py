@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from torchneuron.cache import default_store
-from torchneuron.compiler.fx_trace import wait_for
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.pipeline import compile_graph, load_cached
+from torchneuron.compiler.prepare.trace_lock import wait_for
 
 __all__ = ["drain", "lookup", "submit", "wait", "shutdown"]
 

@@ -33,7 +33,7 @@ from torch._higher_order_ops.cond import cond_op
 from torch._higher_order_ops.while_loop import while_loop_op
 from torch.utils._python_dispatch import _disable_current_modes
 
-from torchneuron.compiler.fx_trace import TRACE_LOCK
+from torchneuron.compiler.prepare.trace_lock import TRACE_LOCK
 
 __all__ = ["install", "uninstall"]
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler import index_bounds
+from torchneuron.compiler.prepare import index_bounds
 
 __all__ = ["Issued", "may_raise_later", "user_line", "pointing_at"]
 

@@ -36,8 +36,8 @@ from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import run_eagerly, static_of, vid_of
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
 from torchneuron.adaptive_eager.verify import reference_raised, run_checked
-from torchneuron.compiler import index_bounds
 from torchneuron.compiler.launch import launch
+from torchneuron.compiler.prepare import index_bounds
 from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
 from torchneuron.dispatch import wrap

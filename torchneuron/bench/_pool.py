@@ -45,7 +45,7 @@ def _forget_parent_worker() -> None:
     failed compile at best, another graph's executable at worst. A worker of its own
     costs the child a start-up, never a wrong number.
     """
-    from torchneuron.compiler import worker
+    from torchneuron.compiler.lower import worker
 
     worker._proc = None  # the parent's worker stays the parent's; a new one starts on use
 

@@ -30,7 +30,7 @@ import torch
 
 from torchneuron._version import __version__
 from torchneuron.compiler.errors import ExecuteError
-from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs
+from torchneuron.compiler.prepare.random_ops import RandomInputSpec, draw_random_inputs
 
 __all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError",
            "check_entry", "trust_entry", "matches_inputs"]
@@ -174,7 +174,7 @@ class Executable:
 
         Returns the user outputs; write-back values are copied into their inputs.
         """
-        from torchneuron.compiler.stablehlo import prepare
+        from torchneuron.compiler.interpreter import prepare
 
         sig = self.signature
         if self._prepared is None:
@@ -207,7 +207,7 @@ class Executable:
         if "complex_outputs" in sig:
             outs = self._complex_results(outs, sig["complex_outputs"])
         if "index_checks" in sig:  # eager's error for an out-of-range index, before writing
-            from torchneuron.compiler.index_bounds import raise_out_of_range
+            from torchneuron.compiler.prepare.index_bounds import raise_out_of_range
 
             raise_out_of_range(sig["index_checks"], inputs, outs, self.name)
         for out_i, in_i in sig["write_backs"]:
@@ -353,7 +353,7 @@ def _canonical(obj: Any) -> str:
 
 
 def _check_ops(module: Any) -> None:
-    from torchneuron.compiler.stablehlo._registry import OPS
+    from torchneuron.compiler.interpreter._registry import OPS
 
     todo = [op for f in module.functions.values() for op in f.body]
     while todo:

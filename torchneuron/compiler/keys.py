@@ -51,7 +51,7 @@ def toolchain() -> dict[str, str]:
         mlir = metadata.version("torch-mlir")
     except metadata.PackageNotFoundError:
         mlir = "absent"
-    from torchneuron.compiler import host_numerics
+    from torchneuron.compiler.decomp import host_numerics
 
     # what eager computes on this CPU, as far as the lowering asked it (host_numerics): an
     # index entry made on a machine whose eager answers differently is not followed here

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.executable import Executable
-from torchneuron.compiler.index_bounds import raised_by_index_check
+from torchneuron.compiler.prepare.index_bounds import raised_by_index_check
 from torchneuron.device import random
 from torchneuron.hardware import NeuronCore, compile_latency_enabled, program_compile_latency_ns
 

@@ -27,7 +27,7 @@ from torchneuron.compiler import dump, executable, stats
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.executable import Executable, ExecutableFormatError
 from torchneuron.compiler.keys import executable_key, index_key
-from torchneuron.compiler.prepare import PreparedGraph, prepare
+from torchneuron.compiler.prepare.graph import PreparedGraph, prepare
 from torchneuron.compiler.store import ExecutableStore
 from torchneuron.hardware import current_profile, get_profile
 
@@ -61,7 +61,7 @@ def lower_graph(gm: Any, input_specs: list[tuple[Any, ...]]) -> dict[str, Any]:
     """
     import torch
 
-    from torchneuron.compiler.lower import lower_to_stablehlo
+    from torchneuron.compiler.lower.importer import lower_to_stablehlo
 
     seconds: dict[str, float] = {}
     with _stage("lower", "the Torch-MLIR import", seconds):
@@ -208,7 +208,7 @@ def compile_graph(
     Raises ``CompileError`` (with its stage and reason, also counted in
     ``torchneuron.compiler.stats()``) when any stage cannot handle the graph.
     """
-    from torchneuron.compiler.worker import run_in_worker
+    from torchneuron.compiler.lower.worker import run_in_worker
 
     options = dict(options or {})
     target = target or current_profile().name

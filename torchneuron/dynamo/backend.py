@@ -27,16 +27,16 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
-from torchneuron.compiler.decomp_upsample_linear import eager_resample_kernels
-from torchneuron.compiler.fx_trace import TRACE_LOCK
-from torchneuron.compiler.index_bounds import (
+from torchneuron.compiler.decomp.upsample_linear import eager_resample_kernels
+from torchneuron.compiler.keys import fx_graph_key
+from torchneuron.compiler.prepare.index_bounds import (
     INDEX_BOUNDS,
     USER_LEVEL_CHECKS,
     raised_by_index_check,
     without_index_checks,
 )
-from torchneuron.compiler.keys import fx_graph_key
-from torchneuron.compiler.random_ops import is_random_op
+from torchneuron.compiler.prepare.random_ops import is_random_op
+from torchneuron.compiler.prepare.trace_lock import TRACE_LOCK
 from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, buffers, random
@@ -291,7 +291,7 @@ def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any 
     """
     from torch.nn import _reduction
 
-    from torchneuron.compiler.decomp_index import multilabel_margin_loss_forward
+    from torchneuron.compiler.decomp.index import multilabel_margin_loss_forward
 
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)

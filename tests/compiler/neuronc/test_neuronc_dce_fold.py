@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchneuron.compiler.interpreter import interpret
 from torchneuron.compiler.neuronc import compile_module
 from torchneuron.compiler.neuronc._ops import is_constant
 from torchneuron.compiler.neuronc.constant_fold import MAX_FOLD_BYTES, const_attr
-from torchneuron.compiler.stablehlo import interpret
 from torchneuron.compiler.stablehlo._dtypes import dense_to_tensor
 
 

@@ -24,7 +24,8 @@ def test_mlp_fwd_bwd_from_torch_mlir(trn2):
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torchneuron.compiler.stablehlo import interpret, parse_module
+    from torchneuron.compiler.interpreter import interpret
+    from torchneuron.compiler.stablehlo import parse_module
 
     args = [torch.randn(16, 32), torch.randn(32, 64), torch.randn(64), torch.randn(64, 8)]
     gm = make_fx(_mlp_fwd_bwd, decomposition_table=core_aten_decompositions())(*args)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from torchneuron.compiler.stablehlo import Module, interpret, parse_module
+from torchneuron.compiler.interpreter import interpret
+from torchneuron.compiler.stablehlo import Module, parse_module
 
 
 def lower_to_stablehlo(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> str:

@@ -20,10 +20,11 @@ import torch
 import torchneuron.adaptive_eager as ae
 from tests import loops
 from tests.compiler.stablehlo.test_stablehlo_parity import CASES
-from torchneuron.compiler.stablehlo import StableHLOExecutionError, parse_module, prepare
-from torchneuron.compiler.stablehlo._codegen import generate
+from torchneuron.compiler.interpreter import StableHLOExecutionError, prepare
+from torchneuron.compiler.interpreter._codegen import generate
+from torchneuron.compiler.stablehlo import parse_module
 
-_interpret = importlib.import_module("torchneuron.compiler.stablehlo.interpret")
+_interpret = importlib.import_module("torchneuron.compiler.interpreter.interpret")
 
 
 def _same_bits(a: Any, b: Any) -> bool:

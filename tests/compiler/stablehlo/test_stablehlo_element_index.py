@@ -16,8 +16,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from torchneuron.compiler.interpreter import _specialize, prepare
 from torchneuron.compiler.pipeline import compile_graph
-from torchneuron.compiler.stablehlo import _specialize, prepare
 
 aten = torch.ops.aten
 

@@ -17,12 +17,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torchneuron.compiler.interpreter import _specialize, prepare
+from torchneuron.compiler.interpreter.collapse import base as _fuse
+from torchneuron.compiler.interpreter.collapse.base import Fused
 from torchneuron.compiler.pipeline import compile_graph
-from torchneuron.compiler.stablehlo import _fuse, _specialize, prepare
-from torchneuron.compiler.stablehlo._fuse import Fused
 
 aten = torch.ops.aten
-_interpret = importlib.import_module("torchneuron.compiler.stablehlo.interpret")
+_interpret = importlib.import_module("torchneuron.compiler.interpreter.interpret")
 
 
 def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[str]]:  # noqa: ANN001

@@ -24,11 +24,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torchneuron.compiler.interpreter import prepare
+from torchneuron.compiler.interpreter.collapse import base as _fuse
+from torchneuron.compiler.interpreter.collapse import clamp as _fuse_clamp
+from torchneuron.compiler.interpreter.collapse.base import Fused
 from torchneuron.compiler.pipeline import compile_graph
-from torchneuron.compiler.stablehlo import _fuse, _fuse_clamp, prepare
-from torchneuron.compiler.stablehlo._fuse import Fused
 
-_interpret = importlib.import_module("torchneuron.compiler.stablehlo.interpret")
+_interpret = importlib.import_module("torchneuron.compiler.interpreter.interpret")
 _INT = {torch.float32: torch.int32, torch.float64: torch.int64,
         torch.float16: torch.int16, torch.bfloat16: torch.int16}  # fmt: skip
 _FUSED = "torchneuron.fused.clamp_bound"

@@ -52,8 +52,8 @@ def test_max_pool_nan_override_is_fused_and_exact(shape, kw, case, monkeypatch) 
 def test_a_nan_arriving_on_a_later_run_is_still_reported(monkeypatch) -> None:  # noqa: ANN001
     """The fast path's check is per run: a prepared program that ran NaN-free first
     still makes a later NaN win its window."""
+    from torchneuron.compiler.interpreter import prepare
     from torchneuron.compiler.pipeline import compile_graph
-    from torchneuron.compiler.stablehlo import prepare
 
     fn = lambda t: F.max_pool2d_with_indices(t, 2, 2)  # noqa: E731
     clean = _pool_input((2, 3, 8, 8), "ties")

@@ -9,15 +9,14 @@ import sys
 import pytest
 import torch
 
+from torchneuron.compiler.interpreter import UnsupportedStableHLOOp, interpret
+from torchneuron.compiler.interpreter.interpret import StableHLOExecutionError
 from torchneuron.compiler.stablehlo import (
     Module,
     StableHLOParseError,
     TensorType,
-    UnsupportedStableHLOOp,
-    interpret,
     parse_module,
 )
-from torchneuron.compiler.stablehlo.interpret import StableHLOExecutionError
 
 SMALL = """
 func.func @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3xf32>) -> tensor<2xf32> {
@@ -115,7 +114,8 @@ def test_json_ir_runs_without_torch_mlir(tmp_path) -> None:
     code = f"""
 import json, sys, torch
 sys.modules["torch_mlir"] = None  # any import of torch_mlir now fails
-from torchneuron.compiler.stablehlo import Module, interpret
+from torchneuron.compiler.stablehlo import Module
+from torchneuron.compiler.interpreter import interpret
 m = Module.from_dict(json.loads(open({str(path)!r}).read()))
 x, b = torch.ones(2, 3), torch.arange(3.0)
 assert interpret(m, [x, b])[0].tolist() == [6.0, 6.0]

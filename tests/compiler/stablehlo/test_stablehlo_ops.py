@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler.stablehlo import UnsupportedStableHLOOp
+from torchneuron.compiler.interpreter import UnsupportedStableHLOOp
 
 
 def _fn(body: str, sig: str, results: str) -> str:

@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler.stablehlo import interpret, parse_module, prepare
+from torchneuron.compiler.interpreter import interpret, prepare
+from torchneuron.compiler.stablehlo import parse_module
 
 
 def test_prepared_runs_match_fresh_interpret_bitwise(lower) -> None:

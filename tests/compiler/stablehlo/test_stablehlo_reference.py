@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad
 
-from torchneuron.compiler.stablehlo import interpret, parse_module
+from torchneuron.compiler.interpreter import interpret
+from torchneuron.compiler.stablehlo import parse_module
 
 g = torch.Generator().manual_seed(1)
 

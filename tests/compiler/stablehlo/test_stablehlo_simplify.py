@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from torchneuron.compiler.stablehlo import _simplify, parse_module, prepare
+from torchneuron.compiler.interpreter import _simplify, prepare
+from torchneuron.compiler.stablehlo import parse_module
 
 _TEXT = """func.func @main(%x: tensor<2x3xf32>, %y: tensor<6xf32>) -> (tensor<6xf32>, tensor<2x3xf32>, tensor<3x2xf32>) {
   %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>

@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler.stablehlo import _specialize, parse_module, prepare
+from torchneuron.compiler.interpreter import _specialize, prepare
+from torchneuron.compiler.stablehlo import parse_module
 
 _MAX_WITH_INDEX = """func.func @main(%x: tensor<4x5x3xf32>, %ix: tensor<4x5x3xi64>)
     -> (tensor<4xf32>, tensor<4xi64>) {

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.stablehlo import Function, Module, Operation, TensorType, interpret
+from torchneuron.compiler.interpreter import interpret
+from torchneuron.compiler.stablehlo import Function, Module, Operation, TensorType
 from torchneuron.compiler.stablehlo._dtypes import (
     dense_to_tensor,
     splat_dense,

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from ._dtypes import splat_dense, tensor_to_dense, torch_dtype
-from .ir import TensorType, float_to_json
+from torchneuron.compiler.stablehlo._dtypes import splat_dense, tensor_to_dense, torch_dtype
+from torchneuron.compiler.stablehlo.ir import TensorType, float_to_json
 
 _ENUMS = (
     "ComparisonDirectionAttr",

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .ir import TensorType, float_from_json, float_to_json
+from torchneuron.compiler.stablehlo.ir import TensorType, float_from_json, float_to_json
 
 __all__ = ["TORCH_DTYPES", "torch_dtype", "stablehlo_dtype", "dense_to_tensor", "tensor_to_dense"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .ir import Function, Module, Operation, TensorType
+from torchneuron.compiler.stablehlo.ir import Function, Module, Operation, TensorType
 
 __all__ = ["StableHLOParseError", "parse_module"]
 
@@ -141,6 +141,6 @@ class _Walker:
             raise StableHLOParseError(msg, str(op.name)) from e
 
     def attr(self, a: Any) -> Any:
-        from . import _attrs
+        from torchneuron.compiler.stablehlo import _attrs
 
         return _attrs.convert(self.ir, a, self.resources, self.type)
