@@ -13,25 +13,55 @@ two outputs: a restructuring that changes no behaviour changes no chain but modu
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import hashlib
 import inspect
-import re
 import textwrap
 from typing import Any
 
 
-_IMPORT = re.compile(r"\s*(from \S+ )?import ")
+class _Body(ast.NodeTransformer):
+    """Drops what a move or a restructuring may change without changing behaviour: import
+    statements (they name modules), docstrings, decorators (the registration)."""
+
+    def visit_Import(self, node: ast.AST) -> None:
+        return None
+
+    visit_ImportFrom = visit_Import
+
+    def _strip(self, node: Any) -> Any:
+        node.decorator_list = []
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        node.body = body or [ast.Pass()]
+        self.generic_visit(node)
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _strip
 
 
 def _source_hash(fn: Any) -> str:
+    """A hash of the function's syntax tree (comments, docstrings, imports and
+    decorators left out); a lambda is found inside the statement that holds it."""
     try:
         src = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
         return "nosource"
-    # import lines name modules, which a move renames: they are not the body
-    src = "\n".join(line for line in src.splitlines() if not _IMPORT.match(line))
-    return hashlib.sha1(src.encode()).hexdigest()[:10]
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return hashlib.sha1(src.encode()).hexdigest()[:10]
+    if fn.__name__ == "<lambda>":
+        args = list(fn.__code__.co_varnames[: fn.__code__.co_argcount])
+        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
+                   and [a.arg for a in n.args.args] == args]
+        node: Any = lambdas[0] if lambdas else tree
+    else:
+        node = _Body().visit(tree.body[0])
+    text = ast.dump(node, annotate_fields=False, include_attributes=False)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
 def _simple(v: Any) -> bool:

@@ -8,7 +8,7 @@ import torch
 
 import torchneuron.adaptive_eager as ae
 from torchneuron.adaptive_eager.region import IllegalTransition, Region, State
-from torchneuron.compiler.decomp.table import native_dropout
+from torchneuron.compiler.decomp.dropout import native_dropout
 from torchneuron.hardware import settings
 
 

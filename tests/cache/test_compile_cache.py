@@ -22,7 +22,7 @@ import torch
 from torchneuron.cache import CacheStore, cli
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache.inventory import list_entries
-from torchneuron.compiler import compile_graph, executable, reset_stats, stats
+from torchneuron.compiler import compile_graph, reset_stats, stats, versions
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_compiler_version_bump_makes_entries_unreachable(store: CacheStore,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     compile_graph(f, _xs(), store=store, graph_key="g", in_process=True)
     assert compile_graph(f, _xs(), store=store, graph_key="g", in_process=True).from_cache
-    monkeypatch.setattr(executable, "COMPILER_VERSION", executable.COMPILER_VERSION + "+next")
+    monkeypatch.setattr(versions, "COMPILER_VERSION", versions.COMPILER_VERSION + "+next")
     fresh = CacheStore(store.root)
     exe = compile_graph(f, _xs(), store=fresh, graph_key="g", in_process=True)
     assert not exe.from_cache and exe.compiler_version.endswith("+next")

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron.adaptive_eager as ae
-from torchneuron.compiler.interpreter import _simplify, prepare
+from torchneuron.compiler.interpreter import _simplify, load
 from torchneuron.compiler.interpreter.collapse import base as _fuse
 from torchneuron.compiler.stablehlo import parse_module
 from torchneuron.hardware import reset as reset_cores
@@ -85,7 +85,7 @@ def test_exact_identities_are_aliases(ty: str, monkeypatch: pytest.MonkeyPatch) 
     and every result has the op-by-op run's bits (signed zeros, NaN, infinities)."""
     text = _IDENTITIES.replace("TY", ty)
     module = parse_module(text)
-    prepared = prepare(module)
+    prepared = load(module)
     dt = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
           "bf16": torch.bfloat16}[ty]  # fmt: skip
     x = torch.tensor([-0.0, 0.0, float("nan"), -float("nan"), 1e-40], dtype=dt)
@@ -99,7 +99,7 @@ def test_exact_identities_are_aliases(ty: str, monkeypatch: pytest.MonkeyPatch) 
                                                   "stablehlo.add"]  # fmt: skip
     with monkeypatch.context() as m:
         m.setattr(_simplify, "_identity_operand", lambda op, operands, producer: None)
-        plain = prepare(parse_module(text))
+        plain = load(parse_module(text))
         want = plain.run([x])
         assert len(plain.block(plain.entry.body).hot) == 7
     _same_bits(got, want)
@@ -127,13 +127,13 @@ def test_tree_over_transposed_leaves_keeps_which_nan(ty: str,
     text = _TRANSPOSED_TREE.replace("TY", ty)
     inputs = [torch.full((32, 32), float("nan"), dtype=dt), torch.ones(32, 32, dtype=dt),
               torch.full((32, 32), -float("nan"), dtype=dt)]  # fmt: skip
-    fused = prepare(parse_module(text))
+    fused = load(parse_module(text))
     got = fused.run([t.clone() for t in inputs])
     assert [s.op.name for s in fused.block(fused.entry.body).hot] == [
-        "torchneuron.fused.pointwise"]
+        "torchneuron.collapsed.pointwise"]
     with monkeypatch.context() as m:
         _unfused(m)
-        want = prepare(parse_module(text)).run([t.clone() for t in inputs])
+        want = load(parse_module(text)).run([t.clone() for t in inputs])
     _same_bits(got, want)
 
 
@@ -217,7 +217,7 @@ def test_trees_give_the_op_by_op_bits(ty: str, shape: tuple[int, int],
         args += [torch.tensor(lr, dtype=dt), _data((cols, rows), dt, gen), _data((cols,), dt, gen),
                  _data((rows * cols,), dt, gen)]
         inputs.append(args)
-    fused = prepare(parse_module(text))
+    fused = load(parse_module(text))
     kept = [[a.clone() for a in args] for args in inputs]
     got = [fused.run(a) for a in inputs]
     for args, copies in zip(inputs, kept, strict=True):  # in place only on its own values
@@ -225,7 +225,7 @@ def test_trees_give_the_op_by_op_bits(ty: str, shape: tuple[int, int],
     hot = fused.block(fused.entry.body).hot
     with monkeypatch.context() as m:
         _unfused(m)
-        plain = prepare(parse_module(text))
+        plain = load(parse_module(text))
         want = [plain.run(a) for a in inputs]
         plain_hot = plain.block(plain.entry.body).hot
     for g, w in zip(got, want, strict=True):
@@ -248,14 +248,14 @@ def _optimizer_loop(make_opt: Any, fused: bool, monkeypatch: pytest.MonkeyPatch,
     with monkeypatch.context() as m:
         if not fused:
             _unfused(m)
-        original = interp.Prepared.block
+        original = interp.Loaded.block
 
         def block(self: Any, ops: Any) -> Any:
             b = original(self, ops)
             blocks[id(b)] = b
             return b
 
-        m.setattr(interp.Prepared, "block", block)
+        m.setattr(interp.Loaded, "block", block)
         ae.disable()
         ae.reset()
         reset_cores()
@@ -329,7 +329,7 @@ def test_select_with_a_broadcast_mask_keeps_where_bits(ty: str) -> None:
     m = torch.tensor([True, False, True]).reshape(3, 1, 1, 1)
     r = torch.rand(3, 16, 8, 32, generator=gen) < 0.5
     x, z = _data((1, 16, 8, 32), dt, gen), _data((3, 16, 8, 32), dt, gen)
-    got = prepare(parse_module(_SELECT.replace("TY", ty))).run([m, r, x, z])
+    got = load(parse_module(_SELECT.replace("TY", ty))).run([m, r, x, z])
     want = [torch.where(m.expand(3, 16, 8, 32), x.expand(3, 16, 8, 32), z),
             torch.where(r, x.expand(3, 16, 8, 32), z)]  # fmt: skip
     _same_bits(got, want)
@@ -350,5 +350,5 @@ def test_convert_to_bool_is_x_not_equal_zero(ty: str, n: int) -> None:
     else:
         dt = {"i32": torch.int32, "i64": torch.int64, "ui8": torch.uint8}[ty]
         x = torch.randint(0, 3, (n,), generator=gen).to(dt) * (1 if ty == "ui8" else -1)
-    (got,) = prepare(parse_module(text)).run([x])
+    (got,) = load(parse_module(text)).run([x])
     assert torch.equal(got, x != 0)

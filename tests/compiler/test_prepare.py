@@ -11,6 +11,10 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from torchneuron.compiler.decomp import dropout, pool_windows, reductions, views
+from torchneuron.compiler.decomp import elementwise as E
+from torchneuron.compiler.decomp import polynomials as P
+from torchneuron.compiler.decomp import scans as S
 from torchneuron.compiler.decomp import special as DS
 from torchneuron.compiler.decomp import table as D
 from torchneuron.compiler.errors import PrepareError
@@ -135,11 +139,11 @@ def test_random_op_reading_computed_tensor_values_is_rejected() -> None:
 def test_max_pool2d_with_indices_decomposition(args: tuple[object, ...]) -> None:
     x = torch.randn(2, 3, 9, 11)
     ref_out, ref_idx = aten.max_pool2d_with_indices(x, *args)
-    out, idx = D.max_pool2d_with_indices(x, *args)
+    out, idx = pool_windows.max_pool2d_with_indices(x, *args)
     assert torch.equal(out, ref_out) and torch.equal(idx, ref_idx)
     g = torch.randn_like(ref_out)
     ref_gi = aten.max_pool2d_with_indices_backward(g, x, *args, ref_idx)
-    torch.testing.assert_close(D.max_pool2d_with_indices_backward(g, x, *args, ref_idx), ref_gi)
+    torch.testing.assert_close(pool_windows.max_pool2d_with_indices_backward(g, x, *args, ref_idx), ref_gi)
 
 
 @pytest.mark.parametrize("p", [0.0, 0.3, 0.5])
@@ -148,18 +152,18 @@ def test_native_dropout_decomposition_is_bitwise(p: float) -> None:
     torch.manual_seed(3)
     ref = aten.native_dropout(x, p, True)
     torch.manual_seed(3)
-    got = D.native_dropout(x, p, True)
+    got = dropout.native_dropout(x, p, True)
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
     assert got[1].dtype == torch.bool
 
 
 def test_math_decompositions_match() -> None:
     a, b = torch.randn(4, 5), torch.randn(4, 5)
-    torch.testing.assert_close(D.hypot(a, b), torch.hypot(a, b))
+    torch.testing.assert_close(E.hypot(a, b), torch.hypot(a, b))
     big = torch.tensor([[1000.0, 1000.0], [-float("inf"), -float("inf")]])
-    torch.testing.assert_close(D.logsumexp(big, [1]), torch.logsumexp(big, 1))
-    torch.testing.assert_close(D.logsumexp(a, [0, 1], True), torch.logsumexp(a, [0, 1], True))
-    e = D.empty_permuted([2, 3], [1, 0], dtype=torch.float32)
+    torch.testing.assert_close(reductions.logsumexp(big, [1]), torch.logsumexp(big, 1))
+    torch.testing.assert_close(reductions.logsumexp(a, [0, 1], True), torch.logsumexp(a, [0, 1], True))
+    e = dropout.empty_permuted([2, 3], [1, 0], dtype=torch.float32)
     assert e.shape == (2, 3) and e.dtype == torch.float32
 
 
@@ -184,7 +188,7 @@ def test_random_ops_are_never_decomposed() -> None:
     table = D.decomposition_table()
     for op in (aten.bernoulli.p, aten.uniform.default, aten.rand_like.default, aten.randn.default):
         assert op not in table
-    assert table[aten.native_dropout.default] is D.native_dropout
+    assert table[aten.native_dropout.default] is dropout.native_dropout
 
 
 _SPECIAL = [
@@ -195,8 +199,8 @@ _SPECIAL = [
     ("i0", lambda x: DS._bessel_i(x, 0, False), torch.i0),
     ("i1e", lambda x: DS._bessel_i(x, 1, True), torch.special.i1e),
     ("log_ndtr", DS.log_ndtr, torch.special.log_ndtr),
-    ("cheb_u", lambda x: D._cheb(x, 5.0, "u"), lambda x: torch.special.chebyshev_polynomial_u(x, 5)),
-    ("cumprod", lambda x: D.cumprod(x.reshape(3, -1), 1), lambda x: torch.cumprod(x.reshape(3, -1), 1)),
+    ("cheb_u", lambda x: P._cheb(x, 5.0, "u"), lambda x: torch.special.chebyshev_polynomial_u(x, 5)),
+    ("cumprod", lambda x: S._scan_cumprod(x.reshape(3, -1), 1), lambda x: torch.cumprod(x.reshape(3, -1), 1)),
 ]
 
 
@@ -209,8 +213,8 @@ def test_special_function_decompositions(name: str, ours: object, ref: object) -
 def test_pooling_decompositions_avg_and_unfold() -> None:
     x = torch.randn(2, 3, 9, 11)
     for args in [((3, 3), (2, 2), (1, 1), False, True, None), ((3, 2), (2, 1), (1, 0), True, False, None)]:
-        torch.testing.assert_close(D.avg_pool2d(x, *args), aten.avg_pool2d(x, *args))
-    assert torch.equal(D.unfold(x, 3, 3, 2), x.unfold(3, 3, 2))
+        torch.testing.assert_close(pool_windows.avg_pool2d(x, *args), aten.avg_pool2d(x, *args))
+    assert torch.equal(views.unfold(x, 3, 3, 2), x.unfold(3, 3, 2))
 
 
 def test_batch_norm_running_stats_become_write_backs() -> None:

@@ -28,10 +28,10 @@ class AmbiguousKey(LookupError):
 
 def current_versions() -> dict[str, Any]:
     """The versions an executable must have been built with to be usable here."""
-    from torchneuron.compiler import executable
+    from torchneuron.compiler import versions
 
-    return {"compiler_version": executable.COMPILER_VERSION,
-            "format_version": executable.FORMAT_VERSION}
+    return {"compiler_version": versions.COMPILER_VERSION,
+            "format_version": versions.FORMAT_VERSION}
 
 
 @dataclass

@@ -28,16 +28,14 @@ from typing import Any
 
 import torch
 
-from torchneuron._version import __version__
+from torchneuron.compiler import versions
 from torchneuron.compiler.errors import ExecuteError
 from torchneuron.compiler.prepare.random_ops import RandomInputSpec, draw_random_inputs
+from torchneuron.compiler.versions import COMPILER_VERSION, FORMAT_VERSION
 
 __all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError",
            "check_entry", "trust_entry", "matches_inputs"]
 
-FORMAT_VERSION = 2
-# The compiler is versioned with the package: one constant, typed once in _version.py.
-COMPILER_VERSION = __version__
 _MAGIC = "torchneuron-executable"
 
 
@@ -61,7 +59,7 @@ class Executable:
     # served it (then no compile happened, and no compile latency is charged).
     cache_key: str | None = field(default=None, repr=False, compare=False)
     from_cache: bool = field(default=False, repr=False, compare=False)
-    _prepared: Any = field(default=None, repr=False, compare=False)
+    _loaded: Any = field(default=None, repr=False, compare=False)
     _random_specs: Any = field(default=None, repr=False, compare=False)
     _plan: Any = field(default=None, repr=False, compare=False)
 
@@ -92,10 +90,10 @@ class Executable:
             raise ExecutableFormatError(f"not a torchneuron executable: {e}") from None
         if not isinstance(d, dict) or d.get("magic") != _MAGIC:
             raise ExecutableFormatError("not a torchneuron executable (magic missing)")
-        if d.get("format_version") != FORMAT_VERSION:
+        if d.get("format_version") != versions.FORMAT_VERSION:
             raise ExecutableFormatError(
                 f"executable format {d.get('format_version')} cannot be loaded by this "
-                f"torchneuron (format {FORMAT_VERSION}); recompile the program"
+                f"torchneuron (format {versions.FORMAT_VERSION}); recompile the program"
             )
         return cls(
             name=d["name"],
@@ -174,12 +172,12 @@ class Executable:
 
         Returns the user outputs; write-back values are copied into their inputs.
         """
-        from torchneuron.compiler.interpreter import prepare
+        from torchneuron.compiler.interpreter import load
 
         sig = self.signature
-        if self._prepared is None:
+        if self._loaded is None:
             self._random_specs = [RandomInputSpec.from_dict(s) for s in sig["random_inputs"]]
-            self._prepared = prepare(self._module(), self._unused_outputs())
+            self._loaded = load(self._module(), self._unused_outputs())
         specs = self._random_specs
         if len(inputs) != sig["num_user_inputs"]:
             raise ExecuteError(
@@ -197,7 +195,7 @@ class Executable:
         args = [a.contiguous() if isinstance(a, torch.Tensor) and not a.is_contiguous() else a
                 for a in args]  # fmt: skip
         try:
-            outs = self._prepared.run(args)
+            outs = self._loaded.run(args)
         except Exception as e:
             raise ExecuteError(
                 f"executing {self.name} on the simulator failed: {e}",
@@ -327,9 +325,9 @@ def _check_content(exe: Executable, key: str, rebuild: bool) -> None:
                       ("signature", dict), ("options", dict)):
         if not isinstance(getattr(exe, name), typ):
             raise ExecutableFormatError(f"its {name} is not a {typ.__name__}")
-    if exe.compiler_version != COMPILER_VERSION:
+    if exe.compiler_version != versions.COMPILER_VERSION:
         raise ExecutableFormatError(f"compiled by torchneuron {exe.compiler_version}, this is "
-                                    f"{COMPILER_VERSION}")
+                                    f"{versions.COMPILER_VERSION}")
     got, _ = executable_key(exe.stablehlo, exe.target, exe.options, exe.signature)
     if got != key:
         raise ExecutableFormatError(f"its content hashes to key {got[:12]}, not to the key "

@@ -32,7 +32,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from torchneuron.compiler import executable
+from torchneuron.compiler import versions
 
 __all__ = ["executable_key", "index_key", "fx_graph_key", "toolchain"]
 
@@ -72,8 +72,8 @@ def executable_key(stablehlo: str, target: str, options: dict[str, Any],
     components = {
         "stablehlo_sha256": hashlib.sha256(stablehlo.encode("utf-8")).hexdigest(),
         "signature_sha256": _digest(sig),
-        "compiler_version": executable.COMPILER_VERSION,
-        "format_version": executable.FORMAT_VERSION,
+        "compiler_version": versions.COMPILER_VERSION,
+        "format_version": versions.FORMAT_VERSION,
         "target": target,
         "options": options,
     }
@@ -84,8 +84,8 @@ def index_key(graph_key: str, target: str, options: dict[str, Any]) -> str:
     """The index entry for ``graph_key`` under this compiler, toolchain, target and options."""
     return _digest({
         "graph_key": graph_key,
-        "compiler_version": executable.COMPILER_VERSION,
-        "format_version": executable.FORMAT_VERSION,
+        "compiler_version": versions.COMPILER_VERSION,
+        "format_version": versions.FORMAT_VERSION,
         "toolchain": toolchain(),
         "target": target,
         "options": options,

@@ -23,7 +23,7 @@ from typing import Any
 
 from torch.utils._pytree import treespec_dumps
 
-from torchneuron.compiler import dump, executable, stats
+from torchneuron.compiler import dump, executable, stats, versions
 from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.executable import Executable, ExecutableFormatError
 from torchneuron.compiler.keys import executable_key, index_key
@@ -250,7 +250,7 @@ def compile_graph(
         program=compiled["program"],
         signature=_signature(prepared, compiled["num_ops"]),
         options=options,
-        compiler_version=executable.COMPILER_VERSION,
+        compiler_version=versions.COMPILER_VERSION,
     )
     exe.cache_key = key
     stats.record_success(source)

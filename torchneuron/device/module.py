@@ -13,6 +13,8 @@ from typing import Any
 import torch
 
 from torchneuron.device import random as _random
+from torchneuron.device.current import current_device, device_index, set_device
+from torchneuron.device.events import Event
 from torchneuron.device.streams import (
     Stream,
     StreamContext,
@@ -60,8 +62,6 @@ __all__ = [
     "set_rng_state",
 ]
 
-_current = 0
-
 # The device is up from ``import torchneuron`` on. ``torch.utils.checkpoint`` reads this
 # flag (as ``torch.cuda._initialized``) to decide whether to save the device's RNG state
 # for the recomputation: without it a checkpointed dropout drew a new mask in the
@@ -85,32 +85,7 @@ def device_count() -> int:
     return _hw_device_count()
 
 
-def current_device() -> int:
-    return _current
-
-
-def _index(dev: Any = None) -> int:
-    """Normalize an int / str / torch.device / None to a neuron device index."""
-    if dev is None:
-        return _current
-    if isinstance(dev, int):
-        index = dev
-    else:
-        dev = torch.device(dev)
-        if dev.type != "neuron":
-            raise ValueError(f"Expected a neuron device, but got: {dev}")
-        index = _current if dev.index is None else dev.index
-    if not 0 <= index < device_count():
-        raise RuntimeError(
-            f"Invalid device ordinal neuron:{index}: this simulated chip has "
-            f"{device_count()} NeuronCores (neuron:0 .. neuron:{device_count() - 1})"
-        )
-    return index
-
-
-def set_device(dev: Any) -> None:
-    global _current
-    _current = _index(dev)
+_index = device_index  # (the name this module's callers use)
 
 
 class device:
@@ -118,10 +93,10 @@ class device:
 
     def __init__(self, dev: Any) -> None:
         self.index = _index(dev)
-        self.prev = _current
+        self.prev = current_device()
 
     def __enter__(self) -> None:
-        self.prev = _current
+        self.prev = current_device()
         set_device(self.index)
 
     def __exit__(self, *exc: object) -> None:
@@ -133,45 +108,6 @@ def synchronize(dev: Any = None) -> None:
     core = get_core(_index(dev))
     core.notify_sync("synchronize")
     core.synchronize()
-
-
-class Event:
-    """A marker in the device's work queue; ``elapsed_time`` is simulated milliseconds."""
-
-    def __init__(self, enable_timing: bool = False, blocking: bool = False) -> None:
-        self.enable_timing = enable_timing
-        self._ns: int | None = None
-        self._index: int | None = None
-
-    def record(self, stream: Any = None) -> None:
-        self._index = _current
-        core = get_core(self._index)
-        core.notify_sync("event")
-        self._ns = core.record_event()
-
-    def query(self) -> bool:
-        if self._ns is None:
-            return True
-        return get_core(self._index).timeline.host_ns >= self._ns
-
-    def synchronize(self) -> None:
-        if self._ns is not None:
-            core = get_core(self._index)
-            core.notify_sync("event")
-            core.timeline.wait_event(self._ns)
-
-    def wait(self, stream: Any = None) -> None:
-        """Device-side wait: work is in order on our single queue, so nothing to do."""
-
-    def elapsed_time(self, end_event: Event) -> float:
-        if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("Events must be created with enable_timing=True to measure time")
-        if self._ns is None or end_event._ns is None:
-            raise RuntimeError("Both events must be recorded before calling elapsed_time()")
-        return (end_event._ns - self._ns) / 1e6
-
-    def __repr__(self) -> str:
-        return f"torch.neuron.Event(recorded_ns={self._ns})"
 
 
 def memory_allocated(dev: Any = None) -> int:
@@ -289,22 +225,22 @@ def _rng_observed(index: int) -> None:
 
 
 def manual_seed(seed: int) -> None:
-    _rng_observed(_current)
-    _random.manual_seed(seed, _current)
+    _rng_observed(current_device())
+    _random.manual_seed(seed, current_device())
 
 
 def manual_seed_all(seed: int) -> None:
-    _rng_observed(_current)
+    _rng_observed(current_device())
     _random.manual_seed_all(seed, device_count())
 
 
 def seed() -> None:
-    _rng_observed(_current)
-    _random.generator(_current).seed()
+    _rng_observed(current_device())
+    _random.generator(current_device()).seed()
 
 
 def initial_seed() -> int:
-    return _random.generator(_current).initial_seed()
+    return _random.generator(current_device()).initial_seed()
 
 
 def get_rng_state(dev: Any = None) -> torch.Tensor:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.device.current import device_index
+
 __all__ = [
     "generator",
     "rng_state_swapped",
@@ -136,11 +138,9 @@ class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
     def __new__(cls, device: Any = None) -> torch.Generator:  # type: ignore[misc]
         if device is None or torch.device(device).type != "neuron":
             return _TorchGenerator() if device is None else _TorchGenerator(device)
-        from torchneuron.device.module import _index
-
         gen = _TorchGenerator.__new__(NeuronGenerator, "cpu")
         gen.manual_seed(_DEFAULT_SEED)
-        gen._index = _index(device)
+        gen._index = device_index(device)
         gen._alias = _seen_by_ops(gen)
         _aliases[id(gen._alias)] = gen._index
         return gen

@@ -70,9 +70,9 @@ def _tag(storage: Any) -> str | None:
 def _deserialize(storage: Any, location: str) -> Any:
     if not location.startswith("neuron"):
         return None
-    from torchneuron.device.module import _index
+    from torchneuron.device.current import device_index
 
-    device = neuron_device(_index(location))
+    device = neuron_device(device_index(location))
     if storage.device.type != "cpu":
         storage = storage.cpu()
     setattr(storage, _MARK, str(device))

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from torchneuron.device.current import device_index
+from torchneuron.device.events import Event
 from torchneuron.hardware import get_core
 
 __all__ = ["Stream", "StreamContext", "current_stream", "default_stream", "set_stream", "stream"]
@@ -26,9 +28,7 @@ _current: dict[int, Stream] = {}
 
 
 def _device_index(device: Any) -> int:
-    from torchneuron.device.module import _index
-
-    return _index(device)
+    return device_index(device)
 
 
 class Stream:
@@ -58,8 +58,6 @@ class Stream:
         """Later work waits for ``stream``'s: always true of a single in-order queue."""
 
     def record_event(self, event: Any = None) -> Any:
-        from torchneuron.device.module import Event
-
         event = Event() if event is None else event
         event.record(self)
         return event

@@ -16,17 +16,16 @@ import torch
 
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.distributed import clock
+from torchneuron.distributed.work import NeuronWork, _Host, _nbytes
 from torchneuron.hardware import get_core
 
 if TYPE_CHECKING:
-    from torchneuron.distributed.backend import NeuronProcessGroup, NeuronWork
+    from torchneuron.distributed.backend import NeuronProcessGroup
 
 __all__ = ["send", "recv"]
 
 
 def _prepare(tensors: list[torch.Tensor]) -> tuple[Any, int | None, list[torch.Tensor], int]:
-    from torchneuron.distributed.backend import _Host, _nbytes
-
     host = _Host()
     mapped = host.map(tensors)
     index = next((t._device_index for t in tensors if isinstance(t, NeuronTensor)), None)
@@ -38,8 +37,6 @@ def _prepare(tensors: list[torch.Tensor]) -> tuple[Any, int | None, list[torch.T
 def send(pg: NeuronProcessGroup, tensors: list[torch.Tensor], dst: int, tag: int) -> NeuronWork:
     """Post the header and the data to group rank ``dst``; the send ends on this rank's
     clock at its own arrival plus the transfer's cost."""
-    from torchneuron.distributed.backend import NeuronWork
-
     _, index, mapped, nbytes = _prepare(tensors)
     arrival = clock.arrival_ns(index) if index is not None else 0
     sig = clock.signature("send_recv", nbytes, tensors[0].dtype)
@@ -64,8 +61,6 @@ def recv(pg: NeuronProcessGroup, tensors: list[torch.Tensor], src: int | None,
          tag: int) -> NeuronWork:
     """Post the receives from group rank ``src`` (any rank if None); ``wait`` completes
     them, checks the header and charges the transfer from the later arrival."""
-    from torchneuron.distributed.backend import NeuronWork
-
     host, index, mapped, nbytes = _prepare(tensors)
     arrival = clock.arrival_ns(index) if index is not None else 0
     header = torch.zeros(2, dtype=torch.int64)

@@ -13,8 +13,10 @@ is deterministic, so capacity errors are too).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,3 +151,22 @@ class active:
 
     def __exit__(self, *exc: object) -> None:
         _stack.pop()
+
+
+# --- the core a kernel called on CPU values is charged to (by an nki_op) ---------------
+
+_charged: list[Any] = []  # cores that kernels called on CPU values are charged to
+
+
+@contextlib.contextmanager
+def charging(core: Any) -> Iterator[None]:
+    """While active, a kernel called on CPU values is charged to ``core`` as a launch."""
+    _charged.append(core)
+    try:
+        yield
+    finally:
+        _charged.pop()
+
+
+def current_core() -> Any:
+    return _charged[-1] if _charged else None

@@ -28,7 +28,7 @@ import torch
 
 from torchneuron.hardware import current_profile, get_core
 
-from ._context import KernelContext, active
+from ._context import KernelContext, active, current_core
 from .errors import NKIError
 from .schedule import KernelSchedule, schedule
 from .tensor import NkiTensor
@@ -62,8 +62,6 @@ class Kernel:
         if any(_is_neuron(a) for a in (*args, *kwargs.values())):
             return run_on_device(self, args, kwargs)
         out, sched = self.trace(args, kwargs)
-        from .op import current_core
-
         core = current_core()
         if core is not None:  # called by an nki_op on neuron tensors' buffers
             charge(core, f"nki.{self.name}", device_signature(args, kwargs), sched)

@@ -9,6 +9,7 @@ its values at once and appends one instruction to the running kernel (``_ops``).
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from . import _ops
+from . import tensor as _tensor_module
 from ._context import current
 from ._dtypes import as_dtype
 from .errors import NKIError
@@ -324,3 +326,6 @@ def _write(target: NkiTensor, value: Any, api: str) -> None:
 
 def _accumulate(target: NkiTensor, value: Any) -> NkiTensor:
     return _ops.accumulate(target, value)
+
+
+_tensor_module._LANGUAGE.append(sys.modules[__name__])  # NkiTensor's operators

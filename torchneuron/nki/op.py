@@ -16,8 +16,7 @@ the op runs through this same rule (see README, "Custom kernels").
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -27,25 +26,9 @@ from torchneuron.device.tensor import NeuronTensor
 from torchneuron.hardware import get_core
 
 from . import kernel as _jit
+from ._context import charging
 
 __all__ = ["nki_op", "charging"]
-
-_stack: list[Any] = []  # cores that kernels called on CPU values are charged to
-
-
-@contextlib.contextmanager
-def charging(core: Any) -> Iterator[None]:
-    """While active, a kernel called on CPU values is charged to ``core`` as a launch."""
-    _stack.append(core)
-    try:
-        yield
-    finally:
-        _stack.pop()
-
-
-def current_core() -> Any:
-    return _stack[-1] if _stack else None
-
 
 def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
            mutates_args: Iterable[str] | str = (), schema: str | None = None,

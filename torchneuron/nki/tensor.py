@@ -22,6 +22,15 @@ from ._context import Allocation, current
 __all__ = ["NkiTensor", "tile_values"]
 
 
+# ``nki.language``, which registers itself here when imported (it imports this module, so
+# this module cannot import it): the tensor's operators are the language's elementwise ops.
+_LANGUAGE: list[Any] = []
+
+
+def _language() -> Any:
+    return _LANGUAGE[0]
+
+
 class NkiTensor:
     """A tensor of the kernel. ``buffer``: "hbm", "sbuf" or "psum"."""
 
@@ -106,14 +115,12 @@ class NkiTensor:
 
     def __setitem__(self, idx: Any, value: Any) -> None:
         """``tile[...] = expr``: the expression's instruction writes here (no extra copy)."""
-        from . import language as nl
-
+        nl = _language()
         nl._write(self[idx], value, "NkiTensor.__setitem__")
 
     # --- operators (the elementwise ops of nki.language) -------------------------------
     def _op(self, name: str, other: Any, reverse: bool = False) -> NkiTensor:
-        from . import language as nl
-
+        nl = _language()
         fn = getattr(nl, name)
         return fn(other, self) if reverse else fn(self, other)
 
@@ -132,14 +139,12 @@ class NkiTensor:
     def __ge__(self, o: Any) -> NkiTensor: return self._op("greater_equal", o)  # type: ignore[override]
 
     def __neg__(self) -> NkiTensor:
-        from . import language as nl
-
+        nl = _language()
         return nl.negative(self)
 
     def __iadd__(self, o: Any) -> NkiTensor:
         """``psum[...] += nl.matmul(...)``: accumulate in PSUM (fp32) as TensorE does."""
-        from . import language as nl
-
+        nl = _language()
         return nl._accumulate(self, o)
 
     def __bool__(self) -> bool:

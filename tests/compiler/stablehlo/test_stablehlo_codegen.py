@@ -3,7 +3,7 @@ interpreter's loop does: the same bits out, the same errors naming the same op, 
 freed at the same points, nested regions still reading outer values by name.
 
 Why: from a block's second run on, every executable runs through generated code; the loop
-(``Prepared.codegen = False``) is the reference each test compares against.
+(``Loaded.codegen = False``) is the reference each test compares against.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import torchneuron.adaptive_eager as ae
 from tests import loops
 from tests.compiler.stablehlo.test_stablehlo_parity import CASES
-from torchneuron.compiler.interpreter import StableHLOExecutionError, prepare
+from torchneuron.compiler.interpreter import StableHLOExecutionError, load
 from torchneuron.compiler.interpreter._codegen import generate
 from torchneuron.compiler.stablehlo import parse_module
 
@@ -47,9 +47,9 @@ def _runs(text_or_module: Any, inputs: list[list[torch.Tensor]], codegen: bool,
           monkeypatch: pytest.MonkeyPatch, **kw: Any) -> tuple[Any, list[list[Any]]]:  # fmt: skip
     """A fresh prepared program run on each input list in turn, codegen on or off."""
     module = parse_module(text_or_module) if isinstance(text_or_module, str) else text_or_module
-    monkeypatch.setattr(_interpret.Prepared, "codegen", codegen)
-    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 0)  # generated on run 2
-    prepared = prepare(module, **kw)
+    monkeypatch.setattr(_interpret.Loaded, "codegen", codegen)
+    monkeypatch.setattr(_interpret.Loaded, "codegen_after", 0)  # generated on run 2
+    prepared = load(module, **kw)
     return prepared, [prepared.run(list(xs)) for xs in inputs]
 
 
@@ -122,9 +122,9 @@ def test_dead_values_are_freed_after_their_last_reader(codegen, monkeypatch) -> 
     """A value dropped after its last reader must be gone (its memory back to the
     allocator, by reference count alone) when the next steps run, in generated code as
     in the loop."""
-    monkeypatch.setattr(_interpret.Prepared, "codegen", codegen)
-    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 0)  # generated on run 2
-    prepared = prepare(parse_module(_MATMULS))
+    monkeypatch.setattr(_interpret.Loaded, "codegen", codegen)
+    monkeypatch.setattr(_interpret.Loaded, "codegen_after", 0)  # generated on run 2
+    prepared = load(parse_module(_MATMULS))
     prepared.run([torch.randn(64, 64)])  # the first run: the loop, constants kept
     hot = _entry(prepared).hot
     # a step whose result a later step drops, and a step after that one
@@ -165,9 +165,9 @@ def _outcome(shape: str, codegen: bool, monkeypatch: pytest.MonkeyPatch, result:
     """What a later run of the program gives (outputs) or raises (the exception): with
     ``bad`` inputs (the third run), or with the multiply's step made to return ``result``
     after run 1 (the second run, the first of generated code)."""
-    monkeypatch.setattr(_interpret.Prepared, "codegen", codegen)
-    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 0)  # generated on run 2
-    prepared = prepare(parse_module(_program(shape)))
+    monkeypatch.setattr(_interpret.Loaded, "codegen", codegen)
+    monkeypatch.setattr(_interpret.Loaded, "codegen_after", 0)  # generated on run 2
+    prepared = load(parse_module(_program(shape)))
     good = [torch.ones(2), torch.ones(2)]
     prepared.run(good)
     if result is not None:
@@ -261,8 +261,8 @@ def test_a_block_read_before_made_keeps_the_loop() -> None:
 def test_blocks_are_generated_after_codegen_after_runs(monkeypatch) -> None:
     """Compiling costs as much as many loop runs save: a block runs on the loop for its
     first run and ``codegen_after`` more, then as generated code."""
-    monkeypatch.setattr(_interpret.Prepared, "codegen_after", 3)
-    prepared = prepare(parse_module(_program("2")))
+    monkeypatch.setattr(_interpret.Loaded, "codegen_after", 3)
+    prepared = load(parse_module(_program("2")))
     made = []
     for _ in range(6):
         prepared.run([torch.ones(2), torch.ones(2)])
@@ -273,7 +273,7 @@ def test_blocks_are_generated_after_codegen_after_runs(monkeypatch) -> None:
 def _train(name: str, mode: str, codegen: bool,
            monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:  # fmt: skip
     """Losses of 8 training steps and the final parameters."""
-    monkeypatch.setattr(_interpret.Prepared, "codegen", codegen)
+    monkeypatch.setattr(_interpret.Loaded, "codegen", codegen)
     torch.manual_seed(0)
     loop = loops.make_loop(name, "eager" if mode == "adaptive" else mode)
     if mode == "adaptive":
@@ -327,7 +327,7 @@ def test_zoo_training_loops_give_the_loops_bits(name, mode, monkeypatch) -> None
 def test_inputs_of_another_type_are_refused(inputs, message) -> None:
     """A static program compares its inputs' dtypes and shapes as two lists at once; any
     difference still gets the input-by-input check, naming the input."""
-    prepared = prepare(parse_module(_program("2")))
+    prepared = load(parse_module(_program("2")))
     assert prepared.run([torch.ones(2), torch.ones(2)])[0].tolist() == [4.0, 4.0]
     with pytest.raises(StableHLOExecutionError, match=re.escape(message)):
         prepared.run(inputs)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from torchneuron.compiler.interpreter import _specialize, prepare
+from torchneuron.compiler.interpreter import _specialize, load
 from torchneuron.compiler.pipeline import compile_graph
 
 aten = torch.ops.aten
@@ -26,13 +26,13 @@ def _runs(fn: Callable[..., torch.Tensor], args: list[torch.Tensor],
           monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, torch.Tensor, list[str]]:  # fmt: skip
     """(specialized run, generic run, the callables the specialized run's steps use)."""
     module = compile_graph(fn, args)._module()
-    p = prepare(module)
+    p = load(module)
     fast = p.run(args)[0]
     body = p.block(module.functions[module.entry].body)
     used = [getattr(s.fn, "__name__", "") for s in body.steps]
     with monkeypatch.context() as m:
         m.setattr(_specialize, "SPECIALIZERS", {})
-        slow = prepare(module).run(args)[0]
+        slow = load(module).run(args)[0]
     return fast, slow, used
 
 
@@ -76,10 +76,10 @@ def test_element_gather_clamps_like_the_generic_path(monkeypatch: pytest.MonkeyP
 
     x = _values(3, 4)
     i = torch.tensor([[0, 0], [2, 3], [-1, 2], [5, -7], [1, 9], [3, 4]])
-    fast = prepare(parse_module(text)).run([x, i])[0]
+    fast = load(parse_module(text)).run([x, i])[0]
     with monkeypatch.context() as m:
         m.setattr(_specialize, "SPECIALIZERS", {})
-        slow = prepare(parse_module(text)).run([x, i])[0]
+        slow = load(parse_module(text)).run([x, i])[0]
     assert _same_bits(fast, slow)
     assert _same_bits(fast, x[i[:, 0].clamp(0, 2), i[:, 1].clamp(0, 3)])
 

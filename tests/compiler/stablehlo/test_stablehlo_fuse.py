@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler.interpreter import _specialize, prepare
+from torchneuron.compiler.interpreter import _specialize, load
 from torchneuron.compiler.interpreter.collapse import base as _fuse
 from torchneuron.compiler.interpreter.collapse.base import Fused
 from torchneuron.compiler.pipeline import compile_graph
@@ -30,7 +30,7 @@ def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[s
     """(fast, op-by-op) results of ``fn``'s compiled program, and the fused ops and
     specialized callables (by name) its steps use."""
     module = compile_graph(fn, args)._module()
-    fast_prepared = prepare(module)
+    fast_prepared = load(module)
     fast = fast_prepared.run(args)
     body = fast_prepared.block(module.functions[module.entry].body)
     fused = [s.op.name for s in body.steps if isinstance(s.op, Fused)]
@@ -40,7 +40,7 @@ def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[s
         m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
         m.setattr(_interpret, "absorb_transposes", lambda body, returns, pinned: body)
         m.setattr(_specialize, "SPECIALIZERS", {})
-        slow = prepare(module).run(args)
+        slow = load(module).run(args)
     return fast, slow, fused
 
 
@@ -77,9 +77,9 @@ def test_max_pool_forward_is_fused_and_exact(shape, kernel, stride, case, monkey
     fast, slow, fused = _runs(lambda t: F.max_pool2d_with_indices(t, kernel, stride), [x],
                               monkeypatch)  # fmt: skip
     # ATen's kernel with its flat index, or the pool and its window position -> flat index
-    assert "torchneuron.fused.max_pool_flat" in fused or (
-        "torchneuron.fused.max_pool_window" in fused
-        and "torchneuron.fused.one_hot_lookup" in fused
+    assert "torchneuron.collapsed.max_pool_flat" in fused or (
+        "torchneuron.collapsed.max_pool_window" in fused
+        and "torchneuron.collapsed.one_hot_lookup" in fused
     )  # fmt: skip
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     ref_v, ref_i = F.max_pool2d_with_indices(x, kernel, stride)
@@ -99,7 +99,7 @@ def test_max_pool_backward_is_fused_and_exact(overlap: bool, monkeypatch) -> Non
                                                      False, i)  # fmt: skip
 
     fast, slow, fused = _runs(bwd, [g, x, idx], monkeypatch)
-    assert "torchneuron.fused.max_pool_scatter" in fused
+    assert "torchneuron.collapsed.max_pool_scatter" in fused
     assert _same_bits(fast[0], slow[0])
     torch.testing.assert_close(fast[0], bwd(g, x, idx))
     bad = idx.clone()
@@ -163,14 +163,14 @@ def test_a_prepared_program_runs_again_from_its_kept_constants(monkeypatch) -> N
     """The second and later runs start from the first run's constants: same results."""
     x = _pool_input((2, 3, 8, 8), "ties")
     module = compile_graph(lambda t: F.max_pool2d_with_indices(t * 2 + 1, 2), [x])._module()
-    p = prepare(module)
+    p = load(module)
     first = p.run([x])
     block = p.block(module.functions[module.entry].body)
     assert block.consts and len(block.hot) < len(block.steps)
     for _ in range(2):
         assert all(_same_bits(a, b) for a, b in zip(p.run([x]), first, strict=True))
     y = x.flip(-1).contiguous()
-    assert all(_same_bits(a, b) for a, b in zip(p.run([y]), prepare(module).run([y]),
+    assert all(_same_bits(a, b) for a, b in zip(p.run([y]), load(module).run([y]),
                                                 strict=True))  # fmt: skip
 
 
@@ -211,14 +211,14 @@ def test_broadcasts_are_absorbed_into_elementwise_readers(monkeypatch) -> None: 
             torch.rand(3, generator=g)]  # fmt: skip
     module = compile_graph(fn, args)._module()
     ops = module.functions[module.entry].body
-    p = prepare(module)
+    p = load(module)
     fast = p.run(args)
     n_bcast = sum(o.name == "stablehlo.broadcast_in_dim" for o in ops)
     kept = sum(s.op.name == "stablehlo.broadcast_in_dim" for s in p.block(ops).steps)
     assert n_bcast > 0 and kept < n_bcast
     with monkeypatch.context() as m:
         m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
-        slow = prepare(module).run(args)
+        slow = load(module).run(args)
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     assert all(a.shape == b.shape for a, b in zip(fast, fn(*args), strict=True))
 
@@ -227,7 +227,7 @@ def test_a_weight_transpose_is_folded_into_dot_general() -> None:
     w, x = torch.randn(6, 4), torch.randn(3, 4)
     module = compile_graph(lambda x, w: x @ w.t(), [x, w])._module()
     ops = module.functions[module.entry].body
-    p = prepare(module)
+    p = load(module)
     torch.testing.assert_close(p.run([x, w])[0], x @ w.t())
     assert any(o.name == "stablehlo.transpose" for o in ops)
     assert not any(s.op.name == "stablehlo.transpose" for s in p.block(ops).steps)
@@ -249,7 +249,7 @@ def test_one_hot_lookup_is_exact(positions: list[int], out_of_range: bool, monke
         return torch.where(i.expand(3, 4, 5) == pos, table, 0).sum(1)
 
     fast, slow, used = _runs(fn, [i, table], monkeypatch)
-    assert "torchneuron.fused.one_hot_lookup" in used
+    assert "torchneuron.collapsed.one_hot_lookup" in used
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[0], fn(i, table))
 
 
@@ -269,7 +269,7 @@ def test_relu_backward_is_fused_and_exact(dtype: torch.dtype, threshold: float,
         return aten.threshold_backward(gr, t, threshold)
 
     fast, slow, fused = _runs(fn, [grad, x], monkeypatch)
-    assert "torchneuron.fused.relu_backward" in fused
+    assert "torchneuron.collapsed.relu_backward" in fused
     assert _same_bits(fast[0], slow[0])
     assert _same_bits(fast[0], fn(grad, x))
 
@@ -279,7 +279,7 @@ def test_select_of_a_negative_zero_is_not_relu_backward(monkeypatch) -> None:  #
     x, grad = torch.randn(4, 40), torch.randn(4, 40)
     fn = lambda gr, t: torch.where(t <= 0, torch.tensor(-0.0), gr)  # noqa: E731
     fast, slow, fused = _runs(fn, [grad, x], monkeypatch)
-    assert "torchneuron.fused.relu_backward" in fused  # matched; its check refuses
+    assert "torchneuron.collapsed.relu_backward" in fused  # matched; its check refuses
     assert _same_bits(fast[0], slow[0])
     assert _same_bits(fast[0], fn(grad, x))
 
@@ -327,7 +327,7 @@ def test_relu_backward_operands_read_at_run_time_are_not_trusted(monkeypatch) ->
     fn_t = lambda x, t, g: torch.where(x <= t, 0.0, g)  # noqa: E731
     fn_z = lambda x, z, g: torch.where(x <= 0.0, z, g)  # noqa: E731
     for fn, operand, values in ((fn_t, t, (2.5, 2.0)), (fn_z, z, (7.0, -0.0))):
-        p = prepare(compile_graph(fn, [x, operand, g])._module())
+        p = load(compile_graph(fn, [x, operand, g])._module())
         assert torch.equal(p.run([x, operand, g])[0], fn(x, operand, g))
         operand.fill_(values[0])  # still one value: a stale check would pass it
         assert _same_bits(p.run([x, operand, g])[0], fn(x, operand, g))
@@ -346,7 +346,7 @@ def test_one_hot_lookup_positions_read_at_run_time_are_not_trusted() -> None:
     def fn(i: torch.Tensor, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return torch.where(i.expand(3, 4, 5) == pos, table, 0).sum(1)
 
-    p = prepare(compile_graph(fn, [i, table, pos])._module())
+    p = load(compile_graph(fn, [i, table, pos])._module())
     assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))
     pos.copy_(torch.tensor([3, 1, 0, 2]).reshape(1, 4, 1).expand(3, 4, 5))
     assert torch.equal(p.run([i, table, pos])[0], fn(i, table, pos))

@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler.interpreter import prepare
+from torchneuron.compiler.interpreter import load
 from torchneuron.compiler.interpreter.collapse import base as _fuse
 from torchneuron.compiler.interpreter.collapse import clamp as _fuse_clamp
 from torchneuron.compiler.interpreter.collapse.base import Fused
@@ -33,7 +33,7 @@ from torchneuron.compiler.pipeline import compile_graph
 _interpret = importlib.import_module("torchneuron.compiler.interpreter.interpret")
 _INT = {torch.float32: torch.int32, torch.float64: torch.int64,
         torch.float16: torch.int16, torch.bfloat16: torch.int16}  # fmt: skip
-_FUSED = "torchneuron.fused.clamp_bound"
+_FUSED = "torchneuron.collapsed.clamp_bound"
 
 # NaN bit patterns beyond the default one: signalling and quiet, both signs, payloads
 _NAN_BITS = {
@@ -70,7 +70,7 @@ def _run(fn: Callable[..., torch.Tensor], args: list[torch.Tensor],
          monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, torch.Tensor, list[str]]:  # fmt: skip
     """(fused run, op-by-op run, names of the fused ops) of ``fn``'s compiled program."""
     module = compile_graph(fn, args)._module()
-    prepared = prepare(module)
+    prepared = load(module)
     fast = prepared.run(args)[0]
     fast_again = prepared.run(args)[0]  # from the kept constants (the fusion's checks kept)
     assert _same_bits(fast, fast_again)
@@ -80,7 +80,7 @@ def _run(fn: Callable[..., torch.Tensor], args: list[torch.Tensor],
         m.setattr(_fuse, "_FUSIONS", ())
         m.setattr(_fuse, "_LATE", ())
         m.setattr(_fuse, "_EARLY", ())
-        slow = prepare(module).run(args)[0]
+        slow = load(module).run(args)[0]
     return fast, slow, fused
 
 
@@ -180,7 +180,7 @@ def test_threshold_and_bound_read_at_run_time_are_not_trusted() -> None:
     x = _specials(torch.float32, 64, seed=7)
     t = torch.zeros(64)
     fn = lambda x, t: torch.where(x < t, t, x)  # noqa: E731
-    p = prepare(compile_graph(fn, [x, t])._module())
+    p = load(compile_graph(fn, [x, t])._module())
     assert _same_bits(p.run([x, t])[0], fn(x, t))
     t.fill_(1.0)
     assert _same_bits(p.run([x, t])[0], fn(x, t))

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from tests.compiler.stablehlo.test_stablehlo_fuse import _pool_input, _runs, _same_bits
 
-FUSED = "torchneuron.fused.nan_override"
+FUSED = "torchneuron.collapsed.nan_override"
 
 
 def _input(shape: tuple[int, ...], case: str) -> torch.Tensor:
@@ -52,12 +52,12 @@ def test_max_pool_nan_override_is_fused_and_exact(shape, kw, case, monkeypatch) 
 def test_a_nan_arriving_on_a_later_run_is_still_reported(monkeypatch) -> None:  # noqa: ANN001
     """The fast path's check is per run: a prepared program that ran NaN-free first
     still makes a later NaN win its window."""
-    from torchneuron.compiler.interpreter import prepare
+    from torchneuron.compiler.interpreter import load
     from torchneuron.compiler.pipeline import compile_graph
 
     fn = lambda t: F.max_pool2d_with_indices(t, 2, 2)  # noqa: E731
     clean = _pool_input((2, 3, 8, 8), "ties")
-    prepared = prepare(compile_graph(fn, [clean])._module())
+    prepared = load(compile_graph(fn, [clean])._module())
     for x in (clean, _pool_input((2, 3, 8, 8), "nan"), clean, _input((2, 3, 8, 8), "both_infs")):
         got_v, got_i = prepared.run([x])
         ref_v, ref_i = fn(x)
@@ -151,7 +151,7 @@ def test_max_pool_with_its_flat_index_is_one_kernel_call_and_exact(shape, kw, ca
     x = _input(shape, case)
     fn = lambda t: F.max_pool2d_with_indices(t, **kw)  # noqa: E731
     fast, slow, fused = _runs(fn, [x], monkeypatch)
-    assert "torchneuron.fused.max_pool_flat" in fused
+    assert "torchneuron.collapsed.max_pool_flat" in fused
     assert all(_same_bits(a, b) for a, b in zip(fast, slow, strict=True))
     ref_v, ref_i = fn(x)
     assert _same_bits(fast[0], ref_v)

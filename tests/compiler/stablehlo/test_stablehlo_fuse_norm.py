@@ -16,7 +16,7 @@ import torch
 from tests.compiler.stablehlo.test_stablehlo_fuse import _runs, _same_bits
 
 aten = torch.ops.aten
-FUSED = "torchneuron.fused.batch_variance"
+FUSED = "torchneuron.collapsed.batch_variance"
 
 
 def _bn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor,

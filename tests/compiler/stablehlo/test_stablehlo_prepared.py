@@ -1,4 +1,4 @@
-"""A prepared program (``stablehlo.prepare``) run many times gives what a fresh
+"""A prepared program (``stablehlo.load``) run many times gives what a fresh
 ``interpret`` gives, bit for bit, and its cached constants never leak to callers.
 
 Why: executables keep their prepared program across training steps and decode
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler.interpreter import interpret, prepare
+from torchneuron.compiler.interpreter import interpret, load
 from torchneuron.compiler.stablehlo import parse_module
 
 
@@ -23,7 +23,7 @@ def test_prepared_runs_match_fresh_interpret_bitwise(lower) -> None:
 
     x, w = torch.randn(8, 16), torch.randn(16, 32)
     module = parse_module(lower(f, [x, w]))
-    prepared = prepare(module)
+    prepared = load(module)
     for _ in range(3):
         x, w = torch.randn(8, 16), torch.randn(16, 32)
         (got,) = prepared.run([x, w])
@@ -38,7 +38,7 @@ def test_cached_constant_output_is_not_shared_with_caller() -> None:
   %s = stablehlo.add %arg0, %c : tensor<2xf32>
   return %c, %s : tensor<2xf32>, tensor<2xf32>
 }"""
-    prepared = prepare(parse_module(text))
+    prepared = load(parse_module(text))
     const, total = prepared.run([torch.zeros(2)])
     const.mul_(100)  # the caller owns its outputs
     total.mul_(100)
@@ -57,13 +57,13 @@ def test_unused_outputs_are_not_computed() -> None:
 }"""
     module = parse_module(text)
     x = torch.randn(2, 3)
-    pruned = prepare(module, unused_outputs=[0])
+    pruned = load(module, unused_outputs=[0])
     t, s = pruned.run([x])
     assert t is None
     assert torch.equal(s, interpret(module, [x])[1])
     block = pruned.block(pruned.entry.body)
     assert [step.op.name for step in block.steps] == ["stablehlo.add"]
-    assert prepare(module).run([x])[0] is not None
+    assert load(module).run([x])[0] is not None
 
 
 def test_no_output_shares_storage_with_an_input_a_constant_or_another_output() -> None:
@@ -80,7 +80,7 @@ def test_no_output_shares_storage_with_an_input_a_constant_or_another_output() -
   return %arg0, %r, %s, %s, %v, %b : tensor<2x3xf32>, tensor<6xf32>, tensor<2x3xf32>,
       tensor<2x3xf32>, tensor<6xf32>, tensor<2x3xf32>
 }"""
-    prepared = prepare(parse_module(text))
+    prepared = load(parse_module(text))
     for _ in range(3):
         x = torch.randn(2, 3)
         outs = prepared.run([x])
@@ -119,7 +119,7 @@ def test_outputs_own_their_storage_under_inference_mode(modes: tuple[str, str]) 
     with inference tensors as inputs or kept constants) no output may still share storage
     with an input, another output or a kept constant, and writing the outputs must not
     change the next run (eager: slices of ``x + x`` written by the caller, constants not)."""
-    prepared = prepare(parse_module(_VIEWS))
+    prepared = load(parse_module(_VIEWS))
     c = torch.tensor([1.0, 2.0, 3.0, 4.0])
     for mode in (*modes, modes[-1]):
         with torch.inference_mode() if mode.startswith("inference") else torch.no_grad():
@@ -163,7 +163,7 @@ def test_values_are_released_after_their_last_read_but_not_before() -> None:
     """Each value leaves the run's env after its last reader (so its memory is reused),
     counting a later op's region reading it by name as a read, and never a returned
     value; a hot run (from the kept constants) gives the same results."""
-    prepared = prepare(parse_module(_LIVENESS))
+    prepared = load(parse_module(_LIVENESS))
     for v in (2.0, -1.5, 2.0):
         r, b = prepared.run([torch.tensor(v)])
         a = v + v

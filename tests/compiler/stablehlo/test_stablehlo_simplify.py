@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from torchneuron.compiler.interpreter import _simplify, prepare
+from torchneuron.compiler.interpreter import _simplify, load
 from torchneuron.compiler.stablehlo import parse_module
 
 _TEXT = """func.func @main(%x: tensor<2x3xf32>, %y: tensor<6xf32>) -> (tensor<6xf32>, tensor<2x3xf32>, tensor<3x2xf32>) {
@@ -33,7 +33,7 @@ _TEXT = """func.func @main(%x: tensor<2x3xf32>, %y: tensor<6xf32>) -> (tensor<6x
 
 def test_identity_ops_and_reshape_chains_are_not_run(monkeypatch) -> None:  # noqa: ANN001
     module = parse_module(_TEXT)
-    prepared = prepare(module)
+    prepared = load(module)
     x, y = torch.randn(2, 3), torch.randn(6)
     got = prepared.run([x, y])
     block = prepared.block(module.functions[module.entry].body)
@@ -47,7 +47,7 @@ def test_identity_ops_and_reshape_chains_are_not_run(monkeypatch) -> None:  # no
     with monkeypatch.context() as m:  # the same program with nothing simplified
         m.setattr(_simplify, "_is_identity", lambda op: False)
         m.setattr(_simplify, "_PURE_SHAPE_OPS", ())
-        plain = prepare(parse_module(_TEXT))
+        plain = load(parse_module(_TEXT))
         want = plain.run([x, y])
         assert len(plain.block(plain.entry.body).steps) > len(block.steps)
     for a, b in zip(got, want, strict=True):
@@ -75,7 +75,7 @@ def test_values_read_inside_regions_are_kept() -> None:
     }
   return %r#1 : tensor<f32>
 }"""
-    (out,) = prepare(parse_module(text)).run([torch.tensor(2.0)])
+    (out,) = load(parse_module(text)).run([torch.tensor(2.0)])
     assert out.item() == 8.0
 
 
@@ -96,7 +96,7 @@ def test_multiply_by_a_splat_one_is_not_run(monkeypatch) -> None:  # noqa: ANN00
     """``addmm``'s ``x * 1`` is an alias of ``x`` (either side); ``x * 2`` still runs;
     the bits of signed zeros, infinities and NaN are those of the multiply."""
     module = parse_module(_TIMES_ONE)
-    prepared = prepare(module)
+    prepared = load(module)
     x = torch.tensor([[-0.0, 0.0, float("inf")], [float("-inf"), float("nan"), 1e-40]])
     b = torch.tensor([-0.0, 2.5, -1.0])
     got = prepared.run([x, b])
@@ -105,7 +105,7 @@ def test_multiply_by_a_splat_one_is_not_run(monkeypatch) -> None:  # noqa: ANN00
     assert hot.count("stablehlo.multiply") == 1  # only x * 2
     with monkeypatch.context() as m:
         m.setattr(_simplify, "_identity_operand", lambda op, operands, producer: None)
-        want = prepare(parse_module(_TIMES_ONE)).run([x, b])
+        want = load(parse_module(_TIMES_ONE)).run([x, b])
     for a, w in zip(got, want, strict=True):
         assert torch.equal(a.view(torch.int32), w.view(torch.int32))
     assert torch.equal((x * 1.0 + b).view(torch.int32), got[0].view(torch.int32))
@@ -125,14 +125,14 @@ def test_a_transpose_undoing_a_transpose_is_not_run(monkeypatch) -> None:  # noq
     """``%1`` undoes ``%0``: an alias of ``%x``; ``%2`` composes to another permutation
     and still runs; the values are those of the op-by-op run and of torch."""
     module = parse_module(_UNTRANSPOSE)
-    prepared = prepare(module)
+    prepared = load(module)
     x = torch.randn(2, 3, 4)
     got = prepared.run([x])
     block = prepared.block(module.functions[module.entry].body)
     assert [s.op.name for s in block.steps].count("stablehlo.transpose") == 3  # %0, %2, %3
     with monkeypatch.context() as m:
         m.setattr(_simplify, "_untranspose", lambda op, operands, producer: None)
-        want = prepare(parse_module(_UNTRANSPOSE)).run([x])
+        want = load(parse_module(_UNTRANSPOSE)).run([x])
     for a, w in zip(got, want, strict=True):
         assert torch.equal(a, w)
     assert torch.equal(got[0], x) and got[0].data_ptr() != x.data_ptr()
@@ -151,7 +151,7 @@ _RESHAPE_BACK = """func.func @main(%x: tensor<6xf32>) -> (tensor<6xf32>, tensor<
 def test_a_reshape_back_to_the_original_shape_is_not_run() -> None:
     """``reshape(reshape(x))`` with ``x``'s own shape is ``x``; one to another shape runs."""
     module = parse_module(_RESHAPE_BACK)
-    prepared = prepare(module)
+    prepared = load(module)
     x = torch.randn(6)
     got = prepared.run([x])
     block = prepared.block(module.functions[module.entry].body)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler.interpreter import _specialize, prepare
+from torchneuron.compiler.interpreter import _specialize, load
 from torchneuron.compiler.stablehlo import parse_module
 
 _MAX_WITH_INDEX = """func.func @main(%x: tensor<4x5x3xf32>, %ix: tensor<4x5x3xi64>)
@@ -58,10 +58,10 @@ _CONV = """func.func @main(%x: tensor<2x3x9x9xf32>, %w: tensor<4x3x3x3xf32>) -> 
 
 def _both(text: str, inputs: list[torch.Tensor], monkeypatch) -> tuple[list, list]:  # noqa: ANN001
     """(specialized, generic) results of the same program on the same inputs."""
-    fast = prepare(parse_module(text)).run(inputs)
+    fast = load(parse_module(text)).run(inputs)
     with monkeypatch.context() as m:
         m.setattr(_specialize, "SPECIALIZERS", {})
-        slow = prepare(parse_module(text)).run(inputs)
+        slow = load(parse_module(text)).run(inputs)
     return fast, slow
 
 
@@ -106,7 +106,7 @@ def test_max_with_first_index_is_max_pool_with_indices() -> None:
     x = torch.randint(0, 4, (4, 5, 3)).float()
     # numbered in the order the window is walked (dims [2, 1]: dim 2 first)
     ix = torch.arange(15).reshape(3, 5).t().expand(4, 5, 3).contiguous()
-    v, i = prepare(parse_module(_MAX_WITH_INDEX.replace("INIT", "0xFF800000"))).run([x, ix])
+    v, i = load(parse_module(_MAX_WITH_INDEX.replace("INIT", "0xFF800000"))).run([x, ix])
     ref_v, pos = x.permute(0, 2, 1).reshape(4, 15).max(1)
     assert torch.equal(v, ref_v)
     assert torch.equal(i, pos)
@@ -115,7 +115,7 @@ def test_max_with_first_index_is_max_pool_with_indices() -> None:
 def test_max_with_first_index_follows_an_index_input_changed_in_place() -> None:
     """The "indices increase along each window" shortcut is re-checked when the same
     index tensor is written to between runs."""
-    prepared = prepare(parse_module(_MAX_WITH_INDEX.replace("INIT", "0xFF800000")))
+    prepared = load(parse_module(_MAX_WITH_INDEX.replace("INIT", "0xFF800000")))
     x = torch.zeros(4, 5, 3)  # all tied: the smallest index wins
     ix = torch.arange(15).reshape(3, 5).t().expand(4, 5, 3).contiguous()
     assert prepared.run([x, ix])[1].tolist() == [0, 0, 0, 0]

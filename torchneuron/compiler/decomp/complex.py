@@ -38,7 +38,9 @@ __all__ = ["COMPLEX_DECOMPOSITIONS", "fold_complex_pairs", "refuse_complex", "pa
 aten = torch.ops.aten
 prims = torch.ops.prims
 COMPLEX_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
-_register = registrar(COMPLEX_DECOMPOSITIONS)
+# the complex layer's own owners (its entries wrap the families' for real values)
+COMPLEX_OWNERS: dict[Any, str] = {}
+_register = registrar(COMPLEX_DECOMPOSITIONS, filed=COMPLEX_OWNERS)
 
 
 REAL_OF = {torch.complex32: torch.float16, torch.complex64: torch.float32,

@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from torchneuron.compiler.decomp.registry import registrar
+from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["ELEMENTWISE_DECOMPOSITIONS"]
 
@@ -66,3 +68,71 @@ def nextafter(a: torch.Tensor, b: torch.Tensor) -> Any:
 def _sign_bit(dtype: torch.dtype) -> int:
     """The sign bit alone, as the signed integer of the float's width."""
     return -(1 << 31) if dtype == torch.float32 else -(1 << 63)
+
+
+@_register(aten.isfinite.default)
+def isfinite(x: torch.Tensor) -> torch.Tensor:
+    """``|x| < inf``: false for NaN and both infinities. ATen's composite,
+    ``(x == x) * (|x| != inf)``, loses the NaN test: Torch-MLIR folds ``x == x`` to
+    true. Integer and bool elements are all finite; complex keeps the previous entry."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    if not x.dtype.is_floating_point:
+        return torch.ones_like(x, dtype=torch.bool)
+    return torch.abs(x) < math.inf
+
+
+@_register(aten.eq.Tensor)
+def eq_tensor(a: torch.Tensor, b: Any) -> torch.Tensor:
+    """``x == x`` of a float tensor is ``~isnan(x)``: Torch-MLIR folds an equality of a
+    value with itself to true, which is wrong at NaN. Other equalities are traced as is."""
+    if a is b and (a.dtype.is_floating_point or a.dtype.is_complex):
+        return torch.logical_not(torch.isnan(a))
+    return NotImplemented
+
+
+@_register(aten.hypot.default)
+def hypot(a: torch.Tensor, b: torch.Tensor) -> Any:
+    """As eager's (Sleef's) hypot: no overflow (``sqrt(a*a + b*b)`` gave inf at 1e30 in
+    float32), inf when either side is infinite, even with a NaN other side. float32 and
+    narrower: the exact sum of squares in float64, rounded once to float32 (eager's
+    correctly rounded float32 result, then its dtype). float64 is refused
+    (``hypot-float64``): eager's vectorised loop (Sleef) rounds correctly and its scalar
+    tail (the C library's hypot) is an ulp off about once in 500 values, so eager's bits
+    depend on where an element sits; NotImplemented while AOTAutograd traces (a raise
+    there escapes torch.compile), so prepare's own trace refuses."""
+    dtype = torch.result_type(a, b)
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    if dtype == torch.float64:
+        if torch._guards.TracingContext.try_get() is not None:
+            return NotImplemented
+        raise PrepareError(
+            "aten.hypot: eager's float64 hypot rounds differently in its vectorised loop "
+            "and its scalar tail, so no lowering matches it; this region runs eagerly.",
+            op="aten.hypot", reason="hypot-float64")
+    x, y = a.to(dtype).abs().double(), b.to(dtype).abs().double()
+    r = torch.sqrt(x * x + y * y)
+    r = torch.where((x == math.inf) | (y == math.inf), math.inf, r)  # float64 constants:
+    return r.to(torch.float32).to(dtype)  # (bfloat16's need ml_dtypes)
+
+
+@_register(aten.angle.default)
+def angle(x: torch.Tensor) -> torch.Tensor:
+    if x.is_complex():
+        return NotImplemented
+    x = x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
+    return torch.where(torch.isnan(x), x, torch.where(x < 0, math.pi, 0.0).to(x.dtype))
+
+
+@_register(aten.frexp.Tensor)
+def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    ax = torch.abs(x)
+    safe = torch.where((ax == 0) | ~torch.isfinite(ax), 1.0 + 0 * x, ax)
+    e = torch.floor(torch.log2(safe)) + 1
+    m = x / torch.pow(2.0, e)
+    fix_hi, fix_lo = torch.abs(m) >= 1, (torch.abs(m) < 0.5) & (m != 0)
+    e = torch.where(fix_hi, e + 1, torch.where(fix_lo, e - 1, e))
+    m = torch.where(fix_hi, m / 2, torch.where(fix_lo, m * 2, m))
+    m = torch.where(torch.isfinite(x), m, x)
+    return m, torch.where((ax == 0) | ~torch.isfinite(x), 0, e.to(torch.int32))

@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.decomp import lowering_fixes as corrections
 from torchneuron.compiler.decomp.registry import Lowering, registrar
 
 __all__ = ["EXTREMES_DECOMPOSITIONS"]
@@ -55,12 +54,12 @@ def _arg_extreme(name: str, nan_first: Callable[..., Any], x: torch.Tensor,
 
 @_register(aten.argmax.default)
 def argmax(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
-    return _arg_extreme("argmax", corrections.argmax, x, dim, keepdim)
+    return _arg_extreme("argmax", _nan_first_argmax, x, dim, keepdim)
 
 
 @_register(aten.argmin.default)
 def argmin(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
-    return _arg_extreme("argmin", corrections.argmin, x, dim, keepdim)
+    return _arg_extreme("argmin", _nan_first_argmin, x, dim, keepdim)
 
 
 _NAN_BLIND = Lowering()  # set while ``nan_blind_max`` lowers through the plain max
@@ -156,3 +155,39 @@ def max_all(x: torch.Tensor) -> Any:
 @_register(aten.min.default)
 def min_all(x: torch.Tensor) -> Any:
     return _whole(aten.min.default, "min", x)
+
+
+_INSIDE_ARG_REDUCTION = [False]
+
+
+def _nan_first(op: Any, x: torch.Tensor, dim: int | None, keepdim: bool) -> Any:
+    """ATen's argmax/argmin pick the first NaN when there is one; the lowering compares
+    without NaN and gives the index of the largest (smallest) number. The op itself, then
+    the index of the first NaN wherever the reduced slice holds one."""
+    if _INSIDE_ARG_REDUCTION[0] or not x.is_floating_point():
+        return NotImplemented
+    if x.dim() == 0:  # the only index there is
+        return torch.zeros((), dtype=torch.int64, device=x.device)
+    _INSIDE_ARG_REDUCTION[0] = True
+    try:
+        plain = op(x, dim, keepdim)
+    finally:
+        _INSIDE_ARG_REDUCTION[0] = False
+    v = x.reshape(-1) if dim is None else x
+    d = 0 if dim is None else dim
+    n = v.shape[d]
+    shape = [1] * v.dim()
+    shape[d] = n
+    pos = torch.arange(n, device=x.device).reshape(shape).expand(v.shape)
+    first = torch.where(torch.isnan(v), pos, torch.full_like(pos, n)).amin(d, keepdim=keepdim)
+    if dim is None:
+        first = first.reshape([1] * x.dim() if keepdim else [])
+    return torch.where(first < n, first, plain)
+
+
+def _nan_first_argmax(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
+    return _nan_first(aten.argmax.default, x, dim, keepdim)
+
+
+def _nan_first_argmin(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
+    return _nan_first(aten.argmin.default, x, dim, keepdim)

@@ -35,6 +35,7 @@ import torch
 
 from torchneuron.compiler.decomp.complex import (
     COMPLEX_DECOMPOSITIONS,
+    COMPLEX_OWNERS,
     from_pairs,
     in_eager_layout,
     pairs,
@@ -47,7 +48,7 @@ __all__ = ["FFT_DECOMPOSITIONS", "MAX_DFT_SIZE", "MAX_FFT_SIZE", "fft_decomposit
 
 aten = torch.ops.aten
 FFT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
-_register = registrar(FFT_DECOMPOSITIONS)
+_register = registrar(FFT_DECOMPOSITIONS, filed=COMPLEX_OWNERS)  # one layer with complex
 
 # Transforms of up to DIRECT_SIZE points are one DFT matmul; longer ones of composite
 # length are split in two stages (recursively), up to MAX_FFT_SIZE points; a longer

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.decomp import lowering_fixes as corrections
 from torchneuron.compiler.decomp.registry import Lowering, registrar
 
 __all__ = ["FMOD_DECOMPOSITIONS"]
@@ -65,4 +64,30 @@ def remainder(a: torch.Tensor, b: torch.Tensor) -> Any:
     """Raw (C fmod) inside ``c_fmod``; otherwise ``corrections``' Python sign rule."""
     if _RAW.active:
         return NotImplemented
-    return corrections.remainder(a, b)
+    return _remainder_via_fmod(a, b)
+
+
+def _python_remainder(r: torch.Tensor, divisor: Any) -> torch.Tensor:
+    """fmod result ``r`` -> remainder: add the divisor where the signs disagree."""
+    fix = (r != 0) & ((r < 0) != (divisor < 0))
+    return torch.where(fix, r + divisor, r)
+
+
+def _remainder_via_fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return _python_remainder(torch.fmod(a, b), b)
+
+
+@_register(aten.remainder.Scalar)
+def remainder_scalar(a: torch.Tensor, b: Any) -> torch.Tensor:
+    # fmod.Scalar does not lower; a 0-d divisor does
+    rhs = torch.scalar_tensor(b, dtype=torch.result_type(a, b), device=a.device)
+    if rhs.dtype == torch.uint8:  # eager wraps the divisor to uint8 (-3 -> 253) first
+        b = int(b) % 256
+    return _python_remainder(torch.fmod(a, rhs), b)
+
+
+@_register(aten.remainder.Scalar_Tensor)
+def remainder_scalar_tensor(a: Any, b: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(a, b)
+    lhs = torch.full_like(b, a, dtype=dtype)
+    return _python_remainder(torch.fmod(lhs, b), b)

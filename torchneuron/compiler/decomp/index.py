@@ -15,12 +15,12 @@ eager. Gather and scatter of a 0-d tensor (the lowering wants rank >= 1) go thro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from torchneuron.compiler.decomp.registry import registrar
+from torchneuron.compiler.decomp.registry import Lowering, registrar
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["INDEX_DECOMPOSITIONS"]
@@ -95,9 +95,7 @@ def scatter_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Te
                    include_self: bool = True) -> Any:
     """sum / mean: the scatter_add form in decompositions.py; others densely."""
     if reduce in ("sum", "mean"):
-        from torchneuron.compiler.decomp.table import scatter_reduce as via_scatter_add
-
-        return via_scatter_add(x, dim, index, src, reduce, include_self)
+        return _scatter_reduce_via_add(x, dim, index, src, reduce, include_self)
     if x.dim() == 0:
         return scatter_reduce(x.reshape(1), 0, index.reshape(1), src.reshape(1), reduce,
                               include_self).reshape(())
@@ -153,11 +151,9 @@ def scatter_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tenso
 def searchsorted(seq: torch.Tensor, values: torch.Tensor, *, out_int32: bool = False,
                  right: bool = False, side: str | None = None, sorter: Any = None) -> Any:
     """With a ``sorter``: the sequence put in order first (a gather), then as without."""
-    from torchneuron.compiler.decomp.table import searchsorted as plain
-
     if sorter is not None:
         seq = torch.gather(seq, -1, sorter)
-    return plain(seq, values, out_int32=out_int32, right=right, side=side)
+    return _searchsorted_plain(seq, values, out_int32=out_int32, right=right, side=side)
 
 
 @_register(aten.searchsorted.Scalar)
@@ -377,3 +373,61 @@ def _replace_pytorchs_traced_kernel() -> None:
 
 
 _replace_pytorchs_traced_kernel()
+
+
+def _scatter_reduce_via_add(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str,
+                   include_self: bool = True) -> Any:
+    """sum / mean through scatter_add (lowers); other reductions are left alone."""
+    if reduce not in ("sum", "mean") or not x.dtype.is_floating_point:
+        return NotImplemented
+    base = x if include_self else torch.scatter(x, dim, index, 0.0)
+    total = torch.scatter_add(base, dim, index, src)
+    if reduce == "sum":
+        return total
+    start = torch.ones_like(x) if include_self else torch.zeros_like(x)
+    cnt = torch.scatter_add(start, dim, index, torch.ones_like(src))
+    return torch.where(cnt > 0, total / torch.clamp(cnt, min=1), x)
+
+
+def _searchsorted_plain(seq: torch.Tensor, values: torch.Tensor, *, out_int32: bool = False,
+                 right: bool = False, side: str | None = None, sorter: Any = None) -> Any:
+    """Count of sequence elements below each value (broadcast compare + sum)."""
+    if sorter is not None:
+        return NotImplemented
+    right = right or side == "right"
+    if seq.dim() == 1:
+        s = seq.reshape((1,) * values.dim() + (-1,))
+    else:
+        s = seq.unsqueeze(-2)
+    v = values.unsqueeze(-1)
+    below = (s <= v) if right else (s < v)
+    return below.sum(-1).to(torch.int32 if out_int32 else torch.int64)
+
+
+@_register(aten.put.default)
+def put(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, accumulate: bool = False
+        ) -> torch.Tensor:
+    flat = x.reshape(-1)
+    idx = index.reshape(-1)
+    idx = torch.where(idx < 0, idx + flat.numel(), idx)
+    return aten.index_put(flat, [idx], source.reshape(-1), accumulate).reshape(x.shape)
+
+
+_guard = Lowering()
+
+
+@_register(aten.index.Tensor)
+def index(x: torch.Tensor, indices: Sequence[torch.Tensor | None]) -> Any:
+    """Wrap negative integer indices (``i + size``) before the lowering's gather.
+
+    Calls ``aten.index.Tensor`` again with the wrapped indices; the thread-local guard
+    makes that inner call return NotImplemented here, so tracing records the op itself.
+    """
+    if _guard.active:
+        return NotImplemented
+    if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        return NotImplemented  # a mask spans several dims; masks are data-dependent anyway
+    wrapped = [None if idx is None else torch.where(idx < 0, idx + x.shape[dim], idx)
+               for dim, idx in enumerate(indices)]
+    with _guard.inside():
+        return aten.index.Tensor(x, wrapped)

@@ -93,7 +93,7 @@ def _perm_sign(pivots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _lu_solve(lu: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, left: bool,
               adjoint: bool) -> torch.Tensor:
     """getrs: solve A X = B (A^T X = B with ``adjoint``; X A = B when not ``left``)."""
-    from torchneuron.compiler.decomp.table import _tri_solve
+    from torchneuron.compiler.decomp.cholesky import _tri_solve
 
     if not left:  # X A = B  <=>  A^T X^T = B^T
         return _lu_solve(lu, pivots, b.mT, True, not adjoint).mT

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decomp.extremes import nan_blind_max
+from torchneuron.compiler.decomp.registry import registrar
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["POOL_DECOMPOSITIONS"]
@@ -298,3 +299,58 @@ POOL_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
     aten.adaptive_max_pool3d_backward.default: adaptive_max_pool3d_backward,
 }
+
+
+_register = registrar(POOL_DECOMPOSITIONS)  # (the entries below; those above are listed)
+
+
+def _triple(v: Any, default: Any = None) -> tuple[int, int, int]:
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        v = default
+    if isinstance(v, int):
+        return (v, v, v)
+    v = list(v)
+    return (v[0], v[0], v[0]) if len(v) == 1 else (v[0], v[1], v[2])
+
+
+def _pool_out(size: int, k: int, s: int, p: int, ceil: bool) -> int:
+    out = (size + 2 * p - k + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= size + p:
+        out -= 1  # the last window must start inside the input or the left padding
+    return out
+
+
+@_register(aten.avg_pool3d.default)
+def avg_pool3d(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Any:
+    """Window sums (a ones-kernel convolution over the padded input, ceil-mode overhang
+    padded with zeros) divided by ``divisor_override``, or by ATen's count: the same
+    convolution over ones, with the padding counted only under ``count_include_pad`` and
+    the overhang never. Used where the lowering is wrong (it ignores the override) or
+    fails (a ceil-mode window that adds an output); otherwise the op is kept."""
+    k = _triple(kernel_size)
+    s = _triple(stride, k)
+    p = _triple(padding, 0)
+    spatial = x.shape[-3:]
+    outs = [_pool_out(n, kk, ss, pp, ceil_mode) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
+    floors = [_pool_out(n, kk, ss, pp, False) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
+    if not divisor_override and outs == floors:
+        return NotImplemented
+    extra = [max(0, (o - 1) * ss + kk - n - 2 * pp)
+             for o, ss, kk, n, pp in zip(outs, s, k, spatial, p, strict=True)]
+    ones = torch.ones((1, 1, *k), dtype=x.dtype, device=x.device)
+
+    def window_sums(t: torch.Tensor, pad_value: float) -> torch.Tensor:
+        padded = aten.constant_pad_nd(t, [p[2], p[2], p[1], p[1], p[0], p[0]], pad_value)
+        padded = aten.constant_pad_nd(padded, [0, extra[2], 0, extra[1], 0, extra[0]], 0.0)
+        out = torch.nn.functional.conv3d(padded, ones, stride=s)
+        return out[..., : outs[0], : outs[1], : outs[2]]
+
+    sums = window_sums(x.reshape(-1, 1, *spatial), 0.0)
+    if divisor_override:
+        div: Any = divisor_override
+    else:
+        div = window_sums(torch.ones((1, 1, *spatial), dtype=x.dtype, device=x.device),
+                          1.0 if count_include_pad else 0.0)
+    return (sums / div).reshape(*x.shape[:-3], *outs)

@@ -57,10 +57,8 @@ def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
 @_register(aten.kthvalue.default)
 def kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False) -> Any:
     if x.dim() == 0 or x.shape[dim] <= 1:  # no ties: the sort-and-slice entry
-        from torchneuron.compiler.decomp.table import kthvalue as by_sort
-
         with _STABLE.inside():
-            return by_sort(x, k, dim, keepdim)
+            return _kthvalue_by_sort(x, k, dim, keepdim)
     return _refuse("aten.kthvalue", x, dim)
 
 
@@ -96,3 +94,12 @@ def argsort_stable(x: torch.Tensor, *, stable: bool, dim: int = -1,
         return NotImplemented
     with _STABLE.inside():
         return aten.sort.default(x, dim, descending)[1]
+
+
+def _kthvalue_by_sort(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.dim() == 0:  # k is 1 (eager checks): the value itself, index 0
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    vals, idx = torch.sort(x, dim=dim)  # sort.stable has no lowering
+    v, i = vals.narrow(dim, k - 1, 1), idx.narrow(dim, k - 1, 1)
+    return (v, i) if keepdim or x.dim() == 0 else (v.squeeze(dim), i.squeeze(dim))

@@ -1,4 +1,4 @@
-"""A prepared block's hot steps as one generated straight-line Python function.
+"""A loaded block's hot steps as one generated straight-line Python function.
 
 Why: around each op call the interpreter's loop (``_Interpreter._run_steps``) fetches
 operands from a dict env, reads the step's attributes, checks the result, stores it and
@@ -20,7 +20,7 @@ A block it cannot express (a name read before it is made, or made twice) keeps t
 
 Cost: compiling the source takes ~0.1 ms per step, as much as 100-300 runs of the loop
 save, which is why the interpreter generates a block only once it has run a few times
-(``Prepared.codegen_after``).
+(``Loaded.codegen_after``).
 
 Security: no text of the program ever enters the source. Generated names are ours
 (``v3``, ``f12``); the callables, ops, dtypes, shapes, constant tensors and value names

@@ -6,15 +6,15 @@ program itself, a wrong lowering gives wrong numbers and parity tests catch it.
 Each result is checked against its declared type, so an op implementation that
 drifts (say, upcasts bf16 to f32) fails loudly instead of silently changing numerics.
 
-Why ``prepare`` then ``run``: an executable runs the same program every training step.
-``prepare`` works on each block once, in this order: results the caller never reads
+Why ``load`` then ``run``: an executable runs the same program every training step.
+``load`` works on each block once, in this order: results the caller never reads
 (``unused_outputs``: ``Executable``'s outputs that are views of its inputs) are dropped;
-``_simplify`` turns no-op ops into aliases; ``_fuse`` replaces runs of ops that are one
-torch call (max-pooling forward, ``_fuse_pool``, and backward; ReLU's backward,
-``_fuse_relu``; ReLU and one-sided clamps, ``_fuse_clamp``) or a few (BatchNorm's batch variance, ``_fuse_norm``), or whose result
-is known when no NaN is present (max-pooling's NaN override, ``_fuse_nan``), or that
-form a tree of single-use elementwise arithmetic (an optimizer's update,
-``_fuse_pointwise``) by one op; ``_absorb``
+``_simplify`` turns no-op ops into aliases; ``collapse/`` replaces runs of ops that are one
+torch call (max-pooling forward, ``collapse.window`` and ``collapse.pool``, and backward;
+ReLU's backward, ``collapse.relu``; ReLU and one-sided clamps, ``collapse.clamp``) or a few
+(BatchNorm's batch variance, ``collapse.norm``), or whose result is known when no NaN is
+present (max-pooling's NaN override, ``collapse.nan``), or that form a tree of single-use
+elementwise arithmetic (an optimizer's update, ``collapse.pointwise``) by one op; ``_absorb``
 drops broadcasts that torch's implicit broadcasting does and folds transposes into the
 ``dot_general`` reading them; then each op is resolved to its implementation (``_specialize*``: attributes read once), its operand and result
 names and the dtype and shape its results must have. Constants, and every op computed
@@ -27,8 +27,8 @@ times, that loop is replaced by one generated straight-line function doing the s
 cost model reads the program, so simulated times never depend on it), and every step
 gives the bits the op-by-op implementations give. Outputs never share storage with an
 input, a kept constant or another output (checked by identity of the tensor owning each
-one's storage; under inference mode, whose views do not name their base, by storage). ``interpret(module, inputs)`` is ``prepare(module).run(inputs)``;
-``Executable`` keeps its prepared program.
+one's storage; under inference mode, whose views do not name their base, by storage). ``interpret(module, inputs)`` is ``load(module).run(inputs)``;
+``Executable`` keeps its loaded program.
 """
 
 from __future__ import annotations
@@ -64,11 +64,12 @@ from torchneuron.compiler.interpreter._registry import (
 )
 from torchneuron.compiler.interpreter._simplify import region_reads, simplify
 from torchneuron.compiler.interpreter._specialize import specialize
-from torchneuron.compiler.interpreter.collapse.base import Fused, fuse
+from torchneuron.compiler.interpreter.collapse.base import Collapsed
+from torchneuron.compiler.interpreter.collapse.plugins import collapse
 from torchneuron.compiler.stablehlo._dtypes import TORCH_DTYPES
 from torchneuron.compiler.stablehlo.ir import Function, Module, Operation, TensorType
 
-__all__ = ["interpret", "prepare", "Prepared", "OPS", "UnsupportedStableHLOOp",
+__all__ = ["interpret", "load", "Loaded", "OPS", "UnsupportedStableHLOOp",
            "StableHLOExecutionError"]  # fmt: skip
 
 _RETURNS = ("func.return", "stablehlo.return")
@@ -93,7 +94,7 @@ class _Step:
                  "single", "fetch", "drop")  # fmt: skip
 
     def __init__(
-        self, op: Operation, fn: OpFn, owner: Prepared, hoist: bool, operands: tuple[str, ...]
+        self, op: Operation, fn: OpFn, owner: Loaded, hoist: bool, operands: tuple[str, ...]
     ) -> None:
         self.op = op
         self.hoisted = hoist
@@ -135,7 +136,7 @@ def _fetcher(operands: tuple[str, ...]) -> Callable[[Any], list[Any]]:
     return lambda env: [env[o] for o in operands]
 
 
-def _constant(fn: OpFn, owner: Prepared) -> OpFn:
+def _constant(fn: OpFn, owner: Loaded) -> OpFn:
     cache: list[list[Any]] = []
 
     def cached(op: Operation, args: list[Any], run: Any) -> list[Any]:
@@ -154,11 +155,11 @@ def _constant(fn: OpFn, owner: Prepared) -> OpFn:
 
 
 class _Block:
-    """A block's prepared steps and the names its return op hands back.
+    """A block's loaded steps and the names its return op hands back.
 
     After its first complete run, the values of its hoisted steps (constants and what is
     computed from constants only) are kept in ``consts`` and later runs start from them
-    and run only the other steps (``hot``); after ``Prepared.codegen_after`` such runs,
+    and run only the other steps (``hot``); after ``Loaded.codegen_after`` such runs,
     those run as one generated function (``gen``, see ``_codegen``) unless the block
     cannot be written so.
     """
@@ -167,7 +168,7 @@ class _Block:
                  "generated", "hot_runs")  # fmt: skip
 
     def __init__(
-        self, ops: list[Operation], owner: Prepared, unused: frozenset[int] = frozenset()
+        self, ops: list[Operation], owner: Loaded, unused: frozenset[int] = frozenset()
     ) -> None:
         self.steps: list[_Step] = []
         self.returns: tuple[str, ...] | None = None
@@ -183,7 +184,7 @@ class _Block:
         if rets is not None and unused:  # nobody reads these: computing them is waste
             rets = [r for i, r in enumerate(rets) if i not in unused]
         body, returns = simplify(ops if end is None else ops[:end], rets, pinned)
-        body = absorb_broadcasts(fuse(body, returns, pinned), returns, pinned)
+        body = absorb_broadcasts(collapse(body, returns, pinned), returns, pinned)
         body = absorb_transposes(body, returns, pinned)
         self.returns = returns
         # where each kept result goes among the block's returns (None: an unused one)
@@ -193,7 +194,7 @@ class _Block:
             self.slots = tuple(i for i in range(len(ops[end].operands)) if i not in unused)
             self.width = len(ops[end].operands)
         for op, operands in body:
-            fn = op.impl if isinstance(op, Fused) else OPS.get(op.name)
+            fn = op.impl if isinstance(op, Collapsed) else OPS.get(op.name)
             hoist = fn is not None and not op.regions and (
                 (op.name in CONSTANT_OPS and not operands)
                 or (bool(operands) and op.name not in NEVER_HOISTED
@@ -235,7 +236,7 @@ def _set_drops(steps: list[_Step], returns: tuple[str, ...] | None) -> None:
     last: dict[str, int] = {}
     for i, step in enumerate(steps):
         names = set(step.operands)
-        inner = step.op.run_ops if isinstance(step.op, Fused) else ()
+        inner = step.op.run_ops if isinstance(step.op, Collapsed) else ()
         names |= region_reads([step.op, *(op for op, _ in inner)])
         for n in names:
             last[n] = i
@@ -251,7 +252,7 @@ def _set_drops(steps: list[_Step], returns: tuple[str, ...] | None) -> None:
         step.drop = tuple(drop)
 
 
-class Prepared:
+class Loaded:
     """A module made ready to run many times (see the module docstring)."""
 
     # whether blocks run as generated code (``_codegen``); False keeps the loop
@@ -290,7 +291,7 @@ class Prepared:
         )  # fmt: skip
 
     def block(self, ops: list[Operation]) -> _Block:
-        """The prepared form of ``ops`` (a function body or an op's region), built once."""
+        """The loaded form of ``ops`` (a function body or an op's region), built once."""
         hit = self._blocks.get(id(ops))
         if hit is None or hit[0] is not ops:
             unused = self.unused if ops is self.entry.body else frozenset()
@@ -394,11 +395,11 @@ def _storage(t: torch.Tensor) -> int:
 
 
 class _Interpreter:
-    """One run of a prepared module; ops use it to run their regions and call functions."""
+    """One run of a loaded module; ops use it to run their regions and call functions."""
 
-    def __init__(self, prepared: Prepared) -> None:
-        self.prepared = prepared
-        self.module = prepared.module
+    def __init__(self, loaded: Loaded) -> None:
+        self.loaded = loaded
+        self.module = loaded.module
         self.scope: MutableMapping[str, Any] = {}
 
     def call(self, name: str, args: list[Any]) -> list[Any]:
@@ -435,17 +436,17 @@ class _Interpreter:
         outer = self.scope
         self.scope = env
         try:
-            return self._run_steps(self.prepared.block(ops), env, check_shapes)
+            return self._run_steps(self.loaded.block(ops), env, check_shapes)
         finally:
             self.scope = outer
 
     def _run_steps(
         self, block: _Block, env: MutableMapping[str, Any], check_shapes: bool
     ) -> list[Any]:
-        prepared = self.prepared
+        loaded = self.loaded
         gen = None
-        if prepared.codegen and block.consts is not None:
-            gen = block.generate(prepared.codegen_after)
+        if loaded.codegen and block.consts is not None:
+            gen = block.generate(loaded.codegen_after)
         if gen is not None:
             try:
                 return gen.fn(env, self, check_shapes)
@@ -568,14 +569,14 @@ def _check(op: Operation, value: Any, tt: TensorType, check_shapes: bool) -> Non
         )
 
 
-def prepare(module: Module, unused_outputs: Iterable[int] = ()) -> Prepared:
+def load(module: Module, unused_outputs: Iterable[int] = ()) -> Loaded:
     """``module`` made ready to run many times (the module must not change afterwards).
 
     ``unused_outputs``: indices of entry results the caller never reads; they are not
     computed (ops only they need are dropped) and come back as None."""
-    return Prepared(module, unused_outputs)
+    return Loaded(module, unused_outputs)
 
 
 def interpret(module: Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run ``module.entry`` on CPU tensors; returns fresh contiguous output tensors."""
-    return prepare(module).run(inputs)
+    return load(module).run(inputs)

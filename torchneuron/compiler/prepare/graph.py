@@ -37,10 +37,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.decomp.complex import fold_complex_pairs, refuse_complex
 from torchneuron.compiler.decomp.fft import refuse_unlowered_ffts
-from torchneuron.compiler.decomp.lowering_fixes import fix_degenerate_variances
 from torchneuron.compiler.decomp.table import decomposition_table
 from torchneuron.compiler.decomp.uint_casts import refuse_float_to_uint32
 from torchneuron.compiler.decomp.upsample_linear import eager_resample_kernels
+from torchneuron.compiler.decomp.variance import fix_degenerate_variances
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.prepare.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.prepare.index_bounds import (

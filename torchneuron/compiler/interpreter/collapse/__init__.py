@@ -1,1 +1,9 @@
-"""TODO"""
+"""Load-time collapses: a run of StableHLO ops that is one torch call runs as that call.
+
+Owns: ``base`` (the ``Collapsed`` op and the block graph every plug-in reads), one
+plug-in module per pattern (``window``, ``pool``, ``pool_flat``, ``norm``, ``relu``,
+``clamp``, ``nan``, ``pointwise``) and ``plugins``, the ordered list that tries them.
+Plug-ins import ``base`` (never ``plugins``); ``plugins`` imports them all. Imports the
+interpreter's registry and specializations, ``compiler.stablehlo`` and torch. The program
+is never changed (neuronc's cost model reads it): only how the interpreter runs a block.
+"""

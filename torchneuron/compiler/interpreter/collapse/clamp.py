@@ -19,7 +19,7 @@ threshold equals ``b`` as a number (so the threshold's sign of zero does not mat
 and ``b`` is not NaN (``clamp_min`` gives NaN for a NaN bound; ``x < NaN`` is false).
 Checked against the compare + select on this machine's vector widths (``default``,
 ``avx2``, ``avx512``), on contiguous and strided inputs, subnormals included
-(``tests/compiler/stablehlo/test_stablehlo_fuse_clamp.py``). Fused only for float32
+(``tests/compiler/stablehlo/test_stablehlo_fuse_clamp.py``). Collapsed only for float32
 and float64: for float16 / bfloat16 the vector loop converts to float32 and back, which
 quiets a signalling NaN (float16) or replaces every NaN by ``0xFFFF`` (bfloat16), while
 the select keeps the input's bits.
@@ -47,6 +47,7 @@ import torch
 
 from torchneuron.compiler.interpreter._registry import OpFn, Runner
 from torchneuron.compiler.interpreter._specialize_math import SAME_WIDTH_INT
+from torchneuron.compiler.interpreter.collapse.base import _fallback, _make
 from torchneuron.compiler.interpreter.collapse.relu import fusible_pair
 from torchneuron.compiler.stablehlo.ir import Operation
 
@@ -58,8 +59,6 @@ _KERNELS = {"LT": torch.clamp_min, "GT": torch.clamp_max}
 
 def clamp_bound(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     """The ``compare`` + ``select`` run ending at ``body[at]`` as one fused op."""
-    from torchneuron.compiler.interpreter.collapse.base import _fallback, _make
-
     sel, operands = body[at]
     if sel.name != "stablehlo.select" or len(operands) != 3:
         return None

@@ -1,7 +1,7 @@
 """Load-time fusion of a NaN override: two selects whose predicate is false without a NaN.
 
 Why: max-pooling's lowering makes a NaN win its window, as ATen does. After the pool
-proper (values and indices, ``_fuse``/``_fuse_pool``), it marks the input's NaNs
+proper (values and indices, ``window``/``pool``), it marks the input's NaNs
 (``compare NE x, x``), turns the marks into flat positions (a select between two
 constant tables), takes each window's largest with the pool's own slices and reduce,
 and where a window holds a NaN, selects that NaN (a clamp, a gather) and its position
@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.interpreter._registry import OpFn, Runner
+from torchneuron.compiler.interpreter.collapse.base import _fallback, _make_multi
 from torchneuron.compiler.stablehlo.ir import Operation
 
 __all__ = ["nan_override"]
@@ -99,8 +100,6 @@ def _predicate_cone(g: Any, p: str) -> tuple[list[int], int, list[str]] | None:
 
 def nan_override(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     """The run ending at the second of two selects over one NaN predicate, as one op."""
-    from torchneuron.compiler.interpreter.collapse.base import _fallback, _make_multi
-
     s2, ops2 = body[at]
     if s2.name != "stablehlo.select" or len(ops2) != 3:
         return None

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.interpreter._registry import OpFn, Runner, ints
+from torchneuron.compiler.interpreter.collapse.base import _fallback, _make
 from torchneuron.compiler.stablehlo.ir import Operation
 
 __all__ = ["batch_variance"]
@@ -40,8 +41,6 @@ _NARROW = ("f32", "f16", "bf16")
 def batch_variance(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     """The run ending at ``body[at]`` (a float64 -> narrow convert) as one fused op."""
     from torchneuron.compiler.interpreter._ops_reduce import simple_body
-    from torchneuron.compiler.interpreter.collapse.base import _fallback, _make
-
     cv_out, ops_out = body[at]
     if (
         cv_out.name != "stablehlo.convert" or len(ops_out) != 1

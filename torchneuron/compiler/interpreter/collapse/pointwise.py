@@ -4,7 +4,7 @@ Why: an optimizer's update lowers to many small elementwise ops (AdamW: ~14 per
 parameter, eager runs 8 aten ops), each its own interpreter step with a fresh result
 tensor; on tiny parameters the steps' Python costs more than the arithmetic. Here a tree
 of ``add``/``subtract``/``multiply``/``divide``/``negate``/``abs``/``sqrt`` ops whose
-inner results are read once, by their parent, runs as one ``Fused`` step: the leaves'
+inner results are read once, by their parent, runs as one ``Collapsed`` step: the leaves'
 ops allocate, every op above one writes into its child's result in place (the child is
 the step's own tensor, read by nobody else), and ``add(a, divide(multiply(t, v), d))``
 with a scalar ``v`` is one ``torch.addcdiv`` (AdamW's and Adam's parameter update).
@@ -40,6 +40,7 @@ import torch
 
 from torchneuron.compiler.interpreter._absorb import _numpy_like
 from torchneuron.compiler.interpreter._registry import ints
+from torchneuron.compiler.interpreter.collapse.base import _make
 from torchneuron.compiler.stablehlo.ir import Operation, TensorType
 
 __all__ = ["pointwise_tree"]
@@ -128,8 +129,6 @@ class _Node:
 
 def pointwise_tree(g: Any, body: Body, at: int) -> tuple[Any, list[int]] | None:
     """The tree of single-use pointwise ops ending at ``body[at]`` as one fused op."""
-    from torchneuron.compiler.interpreter.collapse.base import _make
-
     op = body[at][0]
     if not _eligible(op) or not _is_root(g, body, at):
         return None

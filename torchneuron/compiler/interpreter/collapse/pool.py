@@ -1,6 +1,6 @@
 """Max-pooling's forward over the two trailing dims as ATen's own kernel.
 
-Why: ``_fuse`` recognises the lowered max-pooling forward (one strided slice per window
+Why: ``window`` recognises the lowered max-pooling forward (one strided slice per window
 position, a concatenate, a reshape and a max-with-first-index reduce) and runs it as
 one op; its general form still makes three torch calls per window position. When the
 pooled dims are the two trailing ones, ``aten.max_pool2d_with_indices`` computes the

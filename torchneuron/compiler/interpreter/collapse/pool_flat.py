@@ -1,10 +1,10 @@
 """Max-pooling's forward and its flat indices as ATen's kernel alone.
 
 Why: max-pooling with indices lowers to the pool proper (each window's maximum and
-its window position: ``_fuse``'s ``max_pool_window``) followed by a lookup turning the
-position into the flat input index (``_fuse``'s ``one_hot_lookup``: a constant table of
+its window position: ``window``'s ``max_pool_window``) followed by a lookup turning the
+position into the flat input index (``window``'s ``one_hot_lookup``: a constant table of
 each window position's flat index, indexed by the position). Over the two trailing dims
-the pool runs as ``aten.max_pool2d_with_indices`` (``_fuse_pool``), which computes the
+the pool runs as ``aten.max_pool2d_with_indices`` (``pool``), which computes the
 flat index itself; then the pool fusion maps it back to a window position and the lookup
 maps that to the flat index again. Two lookups for nothing: on the CNN loop's pools
 about a third of the pool's time. Here the whole run is one op giving the kernel's
@@ -26,7 +26,9 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.interpreter._registry import OpFn, Runner, ints
+from torchneuron.compiler.interpreter.collapse.base import _make_multi
 from torchneuron.compiler.interpreter.collapse.pool import pool_with_flat_index
+from torchneuron.compiler.interpreter.collapse.window import _max_pool_forward, _one_hot_lookup
 from torchneuron.compiler.stablehlo.ir import Operation
 
 __all__ = ["max_pool_flat_index"]
@@ -35,12 +37,6 @@ __all__ = ["max_pool_flat_index"]
 def max_pool_flat_index(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     """The native pool, the reshape of its positions and their lookup (ending at
     ``body[at]``, the lookup's reduce) as one op with the pool's value and flat index."""
-    from torchneuron.compiler.interpreter.collapse.base import (
-        _make_multi,
-        _max_pool_forward,
-        _one_hot_lookup,
-    )
-
     lookup = _one_hot_lookup(g, body, at)
     if lookup is None:
         return None

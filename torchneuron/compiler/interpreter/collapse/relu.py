@@ -26,6 +26,7 @@ import torch
 
 from torchneuron.compiler.interpreter._registry import OpFn, Runner
 from torchneuron.compiler.interpreter._specialize_math import SAME_WIDTH_INT
+from torchneuron.compiler.interpreter.collapse.base import _fallback, _make
 from torchneuron.compiler.stablehlo.ir import Operation
 
 __all__ = ["relu_backward"]
@@ -58,8 +59,6 @@ def fusible_pair(g: Any, body: Any, at: int, cmp: Any, sel: Operation,
 
 def relu_backward(g: Any, body: Any, at: int) -> tuple[Any, list[int]] | None:
     """The ``compare`` + ``select`` run ending at ``body[at]`` as one fused op."""
-    from torchneuron.compiler.interpreter.collapse.base import _fallback, _make
-
     sel, operands = body[at]
     if sel.name != "stablehlo.select" or len(operands) != 3:
         return None
