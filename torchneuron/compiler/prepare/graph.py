@@ -54,6 +54,18 @@ from torchneuron.compiler.prepare.random_ops import (
     legalize_random_ops,
 )
 from torchneuron.compiler.prepare.refuse_custom_ops import refuse_custom_ops
+from torchneuron.compiler.prepare.rewrites import (
+    _extract_write_backs,
+    _fold_0d_reductions,
+    _fold_aliases,
+    _fold_empty,
+    _mutates_intermediates,
+    _output_node,
+    _reject_symbolic,
+    _returned_scalar,
+    _view_root,
+    format_graph,
+)
 from torchneuron.compiler.prepare.trace_lock import TRACE_LOCK
 
 __all__ = ["TensorSpec", "UserOutput", "ErrorCheck", "PreparedGraph", "prepare", "format_graph",
@@ -341,43 +353,6 @@ def raise_errors(checks: Sequence[ErrorCheck], results: Sequence[torch.Tensor]) 
         aten._linalg_check_errors(results[check.output], check.api, is_matrix=check.is_matrix)
 
 
-def _fold_aliases(gm: fx.GraphModule) -> None:
-    """`aten.alias` (from detach) is a no-op in a functional graph; keep it only where it
-    is itself an output, so output aliasing stays visible."""
-    out_node = _output_node(gm)
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is aten.alias.default:
-            node.replace_all_uses_with(node.args[0], delete_user_cb=lambda u: u is not out_node)
-
-
-_0D_REDUCTIONS = {aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default,
-                  aten.amax.default, aten.amin.default, aten.prod.dim_int, aten.prod.default,
-                  aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
-                  aten.all.default}
-
-
-def _fold_0d_reductions(gm: fx.GraphModule) -> None:
-    """A reduction of a 0-d tensor is the identity (any/all: != 0). torch-mlir segfaults on
-    these (`x.sum(dim=0)` with x 0-d), so they are rewritten before lowering."""
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _0D_REDUCTIONS:
-            continue
-        src, out = node.args[0], node.meta.get("val")
-        if not isinstance(src, fx.Node) or not isinstance(out, torch.Tensor) or out.dim() != 0 \
-                or src.meta["val"].dim() != 0:
-            continue
-        with gm.graph.inserting_before(node):
-            if out.dtype == torch.bool and src.meta["val"].dtype != torch.bool:
-                new = gm.graph.call_function(aten.ne.Scalar, (src, 0))
-            elif out.dtype != src.meta["val"].dtype:
-                new = gm.graph.call_function(aten._to_copy.default, (src,), {"dtype": out.dtype})
-            else:
-                new = gm.graph.call_function(aten.clone.default, (src,))
-        new.meta = dict(node.meta)
-        node.replace_all_uses_with(new)
-        gm.graph.erase_node(node)
-
-
 def _plain(gm: fx.GraphModule) -> fx.GraphModule:
     """Copy into a plain GraphModule (node meta kept): make_fx's module remembers its tracer
     class, and unpickling it (to send it to the compile worker) re-traces with that class
@@ -462,16 +437,6 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
                            detail=str(e)) from e
 
 
-def _mutates_intermediates(gm: fx.GraphModule) -> bool:
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-                and node.target._schema.is_mutable:
-            if node.target is aten.copy_.default and node.args[0].op == "placeholder":
-                continue
-            return True
-    return False
-
-
 def _fake(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """The inputs as fake tensors of make_fx's own kind of fake mode (static shapes), except
     that ``.item()`` gives an unbacked symbol instead of failing: a python number the
@@ -483,88 +448,6 @@ def _fake(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     mode = FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True,
                           shape_env=ShapeEnv(allow_scalar_outputs=True), static_shapes=True)
     return [mode.from_tensor(t, static_shapes=True) for t in inputs]
-
-
-def _returned_scalar(node: fx.Node) -> bool:
-    """``.item()`` whose only use is being returned."""
-    return node.target is aten._local_scalar_dense.default and \
-        all(u.op == "output" for u in node.users)
-
-
-def _reject_symbolic(gm: fx.GraphModule) -> None:
-    """Fake tracing gives data-dependent results unbacked symbols instead of failing; a
-    static-shape executable cannot express them, except a python number only returned."""
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) and \
-                not _returned_scalar(node):
-            raise PrepareError(f"{node.target} produces a python number computed from tensor "
-                               "data; a compiled graph cannot branch on data. It runs eagerly.",
-                               op=str(node.target), reason="data-dependent")
-        if isinstance(val, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in val.shape):
-            raise PrepareError(f"{node.target} has an output shape that depends on input "
-                               "values; static-shape compilation cannot express it. It runs "
-                               "eagerly.", op=str(node.target), reason="dynamic-output-shape")
-
-
-def _extract_write_backs(gm: fx.GraphModule) -> dict[int, fx.Node]:
-    """Remove `copy_(input, value)` nodes; return {input index: value node}."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    sources: dict[int, fx.Node] = {}
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        if node.target is aten.copy_.default and node.args[0] in placeholders:
-            ph, src = node.args[0], node.args[1]
-            idx = placeholders.index(ph)
-            node.replace_all_uses_with(ph)
-            gm.graph.erase_node(node)
-            want = ph.meta["val"]
-            if isinstance(src, fx.Node) and tuple(src.meta["val"].shape) == tuple(want.shape) \
-                    and src.meta["val"].dtype == want.dtype:
-                sources[idx] = src
-                continue
-            with gm.graph.inserting_before(_output_node(gm)):  # broadcast / cast like copy_
-                fixed = gm.graph.call_function(aten.copy.default, (ph, src))
-            fixed.meta["val"] = want
-            sources[idx] = fixed
-        elif node.target._schema.is_mutable:
-            raise PrepareError(f"{node.target} still mutates a tensor after functionalization; "
-                               "expected a functional graph.", op=str(node.target),
-                               reason="mutation-left")
-    return sources
-
-
-def _output_node(gm: fx.GraphModule) -> fx.Node:
-    return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-
-
-def _view_root(node: fx.Node) -> fx.Node:
-    while (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-           and node.target.is_view and isinstance(node.args[0], fx.Node)):
-        node = node.args[0]
-    return node
-
-
-def _fold_empty(gm: fx.GraphModule) -> None:
-    """A computed tensor with no elements holds no values: it becomes ``aten.full`` of its
-    shape, and whatever computed it is dropped. Torch-MLIR miscomputes slices and selects
-    that produce (or read) zero-size dims (``diff`` with ``n`` past the size, ``cholesky_solve``
-    of a zero batch), failing to lower graphs whose outputs are empty anyway. An output
-    that is a view of an input keeps its node (its aliasing is part of the result)."""
-    out_node = _output_node(gm)
-    for node in list(gm.graph.nodes):
-        val = node.meta.get("val")
-        if node.op != "call_function" or not isinstance(val, torch.Tensor) or val.numel() != 0 \
-                or node.target is aten.full.default:
-            continue
-        keep_output = _view_root(node).op == "placeholder"
-        with gm.graph.inserting_before(node):
-            new = gm.graph.call_function(aten.full.default, (list(val.shape), 0),
-                                         {"dtype": val.dtype, "device": val.device})
-        new.meta["val"] = val
-        node.replace_all_uses_with(
-            new, delete_user_cb=lambda u, keep=keep_output: not (keep and u is out_node))
 
 
 def _clean_outputs(gm: fx.GraphModule, wb_sources: dict[int, fx.Node]
@@ -620,27 +503,3 @@ def _clean_outputs(gm: fx.GraphModule, wb_sources: dict[int, fx.Node]
     return user_outputs, outputs
 
 
-def format_graph(gm: fx.GraphModule) -> str:
-    """One line per node: ``%mm: f32[4, 3] = aten.mm.default(%x, %w)`` (STYLE.md)."""
-    lines = []
-    for n in gm.graph.nodes:
-        val = n.meta.get("val")
-        ty = (f"{str(val.dtype).removeprefix('torch.')}{list(val.shape)}"
-              if isinstance(val, torch.Tensor) else "")
-        if n.op == "placeholder":
-            lines.append(f"%{n.name}: {ty} = input")
-        elif n.op == "output":
-            lines.append("return " + ", ".join(f"%{a.name}" for a in n.args[0]))
-        else:
-            args = ", ".join(_fmt_arg(a) for a in n.args)
-            kw = "".join(f", {k}={_fmt_arg(v)}" for k, v in n.kwargs.items())
-            lines.append(f"%{n.name}: {ty} = {n.target}({args}{kw})")
-    return "\n".join(lines)
-
-
-def _fmt_arg(a: Any) -> str:
-    if isinstance(a, fx.Node):
-        return f"%{a.name}"
-    if isinstance(a, (list, tuple)):
-        return "[" + ", ".join(_fmt_arg(x) for x in a) + "]"
-    return repr(a)
