@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.decomp.cpu_dependent import REFUSED_REASONS as CPU_DEPENDENT_REASONS
+from torchneuron.compiler.decomp.refusals.cpu_dependent import (
+    REFUSED_REASONS as CPU_DEPENDENT_REASONS,
+)
 
 __all__ = ["RefusedOps"]
 

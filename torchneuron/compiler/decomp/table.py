@@ -31,7 +31,6 @@ from torchneuron.compiler.decomp import (
     cholesky,
     composites,
     conv,
-    cpu_dependent,
     custom,
     division,
     dropout,
@@ -42,18 +41,9 @@ from torchneuron.compiler.decomp import (
     fmod,
     foreach,
     fractional,
-    half_batch_norm,
-    half_conv,
-    half_log_softmax,
-    half_mean,
-    half_norm,
-    half_scalar,
-    half_var,
     host_numerics,
     index,
-    int_avg_pool,
     lu,
-    opmath,
     pad,
     polynomials,
     pool,
@@ -67,12 +57,21 @@ from torchneuron.compiler.decomp import (
     scans,
     shapes,
     special,
-    tie_order,
     upsample_linear,
     variance,
     views,
     zeta,
 )
+from torchneuron.compiler.decomp.halves import (
+    half_batch_norm,
+    half_log_softmax,
+    half_mean,
+    half_norm,
+    half_scalar,
+    half_var,
+    opmath,
+)
+from torchneuron.compiler.decomp.refusals import cpu_dependent, half_conv, int_avg_pool, tie_order
 from torchneuron.compiler.decomp.registry import owners
 from torchneuron.compiler.prepare.index_bounds import with_index_checks
 from torchneuron.compiler.prepare.random_ops import is_random_op
