@@ -235,7 +235,7 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     index = _device_index(example_inputs)
     _retarget_factories(gm, "neuron", "cpu", wrap=True)
     # AOTAutograd's trace must not overlap a background one (fx_trace.py); resampling ops
-    # reach the decomposition table (decomp_upsample_linear.py)
+    # reach the decomposition table (decomp/upsample_linear.py)
     with TRACE_LOCK, eager_resample_kernels():
         return aot_autograd(
             fw_compiler=_compile_graph_for(index, "forward"),
@@ -283,7 +283,7 @@ def _is_symbolic(x: Any) -> bool:
 
 def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any = None,
                             reduce: Any = None, reduction: str = "mean") -> torch.Tensor:
-    """``F.multilabel_margin_loss`` through our decomposition (``decomp_index``).
+    """``F.multilabel_margin_loss`` through our decomposition (``decomp.index``).
 
     Why: under tracing, PyTorch decomposes the op at its Autograd key with a formula that
     also counts the positions after a row's -1 (wrong numbers), and its meta kernel gives

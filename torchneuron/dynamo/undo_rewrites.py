@@ -9,7 +9,7 @@ always); its own config notes "this can affect numerics for non-inductor backend
   * t2`` with the last multiply-add fused and ``x + (v * t1) / t2``: other roundings.
   The compile worker refused the prim (``worker:bad-request``) and the eager fallback
   ran it as ``(a * b) + c``, which is neither. They become ``torch.addcmul`` /
-  ``torch.addcdiv`` again: eager's kernels in a fallback, ``decomp_addc``'s lowering
+  ``torch.addcdiv`` again: eager's kernels in a fallback, ``decomp.addc``'s lowering
   when compiled (eager's order and opmath; addcmul's fused last step is not emulated).
 - ``torch.addcdiv(x, t1, t2, value=v)`` -> ``x + (t1 / t2) * v``: back to one
   ``torch.addcdiv``. Only Dynamo's own chain is undone (``torch.div``, ``torch.mul`` by

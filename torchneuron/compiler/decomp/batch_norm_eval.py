@@ -18,7 +18,7 @@ inf`` and ``x * inf + (-inf)``, NaN for half the elements, where the decompositi
 Eager's vectorized ``x * alpha + beta`` is compiled to a fused multiply-add. For
 float16/bfloat16 it is reproduced exactly (through float64); float32 and float64 keep a
 separate multiply and add, a last-bit difference on some elements (within the float32
-tolerance, as for ``addcmul`` in decomp_addc.py), not worth float64 arithmetic over a
+tolerance, as for ``addcmul`` in decomp/addc.py), not worth float64 arithmetic over a
 whole activation.
 
 Training mode keeps the entry it had (the batch statistics and running-stat updates

@@ -7,10 +7,10 @@ layout of a complex tensor's own memory, so the executable's boundary is a free 
 complex value stays one FX node, so a decomposition can return a complex tensor
 (``view_as_complex(pairs)``) and the next op reads it back (``view_as_real``), and
 ``fold_complex_pairs`` removes every such round trip after tracing; and interleaved
-(re, im) rows make a complex-by-complex DFT one real matmul (decomp_fft.py).
+(re, im) rows make a complex-by-complex DFT one real matmul (decomp/fft.py).
 
 Each entry rewrites an op only when it sees complex values (NotImplemented otherwise,
-and ``decomp_fft.fft_decompositions`` hands real values to the table's earlier entry).
+and ``decomp.fft.fft_decompositions`` hands real values to the table's earlier entry).
 Only what the FFT ops, their OpInfo samples, their backward and simple user code need
 is handled: conj, real/imag, complex, polar, abs, sgn, add/sub/mul, division by a real
 value, casts, ops that move whole elements (slice, select, pad, permute, view, cat,

@@ -10,7 +10,7 @@ Torch-MLIR's lowerings differ from ATen's kernels:
 - floating floor division was ``floor(a / b)``: 1.0 // 0.1 gave 10 where eager gives 9
   (the rounded quotient is 10, the true one just below), -0.5 // inf gave -0.0 (eager -1),
   inf // 2 inf (eager NaN). Here: ATen's ``div_floor_floating``, on the exact fmod
-  (``decomp_fmod``), each step in the operands' type as eager's kernel (float16 too).
+  (``decomp.fmod``), each step in the operands' type as eager's kernel (float16 too).
 - ``trunc`` was ``sign(x) * floor(|x|)``, which loses -0.0 (trunc(-0.0), -0.5 trunc-divided
   by 1); here the floor or ceiling, whichever is toward zero.
 """

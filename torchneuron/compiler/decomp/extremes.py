@@ -6,7 +6,7 @@ that eager never gives:
 - ``max.dim`` / ``min.dim`` propagated a NaN only when it was the first element of the
   reduced row ([1, inf, nan] gave inf). ATen's value is always ``x[argmax]`` (checked
   bit for bit, NaN and -0.0 included), and its argmax (first NaN, else first extreme)
-  is lowered NaN-first by ``corrections``, so the value is gathered at that index. (The
+  is lowered NaN-first by ``_nan_first`` (below), so the value is gathered at that index. (The
   max pools keep the plain reduction, ``nan_blind_max``: they apply ATen's pool rule,
   the last NaN, themselves.)
 - uint8 was reduced as signed int8 with a signed initial value: amax of [3, 4] was 128,
@@ -44,7 +44,7 @@ def _comparable(x: torch.Tensor) -> torch.Tensor:
 
 def _arg_extreme(name: str, nan_first: Callable[..., Any], x: torch.Tensor,
                  dim: int | None, keepdim: bool) -> Any:
-    """bool refused, uint8 widened; floats go to corrections' NaN-first argmax/argmin."""
+    """bool refused, uint8 widened; floats go to the NaN-first argmax/argmin below."""
     if x.dtype == torch.bool:
         raise RuntimeError(f"{name}(): does not support bool input (eager refuses it too)")
     if x.dtype == torch.uint8 and x.dim() != 0:

@@ -7,7 +7,7 @@ too; a multi-dim FFT is one such matmul per dim. The matrices are computed in fl
 the host (angles reduced exactly: ``2*pi*((k*n) mod N)/N``, so no large-argument
 rounding) and only then cast to the input's dtype, with the normalization folded in.
 
-Complex values are real pairs (trailing dim 2, decomp_complex.py); the interleaved
+Complex values are real pairs (trailing dim 2, decomp/complex.py); the interleaved
 (re, im) rows make a complex-by-complex DFT one real matmul by a 2N x 2N matrix
 ([[c, s], [-s, c]] blocks).
 

@@ -4,14 +4,14 @@ Torch-MLIR lowers ``aten.fmod`` of floats to ``a - b * trunc(a / b)``. The quoti
 rounded, so the result is off by up to an ulp of ``a``: fmod(1e6 * x, y) in float32 was off
 by up to 0.06, remainder(angle, 2 * pi) by as much; and fmod(5, inf) gave NaN where C
 gives 5. ``aten.remainder.Tensor`` itself lowers to ``stablehlo.remainder``, which *is* C
-fmod (its sign rule is fixed up in ``corrections``), so floating fmod is emitted as that op.
+fmod (its sign rule is fixed up by ``_remainder_via_fmod``, below), so floating fmod is emitted as that op.
 
 Why an op of its own (``torchneuron::c_fmod``): under torch.compile the table is applied
 twice, by AOTAutograd and again by ``prepare`` on AOTAutograd's graph; a raw
-``remainder.Tensor`` node left by the first pass would get ``corrections``' sign rule in
+``remainder.Tensor`` node left by the first pass would get ``_remainder_via_fmod``'s sign rule in
 the second. While Dynamo traces (a ``TracingContext`` is active) ``c_fmod`` stays a node;
 the pass that lowers turns it into ``remainder.Tensor`` with the sign rule stood aside
-(see ``decomp_extremes.nan_blind_max``, which does the same for the max pools).
+(see ``decomp.extremes.nan_blind_max``, which does the same for the max pools).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _c_fmod_decomposition(a: torch.Tensor, b: torch.Tensor) -> Any:
 
 @_register(aten.remainder.Tensor)
 def remainder(a: torch.Tensor, b: torch.Tensor) -> Any:
-    """Raw (C fmod) inside ``c_fmod``; otherwise ``corrections``' Python sign rule."""
+    """Raw (C fmod) inside ``c_fmod``; otherwise ``_remainder_via_fmod``'s Python sign rule."""
     if _RAW.active:
         return NotImplemented
     return _remainder_via_fmod(a, b)

@@ -15,8 +15,8 @@ below writes the per-tensor op out in that op's own arithmetic:
   vector path; the scalar tail is contracted to the same fused multiply-add), one
   rounding, where the lowering of ``aten.add`` rounds the product first.
 - ``addcmul``: ``self + value * t1 * t2`` in opmath (float32 for float16 / bfloat16),
-  contracted to ``fma(value * t1, t2, self)``; decomp_addc.py rounds the product.
-- ``addcdiv``: decomp_addc.py's entry, already eager's arithmetic (no fused step).
+  contracted to ``fma(value * t1, t2, self)``; decomp/addc.py rounds the product.
+- ``addcdiv``: decomp/addc.py's entry, already eager's arithmetic (no fused step).
 
 The fused multiply-add is computed exactly (``_fma32``): the float32 product in float64
 is exact, the sum rounded to odd there, then rounded to float32, which is the single
@@ -192,7 +192,7 @@ def _addc(kind: str, s: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, value:
     number or a 0-d tensor (an element of the ``Tensor`` overload's scalars)."""
     dtype = _dtype(s, t1, t2)
     if not isinstance(value, torch.Tensor) and (kind == "div" or not dtype.is_floating_point):
-        # decomp_addc's entries: eager's order for floats, the lowering for integers
+        # decomp.addc's entries: eager's order for floats, the lowering for integers
         op = aten.addcmul.default if kind == "mul" else aten.addcdiv.default
         return op(s, t1, t2, value=value)
     opmath = torch.float32 if dtype in _F32 else dtype

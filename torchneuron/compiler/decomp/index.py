@@ -93,7 +93,7 @@ def _dense(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, re
 @_register(aten.scatter_reduce.two)
 def scatter_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str,
                    include_self: bool = True) -> Any:
-    """sum / mean: the scatter_add form in decompositions.py; others densely."""
+    """sum / mean: the scatter_add form (``_scatter_reduce_via_add``, below); others densely."""
     if reduce in ("sum", "mean"):
         return _scatter_reduce_via_add(x, dim, index, src, reduce, include_self)
     if x.dim() == 0:

@@ -98,7 +98,7 @@ def nanmedian(x: torch.Tensor) -> torch.Tensor:
 def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Sort (NaNs last), pick the lower middle; nanmedian counts only non-NaN entries."""
     if torch._guards.TracingContext.try_get() is not None:
-        return NotImplemented  # kept whole while AOTAutograd traces: see decomp_tie_order
+        return NotImplemented  # kept whole while AOTAutograd traces: see decomp.refusals.tie_order
     if x.dim() == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     vals, idx = torch.sort(x, dim=dim)
@@ -113,7 +113,7 @@ def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.
 def median_dim_nan(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """median propagates NaN: with any NaN the answer is the first NaN (sorted last)."""
     if torch._guards.TracingContext.try_get() is not None:
-        return NotImplemented  # kept whole while AOTAutograd traces: see decomp_tie_order
+        return NotImplemented  # kept whole while AOTAutograd traces: see decomp.refusals.tie_order
     if x.dim() == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     vals, idx = torch.sort(x, dim=dim)

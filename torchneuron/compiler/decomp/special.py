@@ -19,8 +19,8 @@ every entry here is one of two kinds:
 Bessel K0 / K1 are also evaluated in float64 (power series up to 2, the cosh-integral by
 the trapezoid rule beyond). Ops whose kernel is a large bespoke approximation (``erfcx``'s
 Faddeeva fits) are deliberately absent: they run eagerly. Hurwitz ``zeta``, whose loop is
-unbounded for negative ``q``, is in decomp_zeta.py; Bessel J / Y and Airy Ai, computed in
-float32 by ATen, in decomp_bessel.py.
+unbounded for negative ``q``, is in decomp/zeta.py; Bessel J / Y and Airy Ai, computed in
+float32 by ATen, in decomp/bessel.py.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Weights as ATen computes them, in the input's precision: the scale ``(in - 1) / 
 1)`` (align_corners) or ``1 / scale_factor`` or ``in / out``, the source index ``scale
 * i`` or ``max(scale * (i + 0.5) - 0.5, 0)``, its floor (clamped to the last index) and
 ``w1 = clamp(src - floor, 0, 1)``. float16 and bfloat16 inputs are refused
-(``decomp_cpu_dependent``: eager's bits differ between CPU code paths); integer inputs
+(``decomp.refusals.cpu_dependent``: eager's bits differ between CPU code paths); integer inputs
 keep PyTorch's entry.
 
 These ops never reached a decomposition table: PyTorch registers Python kernels for

@@ -274,7 +274,7 @@ def convert(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         return [_float_to_int_as_eager(x, dt)]
     if x.dtype.is_floating_point and not (dt.is_floating_point or dt.is_complex):
         # float -> a wide unsigned int: prepare refuses float -> uint32 (eager's result
-        # depends on the loop an element meets, see decomp_uint_casts.py) and Torch-MLIR
+        # depends on the loop an element meets, see decomp/refusals/uint_casts.py) and Torch-MLIR
         # does not lower uint16 / uint64; for StableHLO from elsewhere, XLA's choice: NaN
         # gives 0 and out-of-range values saturate
         info = torch.iinfo(dt)

@@ -15,7 +15,7 @@ Steps, in order (each a small function below):
   6. complex values (the device has none): a complex input is traced as its
      `view_as_real` pairs (trailing dim 2) and a complex output is returned as pairs;
      `complex_inputs` / `complex_outputs` say which, so the caller converts at the
-     boundary (free views both ways). Inside, `decomp_complex` carries them as pairs,
+     boundary (free views both ways). Inside, `decomp.complex` carries them as pairs,
      laid out as eager's results. An output eager returns as a view of a complex input
      or output (`z.real`, `view_as_real(z)`, `conj()`) is refused (`complex-alias`):
      the graph could only return a copy.

@@ -7,8 +7,8 @@ user's process. Before this check such a graph failed in the worker as a ``bad-r
 now prepare refuses it as ``custom-op``, naming the op, and the backend runs the graph
 eagerly on the device, where the op runs its own implementation (an ``nki_op``: its
 kernels, each charged by its own schedule). PyTorch's own ``torch_nn::`` custom ops are
-traced through before this point (``decomp_custom``); the compiler's own ``torchneuron::``
-helper ops (``decomp_extremes``, ``decomp_fmod``) are lowered and pass.
+traced through before this point (``decomp.custom``); the compiler's own ``torchneuron::``
+helper ops (``decomp.extremes``, ``decomp.fmod``) are lowered and pass.
 """
 
 from __future__ import annotations

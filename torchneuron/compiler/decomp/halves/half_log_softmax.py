@@ -3,14 +3,14 @@
 ATen's last-dimension kernel for reduced-precision input keeps its per-row sum of
 ``exp(x - max)`` and that sum's logarithm in buffers of the input's type: the sum is
 rounded to float16 (bfloat16), its log taken in float32 and rounded again, and only then
-``x - max - log`` is computed in float32 and rounded once. ``decomp_opmath``'s entry
+``x - max - log`` is computed in float32 and rounded once. ``decomp.halves.opmath``'s entry
 (everything in float32, rounded once) was up to 4 ulps off, and where the row sum is
 just above 1 eager gives exactly 0 (the sum rounds to 1) where float32 gave -3.5e-4.
 Measured: this form gives eager's bits on every element of float16 and bfloat16 rows of
 1 to 5000 elements with inf, NaN and all -inf rows, under ``ATEN_CPU_CAPABILITY=default``
 and ``avx2`` alike (the float32 sum is rounded to half precision before anything reads
 it, so its summation order does not show). Other dimensions take ATen's other kernel,
-which is float32 throughout, and keep ``decomp_opmath``'s entry.
+which is float32 throughout, and keep ``decomp.halves.opmath``'s entry.
 """
 
 from __future__ import annotations

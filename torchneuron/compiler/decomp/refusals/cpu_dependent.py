@@ -17,7 +17,7 @@ eager's result on every CPU by construction:
   float32 in vector-width order, and its ``save_invstd`` and output differ from every
   fixed-order computation tried (float64 statistics, rounded or not to bfloat16; the
   output then 0 to 1741 of 10,590 elements off). float16 keeps its exact entry
-  (``decomp_half_batch_norm``).
+  (``decomp.halves.half_batch_norm``).
 - float16 / bfloat16 ``upsample_linear1d`` / ``bilinear2d`` / ``trilinear3d`` /
   ``bicubic2d``: the same input gives different bits under ``ATEN_CPU_CAPABILITY=default``
   and ``avx2`` (1 to 6 of 7,440 elements of a (2, 3, 31, 40) resize, up to 2 ulps), so no

@@ -2,7 +2,7 @@
 
 Why: ReLU (and ``clamp_min`` / ``clamp_max``, ``hardtanh``'s bounds) lowers to a
 ``compare`` of the input with a splat bound and a ``select`` of the splat bound or the
-input (``decomp_relu``: eager keeps an element equal to the bound, so ``relu(-0.0)`` is
+input (``decomp.relu``: eager keeps an element equal to the bound, so ``relu(-0.0)`` is
 -0.0, which ``maximum`` would not give). That is two steps of the interpreter where
 eager runs one kernel; on the CNN loop, whose activations are 16K-element tensors, the
 compare allocates a mask and the select (``_specialize_math``'s bit form) reads three
