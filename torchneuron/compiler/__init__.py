@@ -1,10 +1,14 @@
 """The neuron lowering path: FX -> prepare -> Torch-MLIR -> StableHLO -> neuron compiler.
 
-Owns: capture/prepare (functionalize, decompose, legalize random ops), the
-Torch-MLIR import in a worker process, the StableHLO IR and its CPU interpreter
-(``stablehlo/``), the simulated Neuron compiler's passes (``neuronc/``), the
-executable format, compile stats and dumps. Imports ``torchneuron.hardware``
-(profiles and cost rules) and nothing above it.
+Its stages are folders, in the order data flows: ``prepare/`` (functionalize, decompose,
+legalize random ops and index bounds), ``decomp/`` (the decomposition table ``prepare``
+traces with: ordered layers, one owner per overload), ``lower/`` (the Torch-MLIR import,
+in a worker process), ``stablehlo/`` (the IR), ``interpreter/`` (runs the IR with torch
+CPU ops) and ``neuronc/`` (the simulated Neuron compiler's passes). At the top: the
+entry point (``pipeline``), the executable format (``executable``, ``versions``), its
+launch, cache keys and the cache seam (``store``), stats, dumps and verification.
+Imports ``torchneuron.hardware`` (profiles and cost rules), ``torchneuron.device`` and
+``torchneuron.dispatch`` (the fused RNN cells' kernels), and nothing above them.
 """
 
 from torchneuron.compiler.decomp.table import decomposition_table
