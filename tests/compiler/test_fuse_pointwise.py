@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import torchneuron.adaptive_eager as ae
 from torchneuron.compiler.interpreter import _simplify, load
-from torchneuron.compiler.interpreter.collapse import base as _fuse
+from torchneuron.compiler.interpreter.collapse import plugins
 from torchneuron.compiler.stablehlo import parse_module
 from torchneuron.hardware import reset as reset_cores
 
@@ -194,7 +194,7 @@ def _trees(ty: str, rows: int, cols: int) -> str:
 
 def _unfused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Switch the pointwise passes off (for the op-by-op reference run)."""
-    monkeypatch.setattr(_fuse, "_LATE", ())
+    monkeypatch.setattr(plugins, "LATE", ())
     monkeypatch.setattr(_simplify, "_identity_operand", lambda op, operands, producer: None)
 
 

@@ -1,4 +1,4 @@
-"""Load-time fusions (``stablehlo._fuse``) and the dot_general/select specializations
+"""Load-time fusions (``interpreter.collapse``) and the dot_general/select specializations
 (``stablehlo._specialize_math``) give the op-by-op interpreter's bits, are used on the
 programs the lowering really produces, and fall back to the op-by-op run where the fast
 call could differ (NaN windows, out-of-range indices).
@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from torchneuron.compiler.interpreter import _specialize, load
-from torchneuron.compiler.interpreter.collapse import base as _fuse
-from torchneuron.compiler.interpreter.collapse.base import Fused
+from torchneuron.compiler.interpreter.collapse import plugins
+from torchneuron.compiler.interpreter.collapse.base import Collapsed
 from torchneuron.compiler.pipeline import compile_graph
 
 aten = torch.ops.aten
@@ -33,10 +33,10 @@ def _runs(fn, args: list[torch.Tensor], monkeypatch) -> tuple[list, list, list[s
     fast_prepared = load(module)
     fast = fast_prepared.run(args)
     body = fast_prepared.block(module.functions[module.entry].body)
-    fused = [s.op.name for s in body.steps if isinstance(s.op, Fused)]
+    fused = [s.op.name for s in body.steps if isinstance(s.op, Collapsed)]
     fused += [getattr(s.fn, "__name__", "") for s in body.steps]
     with monkeypatch.context() as m:
-        m.setattr(_fuse, "_FUSIONS", ())
+        m.setattr(plugins, "PLUGINS", ())
         m.setattr(_interpret, "absorb_broadcasts", lambda body, returns, pinned: body)
         m.setattr(_interpret, "absorb_transposes", lambda body, returns, pinned: body)
         m.setattr(_specialize, "SPECIALIZERS", {})

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from torchneuron.compiler.interpreter import load
-from torchneuron.compiler.interpreter.collapse import base as _fuse
 from torchneuron.compiler.interpreter.collapse import clamp as _fuse_clamp
-from torchneuron.compiler.interpreter.collapse.base import Fused
+from torchneuron.compiler.interpreter.collapse import plugins
+from torchneuron.compiler.interpreter.collapse.base import Collapsed
 from torchneuron.compiler.pipeline import compile_graph
 
 _interpret = importlib.import_module("torchneuron.compiler.interpreter.interpret")
@@ -75,11 +75,11 @@ def _run(fn: Callable[..., torch.Tensor], args: list[torch.Tensor],
     fast_again = prepared.run(args)[0]  # from the kept constants (the fusion's checks kept)
     assert _same_bits(fast, fast_again)
     body = prepared.block(module.functions[module.entry].body)
-    fused = [s.op.name for s in body.steps if isinstance(s.op, Fused)]
+    fused = [s.op.name for s in body.steps if isinstance(s.op, Collapsed)]
     with monkeypatch.context() as m:
-        m.setattr(_fuse, "_FUSIONS", ())
-        m.setattr(_fuse, "_LATE", ())
-        m.setattr(_fuse, "_EARLY", ())
+        m.setattr(plugins, "PLUGINS", ())
+        m.setattr(plugins, "LATE", ())
+        m.setattr(plugins, "EARLY", ())
         slow = load(module).run(args)[0]
     return fast, slow, fused
 

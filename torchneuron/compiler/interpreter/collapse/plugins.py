@@ -79,14 +79,14 @@ LATE: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None], .
 
 def collapse(body: Body, returns: tuple[str, ...] | None, pinned: set[str]) -> Body:
     """``body`` with every recognised run replaced by one ``Collapsed`` op at its last op."""
-    for plugins in (EARLY, PLUGINS, LATE):
-        body = _collapse_with(body, returns, pinned, plugins)
+    for group in (EARLY, PLUGINS, LATE):
+        body = _collapse_with(body, returns, pinned, group)
     return body
 
 
 def _collapse_with(body: Body, returns: tuple[str, ...] | None, pinned: set[str],
-               plugins: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None],
-                              ...]) -> Body:  # fmt: skip
+                   plugins: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None],
+                                  ...]) -> Body:  # fmt: skip
     g = _Graph(body, returns, pinned)
     replace: dict[int, Collapsed] = {}
     gone: set[int] = set()
