@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from torchneuron.adaptive_eager import background, hops, hostdata
+from torchneuron.adaptive_eager import options as _options  # noqa: F401  (declares its settings)
 from torchneuron.adaptive_eager.explain import explain_runtime
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State

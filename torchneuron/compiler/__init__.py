@@ -7,6 +7,7 @@ executable format, compile stats and dumps. Imports ``torchneuron.hardware``
 (profiles and cost rules) and nothing above it.
 """
 
+from torchneuron.compiler import options as _options  # noqa: F401  (declares its settings)
 from torchneuron.compiler.decompositions import decomposition_table
 from torchneuron.compiler.errors import (
     CaptureError,
