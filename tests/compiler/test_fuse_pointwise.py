@@ -21,9 +21,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torchneuron
 import torchneuron.adaptive_eager as ae
 from torchneuron.compiler.stablehlo import _fuse, _simplify, parse_module, prepare
-from torchneuron.hardware import reset as reset_cores
 
 _SPECIALS = [float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0,
              1e-40, -1e-45, 3e38, 1.0, -1.0, 0.5]  # fmt: skip
@@ -255,8 +255,7 @@ def _optimizer_loop(make_opt: Any, fused: bool, monkeypatch: pytest.MonkeyPatch,
 
         m.setattr(interp.Prepared, "block", block)
         ae.disable()
-        ae.reset()
-        reset_cores()
+        torchneuron.reset()
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                     torch.nn.Linear(32, 4)).to(device)  # fmt: skip

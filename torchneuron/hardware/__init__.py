@@ -11,7 +11,7 @@ library, so every other layer can build on it. Simulated time is integer nanosec
 pure function of the op stream, the profile and the settings.
 """
 
-from . import settings
+from . import settings, state
 from .core import NeuronCore, device_count, get_core, reset
 from .cost import (
     ENGINES,
@@ -52,4 +52,5 @@ __all__ = [
     "reset",
     "set_hardware",
     "settings",
+    "state",
 ]
