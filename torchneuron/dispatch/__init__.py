@@ -1,7 +1,7 @@
 """Eager op dispatch for the neuron device.
 
 Owns: running one aten op on the simulated NeuronCore (unwrap -> CPU kernel on the
-buffers -> wrap, with the cost charged to the device timeline), the host CPU
+buffers -> wrap (``device.tensor.wrap_buffer``), with the cost charged to the device timeline), the host CPU
 fallback for ops the device cannot run, and op tracking. Imports
 ``torchneuron.device`` and ``torchneuron.hardware`` only.
 """
@@ -18,7 +18,7 @@ from torchneuron.dispatch import (
     kernel_over_composite,
     value_checks,
 )
-from torchneuron.dispatch.eager import run_op, wrap
+from torchneuron.dispatch.eager import run_op
 from torchneuron.dispatch.tracking import (
     executed_ops,
     fallback_ops,
@@ -29,7 +29,6 @@ from torchneuron.hardware import state
 
 __all__ = [
     "run_op",
-    "wrap",
     "executed_ops",
     "fallback_ops",
     "fallback_reasons",
