@@ -315,8 +315,9 @@ def wrap_buffer(buffer: torch.Tensor, device_index: int, *, accounted: bool = Tr
     ``device_index``'s HBM for as long as the tensor lives (``buffers.track``).
     ``accounted=False`` counts nothing: for wrappers that must not change a memory
     figure, because whoever owns the storage counts it or it never was device memory in
-    eager (results under ``torch.no_grad`` tracing, the tensors a traced Dynamo graph
-    builds, the inputs of a graph run eagerly after a failed compile).
+    eager (results of ops traced over fake or functional buffers under torch.compile, the
+    tensors a traced Dynamo graph builds, the inputs of a graph run eagerly after a failed
+    compile).
     """
     if not accounted:
         r = NeuronTensor(buffer, device_index)
