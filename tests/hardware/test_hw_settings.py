@@ -84,3 +84,29 @@ def test_live_rows_follow_the_environment_until_set(monkeypatch: pytest.MonkeyPa
         assert worker.default_timeout() == 1.0
     monkeypatch.setenv("TORCHNEURON_COMPILE_TIMEOUT", "7")
     assert worker.default_timeout() == 7.0
+
+
+def test_no_layer_reads_a_row_of_a_layer_above_it() -> None:
+    """A row is declared by the package that owns it, imported after the layers below it:
+    a lower layer naming an upper layer's row would read it before it is declared (and
+    depend on that layer). Checked on the source: no lower package mentions the row."""
+    from pathlib import Path
+
+    from torchneuron.adaptive_eager import options as ae_options
+    from torchneuron.cache import config as cache_config
+    from torchneuron.compiler import options as compiler_options
+
+    pkg = Path(settings.__file__).resolve().parents[1]
+    below = {"hardware": [], "device": ["hardware"], "dispatch": ["hardware", "device"]}
+    below["compiler"] = [*below["dispatch"], "dispatch"]
+    below["cache"] = below["compiler"]
+    below["adaptive_eager"] = [*below["compiler"], "compiler", "cache", "dynamo"]
+    owners = {"compiler": compiler_options.ROWS, "cache": cache_config.ROWS,
+              "adaptive_eager": ae_options.ROWS}
+    for owner, rows in owners.items():
+        for folder in below[owner]:
+            for path in (pkg / folder).rglob("*.py"):
+                text = path.read_text()
+                for row in rows:
+                    assert f'"{row.name}"' not in text and f"'{row.name}'" not in text, (
+                        f"{path.relative_to(pkg)} names {owner}'s setting {row.name!r}")
