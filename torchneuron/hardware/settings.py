@@ -137,6 +137,13 @@ _hardware_listeners: list[Callable[[HardwareProfile], None]] = []
 _MISSING = object()
 
 
+def _identity(row: Setting) -> tuple:
+    """What makes two declarations the same row (a reloaded module's parser is a new
+    function object with the same name)."""
+    return (row.name, row.env, row.default, getattr(row.parse, "__qualname__", row.parse),
+            row.doc, row.live)
+
+
 def declare(*rows: Setting) -> None:
     """Add a package's rows to the table (at its import, before anything reads them).
 
@@ -149,7 +156,7 @@ def declare(*rows: Setting) -> None:
         for row in rows:
             known = _BY_NAME.get(row.name) or _BY_ENV.get(row.env)
             if known is not None:
-                if known != row:
+                if _identity(known) != _identity(row):
                     raise ValueError(
                         f"setting {row.name!r} ({row.env}) is already declared as {known!r}; "
                         f"a knob is declared once, by the package that owns it. Rename the "
