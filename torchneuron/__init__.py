@@ -35,7 +35,6 @@ if _settings.get_value("adaptive_eager"):  # TORCHNEURON_ADAPTIVE_EAGER=1
     adaptive_eager.enable()
 
 
-
 def reset() -> None:
     """Reset every layer's process state, top layer first, for tests and benchmarks.
 

@@ -1,9 +1,10 @@
 """Eager op dispatch for the neuron device.
 
 Owns: running one aten op on the simulated NeuronCore (unwrap -> CPU kernel on the
-buffers -> wrap (``device.tensor.wrap_buffer``), with the cost charged to the device timeline), the host CPU
-fallback for ops the device cannot run, and op tracking. Imports
-``torchneuron.device`` and ``torchneuron.hardware`` only.
+buffers -> wrap with ``device.tensor.wrap_buffer``, with the cost charged to the device
+timeline), the host CPU fallback for ops the device cannot run, and op tracking (its
+section of ``torchneuron.reset()`` / ``stats()``). Imports ``torchneuron.device`` and
+``torchneuron.hardware`` only.
 """
 
 from typing import Any
