@@ -2,9 +2,10 @@
 
 ``torchneuron.hardware`` is the bottom layer. It owns the facts about the (simulated)
 Trainium hardware and the simulated clock: which figures a profile has (``profiles``),
-the one table of tunables (``settings``; each package declares its own rows), how long a kernel takes (``cost``, ``eager_work``), how host
-and device time advance (``timeline``), HBM accounting (``memory``) and the per-index core
-that ties them together (``core``). ``state`` is the seam through which every layer
+the one table of tunables (``settings``; each package declares its own rows), how long
+a kernel takes (``cost``, ``eager_work``), how host and device time advance
+(``timeline``), HBM accounting (``memory``) and the per-index core that ties them
+together (``core``). ``state`` is the seam through which every layer
 registers its reset and counters for ``torchneuron.reset()`` / ``torchneuron.stats()``.
 
 It imports nothing from other torchneuron packages: only torch, numpy and the standard
