@@ -29,8 +29,11 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/quickstart.py
 
+# ruff, then the size report (tools/sz.py: lines per module and folder; fails when a module
+# is over 600 lines).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check torchneuron tests examples tools benchmarks
+	$(PY) tools/sz.py
 
 # The quick report: every model in every mode, results/report.{md,json} and chart.png.
 bench: $(BENCH_STAMP)

@@ -19,9 +19,9 @@ import statistics
 import torch
 import torch.nn.functional as F
 
+import torchneuron
 import torchneuron.adaptive_eager as ae
 from torchneuron.hardware import get_core, program_compile_latency_ns
-from torchneuron.hardware import reset as reset_cores
 
 
 class LM(torch.nn.Module):
@@ -60,8 +60,7 @@ def build(name: str, layers: int = 1) -> tuple[torch.nn.Module, type, dict, call
 def run(name: str, mode: str, steps: int, layers: int = 1) -> tuple[list[int], list[int]]:
     """Per-step simulated host ns, and the steps that replayed (adaptive)."""
     model, opt_cls, kw, data = build(name, layers)
-    reset_cores()
-    ae.reset()
+    torchneuron.reset()  # adaptive eager's regions, counters, fresh cores
     m = copy.deepcopy(model).to("neuron")
     fwd = torch.compile(m, backend="neuron") if mode == "compile" else m
     opt = opt_cls(m.parameters(), **kw)

@@ -150,12 +150,11 @@ def _under_replay(step: Callable[[int], Any], compare_step: Callable[[int, Any],
     or run between regions, no side exit (the reads between its results are syncs, and
     the few ops between two of them are regions too, so one replay alone proves little).
     """
+    import torchneuron
     import torchneuron.adaptive_eager as ae
-    from torchneuron.hardware import reset as reset_cores
 
     ae.disable()
-    ae.reset()
-    reset_cores()
+    torchneuron.reset()
     replayed_steps: list[int] = []
     mismatch: str | None = None
     last = (0, 0, 0)

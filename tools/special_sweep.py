@@ -26,9 +26,9 @@ overflow or cancel depending on the summation order, which is not reproduced), `
         [--dtypes float32,...] [--variants plain,nan,...] [--json out.json]
         [--merge a.json ...] [--all] [-v]
 
-Families covered elsewhere (tests/compiler/test_special_values*.py, test_newuser_*.py,
-test_pool_nan.py, and the exact-ops helper's pow / relu / clamp / casts / sort ties /
-round / sign / copysign / nan_to_num) are skipped unless ``--all``. Run it under
+Families covered elsewhere (tests/compiler/test_special_values*.py, test_max_min_dim.py,
+test_fmod_remainder.py, test_pool_nan.py, and the exact-ops helper's pow / relu / clamp /
+casts / sort ties / round / sign / copysign / nan_to_num) are skipped unless ``--all``. Run it under
 ``nice``, sharded, with ``TORCHNEURON_CACHE=0``. Exit status 1 when any op mismatches.
 """
 

@@ -9,16 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
+import torchneuron
 import torchneuron.adaptive_eager as ae
-from torchneuron.hardware import reset as reset_cores
 from torchneuron.hardware.settings import override
 
 
 @pytest.fixture(autouse=True)
 def fresh_adaptive() -> Iterator[None]:
     ae.disable()
-    ae.reset()
-    reset_cores()
+    torchneuron.reset()  # every layer: adaptive eager's regions, counters, fresh cores
     with override(verify=True):
         yield
     mismatches = ae.stats()["fallback_reasons"].get("verify-mismatch", 0)

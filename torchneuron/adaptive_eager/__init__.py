@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from torchneuron.adaptive_eager import background, hops, hostdata
+from torchneuron.adaptive_eager import options as _options  # noqa: F401  (declares its settings)
 from torchneuron.adaptive_eager.explain import explain_runtime
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.runtime import AdaptiveEagerMode, Runtime
 from torchneuron.hardware import core as _core
+from torchneuron.hardware import state as _state
 
 __all__ = ["Reason", "Region", "State", "enable", "disable", "enabled", "is_enabled",
            "stats", "explain", "reset", "regions"]
@@ -136,3 +138,7 @@ def explain() -> str:
     return explain_runtime(_runtime, stats(), enabled=is_enabled(),
                            now_ns=get_core(_runtime.index).now,
                            min_gain_ns=get_value("ae_min_gain_ns"))
+
+
+# Adaptive eager's section of torchneuron.reset() / torchneuron.stats().
+_state.register("adaptive_eager", reset=reset, stats=stats)

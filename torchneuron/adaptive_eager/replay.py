@@ -39,8 +39,7 @@ from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.compiler.prepare import index_bounds
 from torchneuron.device import buffers
-from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
-from torchneuron.dispatch import wrap
+from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of, wrap_buffer
 from torchneuron.hardware import get_core
 
 __all__ = ["Replay", "MISMATCH"]
@@ -508,7 +507,7 @@ class Replay:
         sigs = self.region.sigs
         # an input whose wrapper got another buffer after its first use: the ops deferred
         # before that ran, in eager, on the buffer it had then
-        moved = {id(t): wrap(b, self.index) for t, b in zip(self.ext, self.ext_buffers,
+        moved = {id(t): wrap_buffer(b, self.index) for t, b in zip(self.ext, self.ext_buffers,
                                                              strict=True)
                  if t._buffer is not b}
         with _no_modes():

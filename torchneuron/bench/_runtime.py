@@ -11,20 +11,21 @@ Contract relied on (issue 8 / issue 9):
   manager), ``stats() -> dict`` with ``ops_recorded``, ``regions_detected``,
   ``compilations``, ``cache_hits``, ``replays``, ``side_exits``, ``fallback_reasons``
   (reason -> count), ``explain() -> str``, ``reset()``.
-- the cache: ``TORCHNEURON_CACHE_DIR`` (directory), ``TORCHNEURON_CACHE=0`` (off), read
-  from the environment or the settings table; ``torchneuron.compiler.stats()["cache"]
-  ["hits"]`` counts executables a store served.
+- the cache: the settings ``cache_dir`` and ``cache`` (``TORCHNEURON_CACHE_DIR``,
+  ``TORCHNEURON_CACHE``; rows declared by ``torchneuron/cache/config.py``), set here
+  through the settings API; ``torchneuron.compiler.stats()["cache"]["hits"]`` counts
+  executables a store served.
 - the simulated compiler queue: ``Timeline.compiler_busy_ns`` (background compile latency).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import os
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
+
+from torchneuron.hardware import settings
 
 __all__ = [
     "adaptive_module",
@@ -36,13 +37,11 @@ __all__ = [
     "use_cache_dir",
 ]
 
-ADAPTIVE = "torchneuron.adaptive_eager"
-_CACHE_ENV = ("TORCHNEURON_CACHE_DIR", "TORCHNEURON_CACHE")
-
-
 def adaptive_module() -> ModuleType:
     """``torchneuron.adaptive_eager``; raises the import's own error when it is missing."""
-    return importlib.import_module(ADAPTIVE)
+    from torchneuron import adaptive_eager
+
+    return adaptive_eager
 
 
 @contextlib.contextmanager
@@ -80,20 +79,13 @@ def last_tier_in(stats: dict[str, Any] | None) -> bool:
 def use_cache_dir(path: str | None) -> None:
     """Point the compile cache at ``path`` (``None``: cache off) for this process.
 
-    Set before anything reads the settings: the environment for whichever layer reads it,
-    and the settings table's entries with those environment names, when they exist.
-    """
-    values = {"TORCHNEURON_CACHE_DIR": path or "", "TORCHNEURON_CACHE": "1" if path else "0"}
-    for env, value in values.items():
-        if env == "TORCHNEURON_CACHE_DIR" and not path:
-            os.environ.pop(env, None)
-        else:
-            os.environ[env] = value
-    from torchneuron.hardware import settings
+    Through the settings API (``set_value``), before anything reads them; with ``None``
+    the directory setting is left as it is and the cache is turned off."""
+    import torchneuron.cache  # noqa: F401  (declares the cache's settings rows)
 
-    for s in settings.TABLE:
-        if s.env in _CACHE_ENV and (s.env != "TORCHNEURON_CACHE_DIR" or path):
-            settings.set_value(s.name, s.parse(values[s.env]))
+    if path:
+        settings.set_value("cache_dir", path)
+    settings.set_value("cache", bool(path))
 
 
 def cache_hits(compiler_stats: dict[str, Any], adaptive_stats: dict[str, Any] | None

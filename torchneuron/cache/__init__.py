@@ -12,7 +12,8 @@ The directory is treated as possibly hostile: no symlink in it is followed
 bounded (``bounded_json.py``), and the compiler checks each executable's content
 against its key (``compiler/executable.py: check_entry``) before using it.
 
-Settings (``torchneuron/hardware/settings.py``): ``TORCHNEURON_CACHE=0`` turns it off;
+Its section of ``torchneuron.reset()`` / ``torchneuron.stats()`` is registered by
+``store.py`` (the default store). Settings (declared in ``config.py``): ``TORCHNEURON_CACHE=0`` turns it off;
 ``TORCHNEURON_CACHE_DIR`` (default ``$XDG_CACHE_HOME/torchneuron`` or
 ``~/.cache/torchneuron``); ``TORCHNEURON_CACHE_MAX_SIZE`` (default 10GB);
 ``TORCHNEURON_CACHE_MEMORY_SIZE`` (default 256MB).

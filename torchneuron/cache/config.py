@@ -1,8 +1,9 @@
-"""Where the cache lives and how big it may grow, from the one settings table.
+"""Where the cache lives and how big it may grow: the cache's rows of the one settings table.
 
 The rows (``TORCHNEURON_CACHE``, ``TORCHNEURON_CACHE_DIR``, ``TORCHNEURON_CACHE_MAX_SIZE``,
-``TORCHNEURON_CACHE_MEMORY_SIZE``) are declared in ``torchneuron/hardware/settings.py``;
-this module only interprets them. The default directory is the user's cache directory
+``TORCHNEURON_CACHE_MEMORY_SIZE``) are declared here, by the package that reads them, in
+the table of ``torchneuron/hardware/settings.py`` (which owns the parsing and warnings);
+this module also interprets them. The default directory is the user's cache directory
 (``$XDG_CACHE_HOME/torchneuron``, else ``~/.cache/torchneuron``), never ``/tmp``, which
 gets wiped.
 
@@ -21,9 +22,24 @@ from typing import Any
 
 from torchneuron.hardware import settings
 
-__all__ = ["enabled", "cache_dir", "max_size", "memory_size", "format_size", "parse_size"]
+__all__ = ["ROWS", "enabled", "cache_dir", "max_size", "memory_size", "format_size",
+           "parse_size"]
 
 parse_size = settings.parse_size
+
+ROWS: tuple[settings.Setting, ...] = (
+    settings.Setting("cache", "TORCHNEURON_CACHE", True, settings.parse_bool,
+                     "compile cache on; '0' turns it off"),
+    settings.Setting("cache_dir", "TORCHNEURON_CACHE_DIR", "", str,
+                     "on-disk cache directory ('' = $XDG_CACHE_HOME/torchneuron or "
+                     "~/.cache/torchneuron)"),
+    settings.Setting("cache_max_size", "TORCHNEURON_CACHE_MAX_SIZE", 10 * 10**9, parse_size,
+                     "on-disk cache size bound in bytes (least recently used entries are "
+                     "evicted)"),
+    settings.Setting("cache_memory_size", "TORCHNEURON_CACHE_MEMORY_SIZE", 256 * 10**6,
+                     parse_size, "in-process cache tier size bound in bytes"),
+)
+settings.declare(*ROWS)
 
 
 def enabled() -> bool:

@@ -18,8 +18,9 @@ from torchneuron.cache import config
 from torchneuron.cache.counters import EVENTS, Counters, read_totals
 from torchneuron.cache.disk import DiskStore
 from torchneuron.cache.lru import MemoryLRU
+from torchneuron.hardware import state
 
-__all__ = ["CacheStore", "default_store", "reset_default_store"]
+__all__ = ["CacheStore", "default_store", "default_store_stats", "reset_default_store"]
 
 
 class CacheStore:
@@ -137,6 +138,14 @@ def default_store() -> CacheStore | None:
         return _default[1]
 
 
+def default_store_stats() -> dict[str, Any]:
+    """Counts of the default store if one was built ({} otherwise, or when the cache is
+    off); never builds one (``torchneuron.stats()`` must not create a cache folder)."""
+    with _lock:
+        store = _default[1] if _default is not None else None
+    return {} if store is None else store.stats()
+
+
 def reset_default_store() -> None:
     """Forget the default store (tests, benchmarks): the next call builds a fresh one."""
     global _default
@@ -144,3 +153,7 @@ def reset_default_store() -> None:
         if _default is not None and _default[1] is not None:
             _default[1].flush()
         _default = None
+
+
+# The cache's section of torchneuron.reset() / torchneuron.stats().
+state.register("cache", reset=reset_default_store, stats=default_store_stats)

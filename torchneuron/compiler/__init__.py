@@ -11,6 +11,7 @@ Imports ``torchneuron.hardware`` (profiles and cost rules), ``torchneuron.device
 ``torchneuron.dispatch`` (the fused RNN cells' kernels), and nothing above them.
 """
 
+from torchneuron.compiler import options as _options  # noqa: F401  (declares its settings)
 from torchneuron.compiler.decomp.table import decomposition_table
 from torchneuron.compiler.errors import (
     CaptureError,

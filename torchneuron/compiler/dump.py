@@ -8,15 +8,16 @@ executable itself. Off unless the environment variable is set.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from torchneuron.hardware import settings
 
 __all__ = ["dump_dir", "dump_compilation"]
 
 
 def dump_dir() -> Path | None:
-    d = os.environ.get("TORCHNEURON_DUMP_DIR")
+    d = settings.get_value("dump_dir")  # TORCHNEURON_DUMP_DIR (compiler/options.py)
     return Path(d) if d else None
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from torchneuron.hardware import state
+
 __all__ = ["stats", "explain", "reset_stats", "record_success", "record_failure",
            "record_cache"]
 
@@ -94,3 +96,7 @@ def reset_stats() -> None:
     _failure_examples.clear()
     _stage_seconds.clear()
     _fallback_runs.clear()
+
+
+# The compiler's section of torchneuron.reset() / torchneuron.stats().
+state.register("compiler", reset=reset_stats, stats=stats)

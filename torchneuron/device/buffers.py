@@ -22,7 +22,7 @@ import torch
 
 from torchneuron.hardware import NeuronCore, get_core
 
-__all__ = ["attach", "defer_write", "mirror_bits", "track", "storage_nbytes", "live_storages",
+__all__ = ["defer_write", "mirror_bits", "track", "storage_nbytes", "live_storages",
            "resize_storage"]
 
 
@@ -124,20 +124,6 @@ def resize_storage(wrapper: torch.Tensor, nbytes: int) -> None:
 
 def live_storages() -> int:
     return len(_live)
-
-
-def attach(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> torch.Tensor:
-    """Give ``wrapper`` its buffer: the one way a neuron tensor gets its values.
-
-    Used by eager dispatch for a new tensor (``wrap``) and by a pending tensor's
-    materialization. Accounts the buffer's storage against device ``index``'s HBM and
-    mirrors the conj/neg bits, so memory statistics and autograd's view of the tensor
-    are the same whichever path produced it. Returns ``wrapper``.
-    """
-    wrapper._buffer = buffer  # type: ignore[attr-defined]
-    track(wrapper, buffer, index)
-    mirror_bits(wrapper, buffer)
-    return wrapper
 
 
 def defer_write(wrapper: torch.Tensor, pending: object) -> None:

@@ -130,9 +130,7 @@ class NeuronTensor(torch.Tensor):
             self._pending = None
             value = pending.materialize()
             if self._buffer is None:
-                from torchneuron.device.buffers import attach
-
-                attach(self, value, self._device_index)
+                _attach(self, value, self._device_index)
         assert self._buffer is not None, "a neuron tensor without a buffer or a producer"
         return self._buffer
 
@@ -149,7 +147,7 @@ class NeuronTensor(torch.Tensor):
             )
         if self._pending is not None:
             self.buffer  # a deferred write runs first, as any read of the values would  # noqa: B018
-        buffers.attach(self, new, self._device_index)
+        _attach(self, new, self._device_index)
 
     def __deepcopy__(self, memo: dict) -> NeuronTensor:
         """``torch.Tensor.__deepcopy__`` clones a wrapper subclass, then overwrites the
@@ -304,14 +302,29 @@ _make_wrapper = torch.Tensor._make_wrapper_subclass
 _STRIDED = torch.strided
 
 
-def wrap_buffer(buffer: torch.Tensor, device_index: int) -> NeuronTensor:
-    """A new neuron tensor over ``buffer``, accounted against device ``device_index``'s HBM.
+def wrap_buffer(buffer: torch.Tensor, device_index: int, *, accounted: bool = True
+                ) -> NeuronTensor:
+    """A new neuron tensor over ``buffer``: the one function that gives a tensor its buffer.
 
-    What ``buffers.attach(NeuronTensor(buffer, device_index), buffer, device_index)``
-    makes, in fewer Python calls: eager dispatch makes one for nearly every op's result.
+    Eager dispatch, adaptive eager's replays, NKI kernels, the torch.compile backend and
+    its verification all make their tensors here, so every wrapper mirrors its buffer's
+    conj/neg bits the same way (``buffers.mirror_bits``). A tensor made before its value
+    existed (a pending one) gets its buffer later from ``_attach``, the same steps.
+
+    ``accounted`` (default): the buffer's storage is counted against device
+    ``device_index``'s HBM for as long as the tensor lives (``buffers.track``).
+    ``accounted=False`` counts nothing: for wrappers that must not change a memory
+    figure, because whoever owns the storage counts it or it never was device memory in
+    eager (results of ops traced over fake or functional buffers under torch.compile, the
+    tensors a traced Dynamo graph builds, the inputs of a graph run eagerly after a failed
+    compile).
     """
+    if not accounted:
+        r = NeuronTensor(buffer, device_index)
+        buffers.mirror_bits(r, buffer)
+        return r
     if buffer.layout is not _STRIDED:
-        return buffers.attach(NeuronTensor(buffer, device_index), buffer, device_index)  # type: ignore[return-value]
+        return _attach(NeuronTensor(buffer, device_index), buffer, device_index)  # type: ignore[return-value]
     device = _devices.get(device_index)
     if device is None:
         device = neuron_device(device_index)
@@ -332,3 +345,14 @@ def wrap_buffer(buffer: torch.Tensor, device_index: int) -> NeuronTensor:
     if buffer.is_neg():
         torch._C._set_neg(r, True)
     return r
+
+
+def _attach(wrapper: torch.Tensor, buffer: torch.Tensor, index: int) -> torch.Tensor:
+    """Give an existing ``wrapper`` its buffer (a pending tensor materialized, a buffer
+    replaced): the steps ``wrap_buffer`` takes for a new one. Accounts the storage against
+    device ``index``'s HBM and mirrors the conj/neg bits, so memory statistics and
+    autograd's view of the tensor are the same whichever path produced it."""
+    wrapper._buffer = buffer  # type: ignore[attr-defined]
+    buffers.track(wrapper, buffer, index)
+    buffers.mirror_bits(wrapper, buffer)
+    return wrapper

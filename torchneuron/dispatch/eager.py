@@ -25,7 +25,7 @@ from torchneuron.dispatch.support import dtype_reason, fallback_reason
 from torchneuron.dispatch.tracking import count_executed as _count_executed
 from torchneuron.hardware import KernelWork, aten_kernel_work, get_core
 
-__all__ = ["run_op", "wrap", "unwrap_device"]
+__all__ = ["run_op", "unwrap_device"]
 
 aten = torch.ops.aten
 _get_dispatch_mode = torch._C._get_dispatch_mode
@@ -38,11 +38,6 @@ _inference_mode_enabled = torch.is_inference_mode_enabled
 # mixed-device error, although the answer (False: swap the parameter) needs no device.
 _SHALLOW_COPY_TYPE = aten._has_compatible_shallow_copy_type.default
 _AD_INPLACE_OR_VIEW = torch._C.DispatchKey.ADInplaceOrView
-
-
-def wrap(buffer: torch.Tensor, index: int) -> NeuronTensor:
-    """A new neuron tensor over ``buffer``, accounted against device ``index``'s HBM."""
-    return wrap_buffer(buffer, index)
 
 
 def _sync_metadata(wrapper: NeuronTensor, index: int, storage_ptr: int | None) -> None:
@@ -392,11 +387,7 @@ def _wrap_one(o: torch.Tensor, same: dict[int, Any], index: int, track: bool) ->
             # Autograd's known-zero gradients have no memory; the device
             # gives them real zeros (same metadata) so they can be held.
             o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).zero_()
-        if track:
-            original = wrap_buffer(o, index)
-        else:
-            original = NeuronTensor(o, index)
-            buffers.mirror_bits(original, o)
+        original = wrap_buffer(o, index, accounted=track)
     return original
 
 

@@ -41,6 +41,7 @@ from torchneuron.compiler.stats import record_failure, record_fallback_run
 from torchneuron.compiler.verify import run_verified, verify_enabled
 from torchneuron.device import NeuronTensor, buffers, random
 from torchneuron.device.module import current_device
+from torchneuron.device.tensor import wrap_buffer
 from torchneuron.dynamo import rng_hops
 from torchneuron.dynamo.undo_rewrites import undo_dynamo_rewrites
 from torchneuron.dynamo.verify_graph import host_graph, verify_first_call
@@ -71,7 +72,9 @@ def _eager_on_device(gm: torch.fx.GraphModule, index: int, name: str) -> Callabl
 
     def run(*args: Any) -> Any:
         record_fallback_run(name)
-        wrapped = [wrap_buffer(a, index) if type(a) is torch.Tensor else a for a in args]
+        # not accounted: the inputs' storages are counted by whoever holds them (as before)
+        wrapped = [wrap_buffer(a, index, accounted=False) if type(a) is torch.Tensor else a
+                   for a in args]
         outs = gm(*wrapped)
         return _held([o.buffer if isinstance(o, NeuronTensor) else o for o in outs], index)
 
@@ -176,11 +179,6 @@ def _drop_dead_random_ops(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def wrap_buffer(buffer: torch.Tensor, index: int) -> NeuronTensor:
-    """Inside a traced graph: make a neuron tensor over a CPU buffer (no copy, no op)."""
-    return NeuronTensor(buffer, index)
-
-
 def _on_host(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``graph`` whose device moves (``prims.device_put`` to neuron) stay on the
     host: the verification reference runs over the CPU buffers, as the executable does."""
@@ -226,7 +224,9 @@ def _retarget_factories(gm: torch.fx.GraphModule, src: str, dst: str, wrap: bool
         if not wrap:
             continue
         with gm.graph.inserting_after(node):
-            wrapped = gm.graph.call_function(wrap_buffer, (node, dev.index or 0))
+            # not accounted: a traced graph's tensors are no device memory of their own
+            wrapped = gm.graph.call_function(wrap_buffer, (node, dev.index or 0),
+                                             {"accounted": False})
         node.replace_all_uses_with(wrapped, delete_user_cb=lambda u, w=wrapped: u is not w)
     gm.recompile()
 

@@ -2,16 +2,18 @@
 
 ``torchneuron.hardware`` is the bottom layer. It owns the facts about the (simulated)
 Trainium hardware and the simulated clock: which figures a profile has (``profiles``),
-every tunable (``settings``), how long a kernel takes (``cost``, ``eager_work``), how host
-and device time advance (``timeline``), HBM accounting (``memory``) and the per-index core
-that ties them together (``core``).
+the one table of tunables (``settings``; each package declares its own rows), how long
+a kernel takes (``cost``, ``eager_work``), how host and device time advance
+(``timeline``), HBM accounting (``memory``) and the per-index core that ties them
+together (``core``). ``state`` is the seam through which every layer
+registers its reset and counters for ``torchneuron.reset()`` / ``torchneuron.stats()``.
 
 It imports nothing from other torchneuron packages: only torch, numpy and the standard
 library, so every other layer can build on it. Simulated time is integer nanoseconds, a
 pure function of the op stream, the profile and the settings.
 """
 
-from . import settings
+from . import settings, state
 from .core import NeuronCore, device_count, get_core, reset
 from .cost import (
     ENGINES,
@@ -52,4 +54,5 @@ __all__ = [
     "reset",
     "set_hardware",
     "settings",
+    "state",
 ]

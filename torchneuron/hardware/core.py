@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import settings
+from . import settings, state
 from .cost import KernelCost, KernelWork, eager_compile_latency_ns, kernel_cost
 from .memory import MemoryTracker
 from .profiles import HardwareProfile
@@ -251,3 +251,11 @@ def _on_hardware_change(profile: HardwareProfile) -> None:
 
 
 settings.on_hardware_change(_on_hardware_change)
+
+
+def stats() -> dict[str, Any]:
+    """Every core's counters (``NeuronCore.stats``), by device (``"neuron:0"``, ...)."""
+    return {f"neuron:{i}": core.stats() for i, core in sorted(_cores.items())}
+
+
+state.register("hardware", reset=reset, stats=stats)

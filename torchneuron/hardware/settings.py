@@ -1,7 +1,24 @@
-"""Every tunable of the simulated hardware, in one table, each with an environment override.
+"""Every tunable of torchneuron, in one table, each with an environment override.
 
 Why one table: a benchmark number is only reproducible if every knob that shaped it can be
 listed. ``TABLE`` is that list; ``describe()`` prints it with the values in force.
+
+Why here, at the bottom: the mechanism (the table, parsing, one warning on a value that
+does not parse, ``get_value``/``set_value``/``override``) is shared by every layer, so it
+lives in the layer everyone may import. The rows do not: each package declares its own
+with ``declare(...)`` in the module that owns them, imported by that package's
+``__init__`` (so a row is declared before anything reads it, and this module never names
+an upper layer). Rows declared elsewhere:
+
+- ``torchneuron/compiler/options.py``: ``TORCHNEURON_VERIFY``, ``TORCHNEURON_DUMP_DIR``,
+  ``TORCHNEURON_COMPILE_IN_PROCESS``, ``TORCHNEURON_COMPILE_TIMEOUT``;
+- ``torchneuron/adaptive_eager/options.py``: ``TORCHNEURON_ADAPTIVE_EAGER`` and the
+  ``TORCHNEURON_AE_*`` policies;
+- ``torchneuron/cache/config.py``: ``TORCHNEURON_CACHE``, ``TORCHNEURON_CACHE_DIR``,
+  ``TORCHNEURON_CACHE_MAX_SIZE``, ``TORCHNEURON_CACHE_MEMORY_SIZE``.
+
+Read the table as ``settings.TABLE`` (it grows as packages declare their rows), never
+``from settings import TABLE``.
 
 =============================  ================  ==============================================
 environment variable           default           meaning
@@ -10,17 +27,12 @@ TORCHNEURON_HARDWARE           trn2              hardware profile simulated (see
 TORCHNEURON_COMPILE_LATENCY    1                 "0" zeroes all modeled compile latency
                                                  (eager NEFF compiles and program compiles)
 TORCHNEURON_TIMELINE_TRACE     0                 keep the last N device entries per timeline
-TORCHNEURON_ADAPTIVE_EAGER     0                 "1" enables adaptive eager at import
-TORCHNEURON_AE_*               (see TABLE)       adaptive eager's policies (hotness, region
-                                                 length, variants, exits, memory, gain)
-TORCHNEURON_CACHE              1                 "0" turns the compile cache off (both tiers)
-TORCHNEURON_CACHE_DIR          (user cache dir)  on-disk cache; default $XDG_CACHE_HOME/torchneuron
-                                                 or ~/.cache/torchneuron (never /tmp)
-TORCHNEURON_CACHE_MAX_SIZE     10GB              on-disk size bound (LRU eviction), e.g. 500MB
-TORCHNEURON_CACHE_MEMORY_SIZE  256MB             in-process LRU tier bound
-TORCHNEURON_VERIFY             0                 "1" checks each new compiled graph's first
-                                                 run against eager (compiler/verify.py)
 =============================  ================  ==============================================
+
+A row is read from the environment once, at first use (``reset()`` forgets it), unless it
+is declared ``live``: a live row is read from the environment at every use (the compiler's
+debugging switches, which users and tests set while the process runs). ``set_value`` and
+``override`` win over the environment either way.
 
 ``set_hardware`` swaps the profile of every existing core (see ``core.py``): memory capacity
 follows the new profile, the set of compiled eager signatures is cleared (a NEFF is built for
@@ -41,10 +53,13 @@ from .profiles import HardwareProfile, get_profile
 
 __all__ = [
     "TABLE",
+    "Setting",
     "compile_latency_enabled",
     "current_profile",
+    "declare",
     "describe",
     "get_value",
+    "parse_bool",
     "parse_size",
     "override",
     "reset",
@@ -53,8 +68,12 @@ __all__ = [
 ]
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
+    """``"0"``, ``"false"``, ``"no"``, ``"off"`` and ``""`` are false; anything else true."""
     return text.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+_parse_bool = parse_bool
 
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9,
@@ -83,6 +102,7 @@ class Setting:
     default: Any
     parse: Callable[[str], Any]
     doc: str
+    live: bool = False  # read the environment at every use, not once
 
 
 TABLE: tuple[Setting, ...] = (
@@ -95,53 +115,16 @@ TABLE: tuple[Setting, ...] = (
         "model compile latency (eager NEFF and program compiles); '0' zeroes it",
     ),
     Setting(
-        "verify",
-        "TORCHNEURON_VERIFY",
-        False,
-        _parse_bool,
-        "run each newly compiled graph once eagerly too and refuse it if outputs differ",
-    ),
-    Setting(
         "timeline_trace",
         "TORCHNEURON_TIMELINE_TRACE",
         0,
         int,
         "keep the last N device entries (label, start, end) per timeline",
     ),
-    # --- adaptive eager (torchneuron.adaptive_eager): the JIT's policies -------------------
-    Setting("adaptive_eager", "TORCHNEURON_ADAPTIVE_EAGER", False, _parse_bool,
-            "enable adaptive eager at import (as torchneuron.adaptive_eager.enable())"),
-    Setting("ae_hot_threshold", "TORCHNEURON_AE_HOT_THRESHOLD", 2, int,
-            "times a region must be seen before it is compiled"),
-    Setting("ae_max_region_ops", "TORCHNEURON_AE_MAX_REGION_OPS", 4096, int,
-            "longest region (ops); a sync-free stream is cut into periods at most this long"),
-    Setting("ae_max_variants", "TORCHNEURON_AE_MAX_VARIANTS", 4, int,
-            "compiled variants kept per start point (shapes or scalars differ)"),
-    Setting("ae_exits_before_blacklist", "TORCHNEURON_AE_EXITS_BEFORE_BLACKLIST", 3, int,
-            "side exits of a region, less one per good replay, that back it off (then blacklist)"),
-    Setting("ae_backoff_starts", "TORCHNEURON_AE_BACKOFF_STARTS", 8, int,
-            "region starts skipped after a back-off, doubled each time; blacklisted after 3"),
-    Setting("ae_max_deferred_bytes", "TORCHNEURON_AE_MAX_DEFERRED_BYTES", 1 << 30, int,
-            "bytes of values a replaying region may hold deferred before it ends early"),
-    Setting("ae_min_gain_ns", "TORCHNEURON_AE_MIN_GAIN_NS", 50_000, int,
-            "a region whose predicted host saving per replay is at most this is not compiled"),
-    Setting("ae_first_tier", "TORCHNEURON_AE_FIRST_TIER", True, _parse_bool,
-            "while a hot region compiles, replay it as its recorded eager kernels in one batch"),
-    Setting("ae_verify_first_replay", "TORCHNEURON_AE_VERIFY_FIRST_REPLAY", True, _parse_bool,
-            "each region's first replay also runs eagerly and is compared (as verify does)"),
-    Setting("ae_verify_replays", "TORCHNEURON_AE_VERIFY_REPLAYS", False, _parse_bool,
-            "every replay runs eagerly too and is compared; a divergent region is blacklisted"),
-    # The compile cache (torchneuron/cache): read by torchneuron.cache.default_store().
-    Setting("cache", "TORCHNEURON_CACHE", True, _parse_bool, "compile cache on; '0' turns it off"),
-    Setting("cache_dir", "TORCHNEURON_CACHE_DIR", "", str,
-            "on-disk cache directory ('' = $XDG_CACHE_HOME/torchneuron or ~/.cache/torchneuron)"),
-    Setting("cache_max_size", "TORCHNEURON_CACHE_MAX_SIZE", 10 * 10**9, parse_size,
-            "on-disk cache size bound in bytes (least recently used entries are evicted)"),
-    Setting("cache_memory_size", "TORCHNEURON_CACHE_MEMORY_SIZE", 256 * 10**6, parse_size,
-            "in-process cache tier size bound in bytes"),
 )
 
 _BY_NAME = {s.name: s for s in TABLE}
+_BY_ENV = {s.env: s for s in TABLE}
 # Read by adaptive eager's background compile thread too: loads are under a lock, and
 # every value, once loaded, is replaced whole (never mutated in place).
 _lock = threading.Lock()
@@ -152,6 +135,38 @@ _hardware_listeners: list[Callable[[HardwareProfile], None]] = []
 
 
 _MISSING = object()
+
+
+def _identity(row: Setting) -> tuple:
+    """What makes two declarations the same row (a reloaded module's parser is a new
+    function object with the same name)."""
+    return (row.name, row.env, row.default, getattr(row.parse, "__qualname__", row.parse),
+            row.doc, row.live)
+
+
+def declare(*rows: Setting) -> None:
+    """Add a package's rows to the table (at its import, before anything reads them).
+
+    Declaring the same row again (a module imported twice, e.g. reloaded) is a no-op; a
+    different row under a name or an environment variable already declared raises, so
+    two packages can never disagree about one knob."""
+    global TABLE
+    with _lock:
+        new = []
+        for row in rows:
+            known = _BY_NAME.get(row.name) or _BY_ENV.get(row.env)
+            if known is not None:
+                if _identity(known) != _identity(row):
+                    raise ValueError(
+                        f"setting {row.name!r} ({row.env}) is already declared as {known!r}; "
+                        f"a knob is declared once, by the package that owns it. Rename the "
+                        f"new row or change the existing one.")
+                continue
+            new.append(row)
+        for row in new:
+            _BY_NAME[row.name] = row
+            _BY_ENV[row.env] = row
+        TABLE = TABLE + tuple(new)
 
 
 def _show_size(n: int) -> str:
@@ -182,9 +197,14 @@ def _load(setting: Setting) -> Any:
 def get_value(name: str) -> Any:
     """Current value of a setting (environment at first use, unless ``set``)."""
     if name not in _BY_NAME:
-        raise KeyError(f"unknown setting {name!r}; valid: {', '.join(_BY_NAME)}")
+        raise KeyError(f"unknown setting {name!r}; valid: {', '.join(_BY_NAME)}. Rows of "
+                       f"the compiler, the cache and adaptive eager are declared when "
+                       f"``import torchneuron`` imports those packages")
     value = _values.get(name, _MISSING)
     if value is _MISSING:
+        row = _BY_NAME[name]
+        if row.live:
+            return _load(row)
         with _lock:
             value = _values.setdefault(name, _load(_BY_NAME[name]))
     return value
@@ -214,6 +234,8 @@ def set_value(name: str, value: Any) -> None:
 def override(**values: Any) -> Iterator[None]:
     """Temporarily set settings, e.g. ``with override(compile_latency=False): ...``."""
     saved = {k: get_value(k) for k in values}
+    # Live rows not set in this process go back to following the environment.
+    unset = {k for k in values if _BY_NAME[k].live and k not in _values}
     saved_profile = _profile
     try:
         for k, v in values.items():
@@ -223,6 +245,8 @@ def override(**values: Any) -> Iterator[None]:
         for k, v in saved.items():
             if k == "hardware":
                 set_hardware(saved_profile if saved_profile is not None else v)
+            elif k in unset:
+                _values.pop(k, None)
             else:
                 _values[k] = v
 

@@ -189,7 +189,7 @@ def device_signature(args: tuple, kwargs: dict) -> tuple:
 
 def run_on_device(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     """Run ``kernel`` on neuron tensors: values on their buffers, time on their core."""
-    from torchneuron.dispatch.eager import wrap
+    from torchneuron.device.tensor import wrap_buffer as wrap
 
     index = next(a.device.index or 0 for a in (*args, *kwargs.values()) if _is_neuron(a))
     for a in (*args, *kwargs.values()):

@@ -98,7 +98,8 @@ def _default_fake(impl: Callable[..., Any]) -> Callable[..., Any]:
 
 def _neuron_rule(impl: Callable[..., Any], name: str) -> Callable[..., Any]:
     def rule(cls: Any, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
-        from torchneuron.dispatch.eager import _run_op, _tracing, wrap
+        from torchneuron.device.tensor import wrap_buffer as wrap
+        from torchneuron.dispatch.eager import _run_op, _tracing
         from torchneuron.dispatch.oprecord import record
 
         flat = [a for a in (*args, *kwargs.values()) if isinstance(a, NeuronTensor)]

@@ -38,6 +38,7 @@ import torch
 import torch.fx as fx
 
 from torchneuron.compiler.errors import WorkerCrash, WorkerTimeout
+from torchneuron.hardware import settings
 
 __all__ = ["run_in_worker", "lower_in_worker", "warm_up", "shutdown", "in_process_default",
            "default_timeout", "resolve"]
@@ -48,11 +49,11 @@ _proc: subprocess.Popen[bytes] | None = None
 
 
 def in_process_default() -> bool:
-    return os.environ.get("TORCHNEURON_COMPILE_IN_PROCESS", "0") not in ("", "0")
+    return bool(settings.get_value("compile_in_process"))  # TORCHNEURON_COMPILE_IN_PROCESS
 
 
 def default_timeout() -> float:
-    return float(os.environ.get("TORCHNEURON_COMPILE_TIMEOUT", "300"))
+    return float(settings.get_value("compile_timeout"))  # TORCHNEURON_COMPILE_TIMEOUT
 
 
 def resolve(path: str) -> Any:

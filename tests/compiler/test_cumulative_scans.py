@@ -32,7 +32,7 @@ def _scans(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
 def test_scans_match_eager(dtype: torch.dtype) -> None:
     x = _rows(dtype)
     y = (1 + x.double() * 0.01).to(dtype)  # outside the graph: a half tensor times a
-    # Python number is another matter (see test_special_sweep_half_scalar)
+    # Python number is another matter (see test_half_times_scalar)
     got = compile_graph(_scans, [x, y]).run([x, y])
     for i, (g, w) in enumerate(zip(got, _scans(x.clone(), y.clone()), strict=True)):
         assert g.dtype == w.dtype

@@ -21,11 +21,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torchneuron
 import torchneuron.adaptive_eager as ae
 from torchneuron.compiler.interpreter import _simplify, load
 from torchneuron.compiler.interpreter.collapse import plugins
 from torchneuron.compiler.stablehlo import parse_module
-from torchneuron.hardware import reset as reset_cores
 
 _SPECIALS = [float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0,
              1e-40, -1e-45, 3e38, 1.0, -1.0, 0.5]  # fmt: skip
@@ -257,8 +257,7 @@ def _optimizer_loop(make_opt: Any, fused: bool, monkeypatch: pytest.MonkeyPatch,
 
         m.setattr(interp.Loaded, "block", block)
         ae.disable()
-        ae.reset()
-        reset_cores()
+        torchneuron.reset()
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                     torch.nn.Linear(32, 4)).to(device)  # fmt: skip
