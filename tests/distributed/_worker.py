@@ -256,6 +256,7 @@ def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
         first = model[0]._get_fsdp_state()._fsdp_param_group.fsdp_params[0]
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         losses, mem = [], []
+        sim0 = torchneuron.distributed.stats(0)
         for x, y in _batches(rank, 3):
             loss = ((model(x.to(dev)) - y.to(dev)) ** 2).mean()
             if name == "neuron":
@@ -272,6 +273,8 @@ def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
         res[name] = {"losses": losses,
                      "params": [p.full_tensor().detach().cpu() for p in model.parameters()]}
         if name == "neuron":
+            sim1 = torchneuron.distributed.stats(0)
+            res["sim"] = {k: sim1[k] - sim0[k] for k in ("collective_ns", "exposed_ns")}
             res["mem"] = mem
             res["peak"] = torchneuron.device.module.max_memory_allocated()
             res["unsharded_bytes"] = sum(p.numel() * 4 for p in _model().parameters())

@@ -23,6 +23,7 @@ from torchneuron.device.streams import (
 )
 from torchneuron.hardware import device_count as _hw_device_count
 from torchneuron.hardware import get_core
+from torchneuron.hardware.collectives import peek_collective_queue
 
 __all__ = [
     "is_available",
@@ -133,6 +134,9 @@ def synchronize(dev: Any = None) -> None:
     core = get_core(_index(dev))
     core.notify_sync("synchronize")
     core.synchronize()
+    q = peek_collective_queue(core)
+    if q is not None and q.stream_ready:  # collectives side streams still wait for
+        core.wait_event(max(q.stream_ready.values()))
 
 
 class Event:
@@ -142,12 +146,18 @@ class Event:
         self.enable_timing = enable_timing
         self._ns: int | None = None
         self._index: int | None = None
+        self._pending_ns = 0  # collectives its stream waited for end then (streams.py)
 
     def record(self, stream: Any = None) -> None:
         self._index = _current
         core = get_core(self._index)
         core.notify_sync("event")
         self._ns = core.record_event()
+        q = peek_collective_queue(core)
+        if q is not None:
+            sid = current_stream(self._index).stream_id if stream is None else stream.stream_id
+            self._pending_ns = q.pending_ns(sid)
+            self._ns = max(self._ns, self._pending_ns)
 
     def query(self) -> bool:
         if self._ns is None:
@@ -161,7 +171,10 @@ class Event:
             core.timeline.wait_event(self._ns)
 
     def wait(self, stream: Any = None) -> None:
-        """Device-side wait: work is in order on our single queue, so nothing to do."""
+        """Device-side wait: compute is in order on our single queue; a collective the
+        event's stream waited for is waited for by ``stream`` (default: the current one)."""
+        if self._pending_ns:
+            (stream if stream is not None else current_stream(self._index)).wait_event(self)
 
     def elapsed_time(self, end_event: Event) -> float:
         if not (self.enable_timing and end_event.enable_timing):

@@ -4,10 +4,15 @@ Why streams at all: code written for CUDA creates side streams, makes one wait f
 another and runs work under ``with torch.cuda.stream(s):``; ported to ``neuron`` it
 must run unchanged. The simulated NeuronCore has **one in-order queue** per core
 (what a single NeuronCore executes in order), so every stream of a device is a
-handle on that queue: ``wait_stream`` / ``wait_event`` have nothing to wait for
-(earlier work already precedes later work), ``synchronize`` waits for the whole
-queue, and ``query`` says whether the host has caught up with it. Work is
+handle on that queue for compute: ``wait_stream`` / ``wait_event`` have no compute to
+wait for (earlier work already precedes later work), ``synchronize`` waits for the whole
+queue, and ``query`` says whether the host has caught up with it. Compute is
 therefore never reordered, which is always a valid schedule of the CUDA program.
+The one thing a side stream holds apart is a wait for a collective (the core's
+collective queue, ``hardware.collectives``): a collective waited for under a side stream
+(FSDP2's all-gather and reduce-scatter streams) delays the compute queue only where
+the default stream waits for that stream or an event recorded on it, so it overlaps
+the compute issued in between, as on CUDA.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import torch
 
 from torchneuron.hardware import get_core
+from torchneuron.hardware.collectives import collective_queue, peek_collective_queue
 
 __all__ = ["Stream", "StreamContext", "current_stream", "default_stream", "set_stream", "stream"]
 
@@ -49,13 +55,30 @@ class Stream:
         return timeline.host_ns >= timeline.device_free_ns
 
     def synchronize(self) -> None:
-        get_core(self.device_index).synchronize()
+        core = get_core(self.device_index)
+        core.synchronize()
+        q = peek_collective_queue(core)
+        if q is not None and q.pending_ns(self.stream_id):
+            core.wait_event(q.pending_ns(self.stream_id))
 
     def wait_event(self, event: Any) -> None:
-        """Later work waits for ``event``: always true of a single in-order queue."""
+        """Later work waits for ``event``: compute already does (one in-order queue); a
+        collective the event's stream waited for is waited for now (``_wait``)."""
+        self._wait(getattr(event, "_pending_ns", 0))
 
     def wait_stream(self, stream: Stream) -> None:
-        """Later work waits for ``stream``'s: always true of a single in-order queue."""
+        """Later work waits for ``stream``'s: compute already does; collectives ``stream``
+        waits for are waited for now (``_wait``)."""
+        q = peek_collective_queue(get_core(self.device_index))
+        if q is not None:
+            self._wait(q.pending_ns(stream.stream_id))
+
+    def _wait(self, end_ns: int) -> None:
+        """This stream waits for a collective ending at ``end_ns`` (the default stream:
+        the compute queue; a side stream passes it on to those that wait for it)."""
+        if end_ns:
+            core = get_core(self.device_index)
+            collective_queue(core).wait_on(core.timeline, self.stream_id, end_ns)
 
     def record_event(self, event: Any = None) -> Any:
         from torchneuron.device.module import Event

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.device.streams import current_stream
 from torchneuron.hardware import get_core
 from torchneuron.hardware.collectives import (
     CollectiveCost,
@@ -43,9 +44,13 @@ class Charge:
     end_ns: int
 
     def join(self) -> None:
-        """The compute queue waits for the collective (``Work.wait``); the host does not."""
+        """The current stream waits for the collective (``Work.wait``); the host does not.
+        On the default stream that is the compute queue; under a side stream (FSDP2's
+        all-gather and reduce-scatter streams) the wait is kept for whoever waits for that
+        stream (``hardware.collectives.CollectiveQueue.wait_on``)."""
         core = get_core(self.index)
-        collective_queue(core).join(core.timeline, self.end_ns)
+        stream_id = current_stream(self.index).stream_id
+        collective_queue(core).wait_on(core.timeline, stream_id, self.end_ns)
 
 
 def arrival_ns(index: int) -> int:
