@@ -9,9 +9,9 @@ transport (one small all-reduce with MAX) and also carries a signature of the ca
 (collective, byte count, dtype), so ranks that disagree on shapes or dtypes get a clear error
 instead of a gloo failure or a silent mismatch.
 
-Point-to-point is one-way: the sender's arrival travels ahead of the data; the receiver ends
-at the later of both arrivals plus the cost, the sender at its own arrival plus the cost (a
-send does not wait for the receiver to post its receive, as a buffered send).
+Point-to-point agrees the same way, pairwise: the sender's arrival travels ahead of the data
+and the receiver's comes back (``p2p``); both ends start the transfer at the later of the
+two and end at that moment plus the cost.
 """
 
 from __future__ import annotations
