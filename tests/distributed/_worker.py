@@ -249,6 +249,38 @@ def ddp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     return res
 
 
+def ddp_adaptive(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
+    """DDP (small buckets) under adaptive eager on neuron vs the same loop on CPU/gloo.
+    (SGD with foreach: the per-tensor ``add_(alpha=)`` update compiles 1 ulp off eager.)"""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def loop(dev: torch.device, group) -> tuple[list[float], list[torch.Tensor]]:
+        model = _model().to(dev)
+        m = DDP(model, process_group=group, bucket_cap_mb=0.002)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, foreach=True)
+        data = [(x.to(dev), y.to(dev)) for x, y in _batches(rank, 4)]
+        losses = []
+        for step in range(10):
+            x, y = data[step % 4]
+            loss = ((m(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu().clone() for p in model.parameters()]
+
+    ae = torchneuron.adaptive_eager
+    ae.reset()
+    ae.enable()
+    try:
+        got = loop(DEV, None)
+    finally:
+        ae.disable()
+    st = ae.stats()
+    return {"neuron": got, "cpu": loop(torch.device("cpu"), gloo), "replays": st["replays"],
+            "explain": ae.explain()}
+
+
 def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     """FSDP2 ``fully_shard`` per layer and at the root, on neuron and on CPU/gloo."""
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -424,8 +456,8 @@ def faults(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     return res
 
 
-SCENARIOS = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "parallel": parallel,
-             "modes": modes, "faults": faults}
+SCENARIOS = {"collectives": collectives, "ddp": ddp, "ddp_adaptive": ddp_adaptive,
+             "fsdp": fsdp, "parallel": parallel, "modes": modes, "faults": faults}
 
 
 def main() -> None:

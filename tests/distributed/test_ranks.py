@@ -19,7 +19,7 @@ NPROC = 2
 @pytest.fixture(scope="module")
 def outdir(tmp_path_factory: pytest.TempPathFactory):
     d = tmp_path_factory.mktemp("ranks")
-    run_ranks("collectives,ddp,fsdp,parallel,faults", d, NPROC, torchrun=True, timeout=150)
+    run_ranks("collectives,ddp,ddp_adaptive,fsdp,parallel,faults", d, NPROC, torchrun=True, timeout=150)
     return d
 
 
@@ -58,6 +58,16 @@ def test_ddp_matches_gloo_on_cpu_and_overlaps(outdir) -> None:
     assert (a["step_ns"], a["collective_ns"]) == (b["step_ns"], b["collective_ns"])
     # buckets are reduced while backward still runs: not all collective time is waited for
     assert min(a["exposed_ns"], b["exposed_ns"]) < a["collective_ns"]
+
+
+def test_ddp_under_adaptive_eager_replays_and_matches_gloo_on_cpu(outdir) -> None:
+    for rank, res in enumerate(load(outdir, "ddp_adaptive", NPROC)):
+        (losses, params), (ref_losses, ref_params) = res["neuron"], res["cpu"]
+        assert losses == ref_losses, f"rank {rank}"
+        assert _equal(params, ref_params), f"rank {rank}"
+        # regions between the buckets' all-reduces replay (the bucket views' as_strided
+        # runs between regions)
+        assert res["replays"] > 0, res["explain"]
 
 
 def test_fsdp2_matches_gloo_on_cpu_frees_unsharded_params_and_overlaps(outdir) -> None:

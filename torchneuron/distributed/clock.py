@@ -69,14 +69,15 @@ def signature(op: str, nbytes: int, dtype: torch.dtype | None) -> int:
 
 
 def charge(index: int, op: str, nbytes: int, global_ranks: list[int], start_ns: int,
-           topo: Topology, label: str | None = None) -> Charge:
+           topo: Topology, label: str | None = None, in_order: bool = True) -> Charge:
     """Run ``op`` on device ``index``'s collective queue from ``start_ns`` (the latest
-    arrival of all ranks); the interval is shown on the "collective" track of the trace."""
+    arrival of all ranks; ``in_order=False``, point-to-point: exactly then, see
+    ``CollectiveQueue.run``); the interval is shown on the "collective" track."""
     core = get_core(index)
     cost = collective_cost(op, nbytes, global_ranks, topo)
     queue = collective_queue(core)
-    start = max(start_ns, queue.free_ns)
-    end = queue.run(start, cost)
+    start = max(start_ns, queue.free_ns) if in_order else int(start_ns)
+    end = queue.run(start, cost, in_order)
     core.timeline.emit("collective", label or op, start, end, cost)
     return Charge(index, cost, start, end)
 

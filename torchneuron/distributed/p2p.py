@@ -60,7 +60,7 @@ def send(pg: NeuronProcessGroup, tensors: list[torch.Tensor], dst: int, tag: int
             return None
         pair = [pg._global_ranks[pg.rank()], pg._global_ranks[dst]]
         return clock.charge(index, "send_recv", nbytes, pair, max(arrival, int(reply[0])),
-                            pg._topology, label=f"send to {dst}")
+                            pg._topology, label=f"send to {dst}", in_order=False)
 
     return NeuronWork(tensors, None, finish)
 
@@ -105,7 +105,7 @@ def recv(pg: NeuronProcessGroup, tensors: list[torch.Tensor], src: int | None,
             return None
         pair = [pg._global_ranks[peer], pg._global_ranks[pg.rank()]]
         return clock.charge(index, "send_recv", nbytes, pair, max(arrival, int(header[0])),
-                            pg._topology, label=f"recv from {peer}")
+                            pg._topology, label=f"recv from {peer}", in_order=False)
 
     work = NeuronWork(tensors, None, finish)
     work._source_rank_value = -1 if src is None else src  # type: ignore[attr-defined]

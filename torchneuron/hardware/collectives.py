@@ -241,13 +241,19 @@ class CollectiveQueue:
         # side stream id -> the end of the latest collective it waits for (see ``wait_on``)
         self.stream_ready: dict[int, int] = {}
 
-    def run(self, start_ns: int, cost: CollectiveCost) -> int:
-        """Run a collective that all ranks reached by ``start_ns``; return its end."""
-        start = max(int(start_ns), self.free_ns)
-        self.free_ns = start + cost.ns
+    def run(self, start_ns: int, cost: CollectiveCost, in_order: bool = True) -> int:
+        """Run a collective that all ranks reached by ``start_ns``; return its end.
+
+        ``in_order=False`` (point-to-point): the transfer starts at ``start_ns`` whatever
+        ran before it on this queue. Two ranks wait for their sends and receives in their
+        own orders; were each transfer queued behind the previous one, the two ends of a
+        ring's opposite transfers would be placed differently on each rank."""
+        start = max(int(start_ns), self.free_ns) if in_order else int(start_ns)
+        end = start + cost.ns
+        self.free_ns = max(self.free_ns, end)
         self.busy_ns += cost.ns
         self.count += 1
-        return self.free_ns
+        return end
 
     def join(self, timeline: Any, end_ns: int) -> None:
         """The compute queue of ``timeline`` waits for a collective ending at ``end_ns``;
