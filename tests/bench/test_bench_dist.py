@@ -51,8 +51,11 @@ def test_scaling_collectives_and_overlap(dist_run: Path) -> None:
         assert one["scaling_efficiency"] == 1.0
         assert one["collective_ms_per_step"] == 0  # a group of one: collectives are free
         assert two["scaling_efficiency"] == round(one["steady_ms"] / two["steady_ms"], 4)
-        assert 0 < two["scaling_efficiency"] <= 1
+        assert two["scaling_efficiency"] > 0
         assert two["collective_ms_per_step"] > 0 and two["collectives"] > 0
+    # DDP's ranks each do one rank's work plus the all-reduce; FSDP2's may do less (each
+    # rank's optimizer updates its shard only), so only DDP is bounded by one rank
+    assert recs[("ddp", 2)]["scaling_efficiency"] <= 1
     # DDP's bucketed all-reduce and FSDP2's all-gathers / reduce-scatters run on the
     # collective queue while compute goes on: part of their time is hidden
     assert recs[("ddp", 2)]["overlap_pct"] > 0
