@@ -37,9 +37,11 @@ def table_rows(records: list[Record]) -> list[list[str]]:
             continue
         per_rank = r["steady_ms_per_rank"] or []
         diff = r["max_abs_diff_vs_eager"]
+        steady = (_num(r["steady_ms"]) if r["steady_ms"] is not None else
+                  f"not steady (last step {_num((r['step_ms'] or [None])[-1])})")
         rows.append([
             r["model"], r["parallel"], r["mode"], str(r["nproc"]),
-            _num(r["steady_ms"]),
+            steady,
             " / ".join(_num(x) for x in per_rank),
             _num(r["scaling_efficiency"], "{:.0%}"),
             _num(r["collective_ms_per_step"]),
