@@ -278,7 +278,8 @@ def ddp_adaptive(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
         ae.disable()
     st = ae.stats()
     return {"neuron": got, "cpu": loop(torch.device("cpu"), gloo), "replays": st["replays"],
-            "explain": ae.explain()}
+            "fallback_reasons": dict(st["fallback_reasons"]),
+            "refused_ops": dict(st["refused_ops"]), "explain": ae.explain()}
 
 
 def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:

@@ -65,9 +65,12 @@ def test_ddp_under_adaptive_eager_replays_and_matches_gloo_on_cpu(outdir) -> Non
         (losses, params), (ref_losses, ref_params) = res["neuron"], res["cpu"]
         assert losses == ref_losses, f"rank {rank}"
         assert _equal(params, ref_params), f"rank {rank}"
-        # regions between the buckets' all-reduces replay (the bucket views' as_strided
-        # runs between regions)
+        # the regions between the buckets' all-reduces replay: the buckets' as_strided
+        # views run between regions, and the per-parameter bucket views written by
+        # backward are not taken for aliased inputs
         assert res["replays"] > 0, res["explain"]
+        assert res["refused_ops"].get("aten.as_strided.default") == "storage-layout", res
+        assert "aliased-inputs" not in res["fallback_reasons"], res["explain"]
 
 
 def test_fsdp2_matches_gloo_on_cpu_frees_unsharded_params_and_overlaps(outdir) -> None:
