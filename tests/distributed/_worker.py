@@ -155,6 +155,18 @@ def collectives(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
         return t
     both("send_recv", send_recv)
 
+    def late_receiver(d, g):  # the receiver computes first: it arrives after the sender
+        t = base(d) * 5
+        if rank == 0:
+            dist.send(t, 1, group=g)
+            return t
+        w = torch.ones(256, 256, device=d)
+        for _ in range(4):
+            w = w @ w / 256
+        dist.recv(t, 0, group=g)
+        return t + w[0, :8] * 0
+    both("send_recv_late_receiver", late_receiver)
+
     def async_ar(d, g):
         t = base(d)
         w = dist.all_reduce(t, async_op=True, group=g)
@@ -237,6 +249,39 @@ def ddp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     return res
 
 
+def ddp_adaptive(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
+    """DDP (small buckets) under adaptive eager on neuron vs the same loop on CPU/gloo.
+    (SGD with foreach: the per-tensor ``add_(alpha=)`` update compiles 1 ulp off eager.)"""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def loop(dev: torch.device, group) -> tuple[list[float], list[torch.Tensor]]:
+        model = _model().to(dev)
+        m = DDP(model, process_group=group, bucket_cap_mb=0.002)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, foreach=True)
+        data = [(x.to(dev), y.to(dev)) for x, y in _batches(rank, 4)]
+        losses = []
+        for step in range(10):
+            x, y = data[step % 4]
+            loss = ((m(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu().clone() for p in model.parameters()]
+
+    ae = torchneuron.adaptive_eager
+    ae.reset()
+    ae.enable()
+    try:
+        got = loop(DEV, None)
+    finally:
+        ae.disable()
+    st = ae.stats()
+    return {"neuron": got, "cpu": loop(torch.device("cpu"), gloo), "replays": st["replays"],
+            "fallback_reasons": dict(st["fallback_reasons"]),
+            "refused_ops": dict(st["refused_ops"]), "explain": ae.explain()}
+
+
 def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     """FSDP2 ``fully_shard`` per layer and at the root, on neuron and on CPU/gloo."""
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -256,6 +301,7 @@ def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
         first = model[0]._get_fsdp_state()._fsdp_param_group.fsdp_params[0]
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         losses, mem = [], []
+        sim0 = torchneuron.distributed.stats(0)
         for x, y in _batches(rank, 3):
             loss = ((model(x.to(dev)) - y.to(dev)) ** 2).mean()
             if name == "neuron":
@@ -269,6 +315,9 @@ def fsdp(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
             losses.append(loss.item())
             if name == "neuron":
                 mem.append(("after_step", torchneuron.device.module.memory_allocated()))
+        if name == "neuron":
+            sim1 = torchneuron.distributed.stats(0)
+            res["sim"] = {k: sim1[k] - sim0[k] for k in ("collective_ns", "exposed_ns")}
         res[name] = {"losses": losses,
                      "params": [p.full_tensor().detach().cpu() for p in model.parameters()]}
         if name == "neuron":
@@ -408,8 +457,8 @@ def faults(rank: int, world: int, gloo: dist.ProcessGroup) -> dict:
     return res
 
 
-SCENARIOS = {"collectives": collectives, "ddp": ddp, "fsdp": fsdp, "parallel": parallel,
-             "modes": modes, "faults": faults}
+SCENARIOS = {"collectives": collectives, "ddp": ddp, "ddp_adaptive": ddp_adaptive,
+             "fsdp": fsdp, "parallel": parallel, "modes": modes, "faults": faults}
 
 
 def main() -> None:

@@ -64,3 +64,57 @@ def test_device_module_has_what_fsdp2_needs() -> None:
     s.wait_event(e)
     s.wait_stream(mod.current_stream())
     assert isinstance(mod.current_device(), int)
+
+
+def _side_stream_all_gather(nbytes: int):
+    """A two-rank all-gather charged on this process's clock under a side stream, as
+    FSDP2 issues it (the peer's arrival is this rank's: the charge needs no group)."""
+    from torchneuron.distributed import clock
+    from torchneuron.hardware import get_core
+    from torchneuron.hardware.collectives import get_topology
+
+    core = get_core(0)
+    side = torch.neuron.Stream(priority=-1)
+    with torch.neuron.stream(side):
+        charge = clock.charge(0, "all_gather", nbytes, [0, 1], clock.arrival_ns(0),
+                              get_topology(core.profile.name))
+        charge.join()  # what a synchronous collective's Work.wait() does
+        event = side.record_event()
+    return core.timeline, side, charge, event
+
+
+def test_collective_under_a_side_stream_overlaps_the_compute_issued_after_it() -> None:
+    from torchneuron import hardware
+
+    hardware.reset()
+    tl, side, charge, event = _side_stream_all_gather(256 << 20)
+    assert tl.device_free_ns < charge.end_ns  # the compute queue did not wait
+    x = torch.randn(512, 512, device="neuron")
+    for _ in range(3):
+        x = x @ x  # compute while the all-gather runs
+    busy = tl.device_free_ns
+    assert busy > charge.start_ns
+    torch.neuron.current_stream().wait_event(event)  # where FSDP2 uses the result
+    assert tl.device_free_ns == max(busy, charge.end_ns)
+    st = tnd.stats()
+    assert st["collective_ns"] == charge.cost.ns
+    # only the part not hidden behind the matmuls (and the host) was waited for
+    assert st["exposed_ns"] < charge.cost.ns and 0 < st["overlap"] < 1
+    assert event._ns == charge.end_ns  # an event on the side stream marks the collective
+
+
+def test_default_stream_waits_at_once_and_synchronize_waits_for_side_streams() -> None:
+    from torchneuron import hardware
+    from torchneuron.distributed import clock
+    from torchneuron.hardware import get_core
+    from torchneuron.hardware.collectives import get_topology
+
+    hardware.reset()
+    core = get_core(0)
+    charge = clock.charge(0, "all_reduce", 1 << 20, [0, 1], clock.arrival_ns(0),
+                          get_topology(core.profile.name))
+    charge.join()  # under the default stream: the compute queue waits now
+    assert core.timeline.device_free_ns >= charge.end_ns
+    tl, side, charge, _ = _side_stream_all_gather(64 << 20)
+    torch.neuron.synchronize()
+    assert tl.host_ns >= charge.end_ns

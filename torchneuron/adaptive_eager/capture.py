@@ -37,7 +37,14 @@ _REFUSED = {
 
 
 class CaptureRefused(Exception):
-    """The region cannot be captured as a graph with exactly eager's meaning."""
+    """The region cannot be captured as a graph with exactly eager's meaning. ``op`` and
+    ``reason`` name the op when the refusal is the op's own, whatever region holds it
+    (``refused.RefusedOps.learn`` then runs it between regions)."""
+
+    def __init__(self, message: str, op: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.op = op
+        self.reason = reason
 
 
 @dataclass
@@ -70,7 +77,8 @@ def plan_region(sigs: tuple, n_inputs: int, input_metas: list[tuple],
     nbytes: dict[tuple[int, int], int] = {}
     for i, (func, _static, refs, outs) in enumerate(sigs):
         if func in _REFUSED:
-            raise CaptureRefused(f"{func} depends on storage layout or changes metadata")
+            raise CaptureRefused(f"{func} depends on storage layout or changes metadata",
+                                 op=str(func), reason="storage-layout")
         for k, out in enumerate(outs):
             if out is None or out[0] == "same":
                 continue

@@ -71,9 +71,32 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
         if len(group) > 1:
             first = plan.first_write[s]
             for a in group:
-                if a != s and last_ref.get(a, -1) >= first:
+                if a != s and last_ref.get(a, -1) >= first and _overlap(inputs[a], inputs[s]):
                     return True
     return False
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """The elements of its storage ``t`` can reach: [first, last] (empty: (0, -1))."""
+    if t.numel() == 0:
+        return 0, -1
+    lo = hi = t.storage_offset()
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if stride >= 0:
+            hi += (size - 1) * stride
+        else:
+            lo += (size - 1) * stride
+    return lo, hi
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors on one storage can reach a common element (their extents
+    meet). Disjoint ones (DDP's gradient buckets: one view per parameter) are independent
+    inputs: a write through one is never seen through the other."""
+    if a.dtype.itemsize != b.dtype.itemsize:
+        return True  # (extents in different units: assume they meet)
+    (alo, ahi), (blo, bhi) = _extent(a), _extent(b)
+    return alo <= bhi and blo <= ahi
 
 
 aten = torch.ops.aten

@@ -501,6 +501,7 @@ class Runtime:
         except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
             region.to(State.ABORTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
             self.reasons[Reason.CAPTURE_FAILED.value] += 1
+            self.refused.learn(err, (sig[0] for sig in region.sigs))  # an op's own: eager
             return
         self.compile_region(region, plan, gm, core)
 

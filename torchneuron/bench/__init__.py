@@ -4,7 +4,9 @@ The top layer: a model zoo of ordinary PyTorch workloads (``zoo``), the modes th
 (``modes``), one process per (model, mode) (``_pool``, ``runner``), the figures derived
 from the runtime's own clock and counters (``metrics``), and the reports (``report``,
 ``chart``); ``torchneuron-bench`` is the command line (``cli``). Calls into adaptive eager
-and the compile cache are all in ``_runtime``.
+and the compile cache are all in ``_runtime``. ``--nproc N``: data-parallel training on
+ranks started by torchrun (``dist_suite`` launches and merges, ``dist_rank`` is one rank,
+``dist_report`` writes the report).
 """
 
 from torchneuron.bench.modes import MODES

@@ -6,10 +6,15 @@ Examples::
     torchneuron-bench --models gpt,cnn --hardware trn3 --steps 50 --out results/
     torchneuron-bench --models mlp --modes eager,compile --trace --out /tmp/mlp
     torchneuron-bench --models gpt --steps auto --max-steps 3000 --timeout 7200
+    torchneuron-bench --models gpt --nproc 4 --parallel ddp,fsdp --out results/
 
 Writes ``OUT/report.md``, ``OUT/report.json`` (a list of records, one per model and
 mode; fields in ``torchneuron.bench.schema.FIELDS``), ``OUT/chart.png`` and, with
 ``--trace``, ``OUT/traces/MODEL-MODE.json`` (Chrome trace-event files of one steady step).
+With ``--nproc N`` the run is data-parallel training instead (``dist_suite``): each model
+with each of ``--parallel`` on 1, 2, 4 ... N ranks started by torchrun, in eager,
+torch.compile and adaptive eager (``--modes`` among those); report.md / report.json then
+hold one row per (model, parallelism, mode, ranks) (fields in ``dist_suite.DIST_FIELDS``).
 Exit status: 0 when the report was written (a run that raised, crashed or timed out is
 reported with its reason), 1 with ``--strict`` if any run is not ok, 2 for bad arguments.
 """
@@ -87,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any run is not ok (errors, crashes, timeouts, not run)")
     p.add_argument("--list", action="store_true", help="list the models and modes and exit")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="data-parallel training on 1, 2, 4 ... NPROC ranks started by torchrun "
+                   "(default models: gpt; modes: eager, compile, adaptive_cold)")
+    p.add_argument("--parallel", type=lambda v: _csv(v, ["ddp", "fsdp"], "parallelism"),
+                   default=None, help="with --nproc: ddp, fsdp or both (default ddp,fsdp)")
     return p
 
 
@@ -139,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:<10} {w.kind:<10} {w.description}")
         print("modes:", ", ".join(_parser().get_default("modes")))
         return 0
+    if args.nproc is not None or args.parallel is not None:
+        return _main_distributed(args, argv)
     steps = resolve_steps(args.steps, args.quick)
     max_steps = args.max_steps if args.max_steps is not None else _default_max_steps()
     if (isinstance(steps, int) and steps < 1) or max_steps < 1:
@@ -191,4 +203,54 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['model']}: " + report.auto_steps_line(r))
     for r in failed:
         print(f"  {r['model']}/{r['mode']}: {r['status']}: {r['reason']}", file=sys.stderr)
+    return 1 if failed and args.strict else 0
+
+
+def _main_distributed(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--nproc N``: data-parallel training of the models on 1 .. N ranks (``dist_suite``)."""
+    from torchneuron.bench import dist_report, zoo
+    from torchneuron.bench.dist_suite import DIST_MODES, nproc_counts, run_distributed
+    from torchneuron.hardware import current_profile
+
+    if args.nproc is None or args.nproc < 1:
+        print("torchneuron-bench: --parallel needs --nproc N (N >= 1)", file=sys.stderr)
+        return 2
+    explicit = {a.split("=")[0] for a in argv}
+    models = args.models if "--models" in explicit else ["gpt"]
+    mode_names = args.modes if "--modes" in explicit else list(DIST_MODES)
+    not_training = [m for m in models if zoo.get(m).kind != "training"]
+    bad_modes = [m for m in mode_names if m not in DIST_MODES]
+    if not_training or bad_modes:
+        print("torchneuron-bench: --nproc trains data-parallel: "
+              + (f"{', '.join(not_training)} is not a training workload; " if not_training
+                 else "")
+              + (f"modes {', '.join(bad_modes)} are not among {', '.join(DIST_MODES)}"
+                 if bad_modes else ""), file=sys.stderr)
+        return 2
+    steps = resolve_steps(args.steps, args.quick)
+    if not isinstance(steps, int) or steps < 1:
+        print("torchneuron-bench: --nproc takes --steps as a number >= 1", file=sys.stderr)
+        return 2
+    hardware = args.hardware or current_profile().name
+    parallels = args.parallel or ["ddp", "fsdp"]
+
+    def done(rec: dict[str, Any]) -> None:
+        if not args.no_progress:
+            print(f"torchneuron-bench: {rec['model']}/{rec['parallel']}/{rec['mode']} on "
+                  f"{rec['nproc']} ranks: {rec['status']} ({rec['wall_s']:.0f} s)",
+                  file=sys.stderr)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    records, wall_s = run_distributed(models, parallels, mode_names, nproc_counts(args.nproc),
+                                      steps, hardware, timeout=args.timeout,
+                                      zero_compile_latency=args.zero_compile_latency,
+                                      on_done=done)
+    meta = _meta(args, hardware, steps, wall_s, argv)
+    dist_report.write_json(records, args.out / "report.json")
+    dist_report.write_markdown(records, meta, args.out / "report.md")
+    print(f"wrote {args.out / 'report.md'}, {args.out / 'report.json'} in {wall_s:.0f} s")
+    failed = [r for r in records if r["status"] != "ok"]
+    for r in failed:
+        print(f"  {r['model']}/{r['parallel']}/{r['mode']}/{r['nproc']}: {r['status']}: "
+              f"{r['reason']}", file=sys.stderr)
     return 1 if failed and args.strict else 0

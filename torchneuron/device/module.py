@@ -14,8 +14,8 @@ import torch
 
 from torchneuron.device import random as _random
 from torchneuron.device.current import current_device, device_index, set_device
-from torchneuron.device.events import Event
 from torchneuron.device.streams import (
+    Event,
     Stream,
     StreamContext,
     current_stream,
@@ -25,6 +25,7 @@ from torchneuron.device.streams import (
 )
 from torchneuron.hardware import device_count as _hw_device_count
 from torchneuron.hardware import get_core
+from torchneuron.hardware.collectives import peek_collective_queue
 
 __all__ = [
     "is_available",
@@ -108,6 +109,9 @@ def synchronize(dev: Any = None) -> None:
     core = get_core(_index(dev))
     core.notify_sync("synchronize")
     core.synchronize()
+    q = peek_collective_queue(core)
+    if q is not None and q.stream_ready:  # collectives side streams still wait for
+        core.wait_event(max(q.stream_ready.values()))
 
 
 def memory_allocated(dev: Any = None) -> int:

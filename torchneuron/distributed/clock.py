@@ -9,9 +9,9 @@ transport (one small all-reduce with MAX) and also carries a signature of the ca
 (collective, byte count, dtype), so ranks that disagree on shapes or dtypes get a clear error
 instead of a gloo failure or a silent mismatch.
 
-Point-to-point is one-way: the sender's arrival travels ahead of the data; the receiver ends
-at the later of both arrivals plus the cost, the sender at its own arrival plus the cost (a
-send does not wait for the receiver to post its receive, as a buffered send).
+Point-to-point agrees the same way, pairwise: the sender's arrival travels ahead of the data
+and the receiver's comes back (``p2p``); both ends start the transfer at the later of the
+two and end at that moment plus the cost.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.device.streams import current_stream
 from torchneuron.hardware import get_core
 from torchneuron.hardware.collectives import (
     CollectiveCost,
@@ -43,9 +44,13 @@ class Charge:
     end_ns: int
 
     def join(self) -> None:
-        """The compute queue waits for the collective (``Work.wait``); the host does not."""
+        """The current stream waits for the collective (``Work.wait``); the host does not.
+        On the default stream that is the compute queue; under a side stream (FSDP2's
+        all-gather and reduce-scatter streams) the wait is kept for whoever waits for that
+        stream (``hardware.collectives.CollectiveQueue.wait_on``)."""
         core = get_core(self.index)
-        collective_queue(core).join(core.timeline, self.end_ns)
+        stream_id = current_stream(self.index).stream_id
+        collective_queue(core).wait_on(core.timeline, stream_id, self.end_ns)
 
 
 def arrival_ns(index: int) -> int:
@@ -64,14 +69,15 @@ def signature(op: str, nbytes: int, dtype: torch.dtype | None) -> int:
 
 
 def charge(index: int, op: str, nbytes: int, global_ranks: list[int], start_ns: int,
-           topo: Topology, label: str | None = None) -> Charge:
+           topo: Topology, label: str | None = None, in_order: bool = True) -> Charge:
     """Run ``op`` on device ``index``'s collective queue from ``start_ns`` (the latest
-    arrival of all ranks); the interval is shown on the "collective" track of the trace."""
+    arrival of all ranks; ``in_order=False``, point-to-point: exactly then, see
+    ``CollectiveQueue.run``); the interval is shown on the "collective" track."""
     core = get_core(index)
     cost = collective_cost(op, nbytes, global_ranks, topo)
     queue = collective_queue(core)
-    start = max(start_ns, queue.free_ns)
-    end = queue.run(start, cost)
+    start = max(start_ns, queue.free_ns) if in_order else int(start_ns)
+    end = queue.run(start, cost, in_order)
     core.timeline.emit("collective", label or op, start, end, cost)
     return Charge(index, cost, start, end)
 

@@ -46,6 +46,7 @@ __all__ = [
     "collective_cost",
     "collective_queue",
     "get_topology",
+    "peek_collective_queue",
 ]
 
 _MB = 1_000_000
@@ -237,14 +238,22 @@ class CollectiveQueue:
         self.busy_ns = 0
         self.exposed_ns = 0
         self.count = 0
+        # side stream id -> the end of the latest collective it waits for (see ``wait_on``)
+        self.stream_ready: dict[int, int] = {}
 
-    def run(self, start_ns: int, cost: CollectiveCost) -> int:
-        """Run a collective that all ranks reached by ``start_ns``; return its end."""
-        start = max(int(start_ns), self.free_ns)
-        self.free_ns = start + cost.ns
+    def run(self, start_ns: int, cost: CollectiveCost, in_order: bool = True) -> int:
+        """Run a collective that all ranks reached by ``start_ns``; return its end.
+
+        ``in_order=False`` (point-to-point): the transfer starts at ``start_ns`` whatever
+        ran before it on this queue. Two ranks wait for their sends and receives in their
+        own orders; were each transfer queued behind the previous one, the two ends of a
+        ring's opposite transfers would be placed differently on each rank."""
+        start = max(int(start_ns), self.free_ns) if in_order else int(start_ns)
+        end = start + cost.ns
+        self.free_ns = max(self.free_ns, end)
         self.busy_ns += cost.ns
         self.count += 1
-        return self.free_ns
+        return end
 
     def join(self, timeline: Any, end_ns: int) -> None:
         """The compute queue of ``timeline`` waits for a collective ending at ``end_ns``;
@@ -254,6 +263,27 @@ class CollectiveQueue:
         if end_ns > ready:
             self.exposed_ns += end_ns - ready
         timeline.device_wait(end_ns)
+
+    def wait_on(self, timeline: Any, stream_id: int, end_ns: int) -> None:
+        """Stream ``stream_id`` of the core waits for a collective ending at ``end_ns``.
+
+        Why streams matter here: FSDP2 (as on CUDA) runs its all-gathers and
+        reduce-scatters under side streams and makes the default stream wait for them only
+        where it uses their results (``wait_event`` / ``wait_stream``). The default stream
+        (id 0) is the compute queue: it joins now. A side stream has no compute queue of
+        its own (compute issued under it runs on the one compute queue, in issue order);
+        it remembers the end, and whoever waits for the stream (or an event recorded on
+        it) waits for the collective then. That is what lets the next layer's compute run
+        while this layer's collective is on the collective queue."""
+        if stream_id == 0:
+            self.join(timeline, end_ns)
+        elif end_ns > self.stream_ready.get(stream_id, 0):
+            self.stream_ready[stream_id] = int(end_ns)
+
+    def pending_ns(self, stream_id: int) -> int:
+        """When the collectives side stream ``stream_id`` waits for end (0: none; the
+        default stream never has any, it joins them at once)."""
+        return self.stream_ready.get(stream_id, 0) if stream_id else 0
 
 
 _queues: weakref.WeakKeyDictionary[Any, CollectiveQueue] = weakref.WeakKeyDictionary()
@@ -266,3 +296,8 @@ def collective_queue(core: Any) -> CollectiveQueue:
     if q is None:
         q = _queues[core] = CollectiveQueue()
     return q
+
+
+def peek_collective_queue(core: Any) -> CollectiveQueue | None:
+    """The collective queue of ``core`` if it has one (no collective ever ran: None)."""
+    return _queues.get(core)
