@@ -14,6 +14,7 @@ is deterministic, so capacity errors are too).
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,16 +126,26 @@ class KernelContext:
         return ins
 
 
-_stack: list[KernelContext] = []
+class _Stack(threading.local):
+    """Per thread: a background compile traces kernels (an ``nki_op``'s fake, or its
+    cost plan) while the main thread runs others; one shared stack mixed their
+    instructions and allocations."""
+
+    def __init__(self) -> None:
+        self.items: list[KernelContext] = []
+
+
+_local = _Stack()
 
 
 def current(api: str = "nki") -> KernelContext:
-    """The running kernel's context; outside a kernel, a clear error."""
-    if not _stack:
+    """The running kernel's context (this thread's); outside a kernel, a clear error."""
+    stack = _local.items
+    if not stack:
         raise RuntimeError(
             f"{api} was called outside an NKI kernel: call it inside a function decorated "
             "with @nki.jit (or run through nki.simulate(kernel))")
-    return _stack[-1]
+    return stack[-1]
 
 
 class active:
@@ -144,8 +155,8 @@ class active:
         self.ctx = ctx
 
     def __enter__(self) -> KernelContext:
-        _stack.append(self.ctx)
+        _local.items.append(self.ctx)
         return self.ctx
 
     def __exit__(self, *exc: object) -> None:
-        _stack.pop()
+        _local.items.pop()

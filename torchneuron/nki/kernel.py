@@ -62,11 +62,13 @@ class Kernel:
         if any(_is_neuron(a) for a in (*args, *kwargs.values())):
             return run_on_device(self, args, kwargs)
         out, sched = self.trace(args, kwargs)
-        from .op import current_core
+        from .op import current_sink
 
-        core = current_core()
-        if core is not None:  # called by an nki_op on neuron tensors' buffers
-            charge(core, f"nki.{self.name}", device_signature(args, kwargs), sched)
+        sink = current_sink()
+        if isinstance(sink, list):  # an nki_op planned or run inside an executable
+            sink.append(sched)
+        elif sink is not None:  # called by an nki_op on neuron tensors' buffers
+            charge(sink, f"nki.{self.name}", device_signature(args, kwargs), sched)
         return _to_user(out, numpy=any(isinstance(a, np.ndarray) for a in args))
 
     # --- one run ------------------------------------------------------------------------
@@ -79,7 +81,8 @@ class Kernel:
         out: Any = None
         threads = torch.get_num_threads()
         # tiles are small: one intra-op thread is several times faster than a contended
-        # pool (and the values do not depend on it: each instruction is one small op)
+        # pool (and the values do not depend on it: each instruction is one small op;
+        # the setting is per thread, as OpenMP's is)
         torch.set_num_threads(1)
         try:
             out = self._run(ctx, hbm_args, hbm_kwargs)

@@ -17,6 +17,7 @@ the op runs through this same rule (see README, "Custom kernels").
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -28,23 +29,54 @@ from torchneuron.hardware import get_core
 
 from . import kernel as _jit
 
-__all__ = ["nki_op", "charging"]
+__all__ = ["nki_op", "charging", "collecting"]
 
-_stack: list[Any] = []  # cores that kernels called on CPU values are charged to
+class _Sinks(threading.local):
+    """Where this thread's kernels called on CPU values go: a core (charged as a launch)
+    or a list (their schedules collected). Per thread: an AE background compile runs an
+    op's fake or cost plan (kernels on zeros) while the main thread runs the op on the
+    device; with one shared stack the plan's kernels were charged to the main thread's
+    core (``tiled_add_kernel`` counted 9 times for 8 calls, issue 25)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+
+_sinks = _Sinks()
 
 
 @contextlib.contextmanager
 def charging(core: Any) -> Iterator[None]:
     """While active, a kernel called on CPU values is charged to ``core`` as a launch."""
-    _stack.append(core)
+    _sinks.items.append(core)
     try:
         yield
     finally:
-        _stack.pop()
+        _sinks.items.pop()
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[Any]]:
+    """While active, a kernel called on CPU values appends its schedule to the list
+    yielded, and charges nothing (a cost plan, or a run inside an executable)."""
+    sink: list[Any] = []
+    _sinks.items.append(sink)
+    try:
+        yield sink
+    finally:
+        _sinks.items.pop()
+
+
+def current_sink() -> Any:
+    """This thread's innermost ``charging`` core or ``collecting`` list, else None."""
+    items = _sinks.items
+    return items[-1] if items else None
 
 
 def current_core() -> Any:
-    return _stack[-1] if _stack else None
+    """This thread's innermost ``charging`` core, or None."""
+    sink = current_sink()
+    return None if isinstance(sink, list) else sink
 
 
 def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
@@ -102,7 +134,7 @@ def _default_fake(impl: Callable[..., Any]) -> Callable[..., Any]:
         def zeros(a: Any) -> Any:
             return torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor) else a
 
-        with unset_fake_temporarily():
+        with unset_fake_temporarily(), collecting():  # (shapes only: nothing is charged)
             out = impl(*tree_map(zeros, args), **tree_map(zeros, kwargs))
             meta = tree_map(lambda o: (tuple(o.shape), o.dtype)
                             if isinstance(o, torch.Tensor) else o, out)
