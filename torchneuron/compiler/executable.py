@@ -31,6 +31,7 @@ import torch
 from torchneuron._version import __version__
 from torchneuron.compiler.errors import ExecuteError
 from torchneuron.compiler.random_ops import RandomInputSpec, draw_random_inputs
+from torchneuron.compiler.stablehlo.custom_targets import take_extra_ns
 
 __all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError",
            "check_entry", "trust_entry", "matches_inputs"]
@@ -198,7 +199,9 @@ class Executable:
                 for a in args]  # fmt: skip
         try:
             outs = self._prepared.run(args)
+            extra_ns = take_extra_ns()  # custom calls that ran longer than planned
         except Exception as e:
+            take_extra_ns()
             raise ExecuteError(
                 f"executing {self.name} on the simulator failed: {e}",
                 op=getattr(e, "op", None),
@@ -213,7 +216,8 @@ class Executable:
         for out_i, in_i in sig["write_backs"]:
             inputs[in_i].copy_(outs[out_i])
         if core is not None:
-            core.run_executable(self.device_ns, self.name, self.num_kernels, detail=self)
+            core.run_executable(self.device_ns + extra_ns, self.name, self.num_kernels,
+                                detail=self)
         for out_i, api, is_matrix in sig.get("error_checks", ()):
             # eager's error for a failed factorization (prepare lifted the check out)
             torch.ops.aten._linalg_check_errors(outs[out_i], api, is_matrix=is_matrix)
@@ -354,6 +358,7 @@ def _canonical(obj: Any) -> str:
 
 def _check_ops(module: Any) -> None:
     from torchneuron.compiler.stablehlo._registry import OPS
+    from torchneuron.compiler.stablehlo.custom_targets import lookup_target
 
     todo = [op for f in module.functions.values() for op in f.body]
     while todo:
@@ -361,6 +366,11 @@ def _check_ops(module: Any) -> None:
         if op.name not in OPS and op.name not in _RETURN_OPS:
             raise ExecutableFormatError(f"its program uses {op.name}, an op the interpreter "
                                         "does not have")
+        if op.name == "stablehlo.custom_call" and lookup_target(
+                str(op.attributes.get("call_target_name"))) is None:
+            raise ExecutableFormatError(
+                f"its program calls custom-call target {op.attributes.get('call_target_name')!r}"
+                ", which nothing in this process registered (a kernel by name, never code)")
         todo.extend(o for region in op.regions for o in region)
 
 

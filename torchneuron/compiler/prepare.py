@@ -36,6 +36,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.corrections import fix_degenerate_variances
+from torchneuron.compiler.custom_call import carry_custom_calls
 from torchneuron.compiler.decomp_complex import fold_complex_pairs, refuse_complex
 from torchneuron.compiler.decomp_fft import refuse_unlowered_ffts
 from torchneuron.compiler.decomp_uint_casts import refuse_float_to_uint32
@@ -220,6 +221,7 @@ def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
     refuse_unlowered_ffts(gm)
     refuse_complex(gm)
     refuse_float_to_uint32(gm)
+    carry_custom_calls(gm)  # (custom ops with a registered target: custom_call.py)
     refuse_custom_ops(gm)
     gm = _plain(gm)
     return PreparedGraph(
