@@ -96,6 +96,10 @@ def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
         op = torch.library.custom_op(name, impl, mutates_args=mutates_args, schema=schema)
         op.register_fake(fake if fake is not None else _default_fake(impl))
         op.register_torch_dispatch(NeuronTensor, _neuron_rule(impl, name))
+        if not mutates_args:  # carried into executables as a custom call
+            from .custom_call import register_op_target
+
+            register_op_target(op, impl, name)
         return op
 
     return build(fn) if fn is not None else build
