@@ -106,3 +106,31 @@ def test_unknown_target_in_a_cached_executable_is_a_miss():
     key, _ = executable_key(forged.stablehlo, forged.target, forged.options, forged.signature)
     with pytest.raises(ExecutableFormatError, match="nki.nowhere.kernel"):
         check_entry(data, key)
+
+
+def test_moe_compiled_charges_what_its_kernels_did_on_these_values(fresh_cores):
+    """MoE's work depends on the routing (blocks per expert): the program is costed with
+    the plan made on zeros, and a run charges the difference to what the kernels (and the
+    grouping) did on the actual values."""
+    from torchneuron.nki.op import collecting
+
+    torch.manual_seed(0)
+    t, h, f, e = 128, 128, 128, 4
+    args = [torch.randn(t, h), torch.randn(h, e), torch.randn(e, h, f) / 11,
+            torch.randn(e, h, f) / 11, torch.randn(e, f, h) / 16]
+    want = nki.lib.moe(*(a.to("neuron") for a in args), 2).cpu()  # eager on the device
+    with collecting() as schedules:  # what the kernels do on these values
+        nki.lib.moe(*args, 2)
+    actual = sum(s.total_ns for s in schedules)
+    assert "moe_group_tokens" in [s.name for s in schedules]
+    compiled = torch.compile(lambda *a: nki.lib.moe(*a, 2) * 1.0, backend="neuron")
+    neuron_args = [a.to("neuron") for a in args]
+    compiled(*neuron_args)
+    with torchneuron.profiler.profile() as prof:
+        got = compiled(*neuron_args).cpu()
+    assert torch.equal(got, want)
+    (call,) = _custom_call_kernels(prof)
+    (launch,) = [ev for ev in prof.events if getattr(ev, "executable", None)]
+    planned = call["total_ns"]
+    assert planned != actual  # (zeros route every token to experts 0 and 1)
+    assert launch.duration_ns == launch.executable.device_ns - planned + actual

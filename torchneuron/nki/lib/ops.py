@@ -165,5 +165,5 @@ def moe(x: torch.Tensor, w_router: torch.Tensor, w_gate: torch.Tensor, w_up: tor
         w_down: torch.Tensor, top_k: int = 2) -> torch.Tensor:
     """A top-k mixture of SwiGLU experts by the NKI kernels: x [T, H] (T a multiple of 128),
     w_router [H, E], w_gate / w_up [E, H, F], w_down [E, F, H]. The grouping of tokens per
-    expert between the two kernels runs on the host (uncharged)."""
+    expert between the two kernels is charged as device work (``moe.grouping_schedule``)."""
     return _moe_op(x, w_router, w_gate, w_up, w_down, int(top_k))
