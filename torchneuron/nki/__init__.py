@@ -8,9 +8,10 @@ schedule of a kernel's instructions on the engines (``schedule``), running kerne
 library of kernels written in the dialect (``lib``).
 
 May import: ``torchneuron.hardware`` (profiles, cost model, cores), ``torchneuron.device``
-and ``torchneuron.dispatch`` (to unwrap and wrap neuron tensors). It sits beside the
-compiler and imports nothing above dispatch; the compiler, dynamo and adaptive eager do
-not import it.
+and ``torchneuron.dispatch`` (to unwrap and wrap neuron tensors), and the compiler's
+registry of custom-call targets (``compiler.stablehlo.custom_targets``: an ``nki_op``
+registers how its kernels run inside an executable, ``custom_call``). The compiler,
+dynamo and adaptive eager do not import it: they find its ops through that registry.
 
 Usage::
 

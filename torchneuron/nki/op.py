@@ -8,10 +8,11 @@ unwrapped, the implementation runs on them, every kernel it calls is charged to 
 device's core as one eager launch timed by the kernel's own schedule, and the outputs are
 wrapped back. On CPU tensors the implementation runs as is (values only).
 
-Under ``torch.compile(backend="neuron")`` the op stays one node of the graph (its fake
-implementation gives the shapes). The neuron compiler has no lowering for it, so the
-backend refuses the graph with a typed reason and runs it eagerly on the device, where
-the op runs through this same rule (see README, "Custom kernels").
+Under ``torch.compile(backend="neuron")`` and adaptive eager the op stays one node of the
+graph (its fake implementation gives the shapes) and is carried into the executable as a
+custom call (``custom_call.py`` registers its target; README, "NKI kernels inside
+compiled programs"). A mutating op is not carried: the graph holding it runs eagerly on
+the device, where the op runs through this same rule.
 """
 
 from __future__ import annotations
