@@ -134,3 +134,23 @@ def test_moe_compiled_charges_what_its_kernels_did_on_these_values(fresh_cores):
     planned = call["total_ns"]
     assert planned != actual  # (zeros route every token to experts 0 and 1)
     assert launch.duration_ns == launch.executable.device_ns - planned + actual
+
+
+@nki.nki_op("nkitest::scaled_copy")
+def _scaled_copy(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    from tests.nki.example_kernels import add_kernel
+
+    return add_kernel(a, a).to(dtype)
+
+
+def test_op_that_cannot_be_carried_is_refused_saying_why(fresh_cores):
+    """A dtype argument has no JSON form: the graph is refused (``custom-op``) with the
+    reason, and runs eagerly on the device, with the op's own kernels."""
+    x = torch.randn(128, 32)
+    before = _stats.stats()["failures_by_stage"].get("prepare:custom-op", 0)
+    out = torch.compile(lambda t: _scaled_copy(t, torch.float64) + 1, backend="neuron")(
+        x.to("neuron"))
+    assert torch.equal(out.cpu(), (x + x).double() + 1)
+    assert _stats.stats()["failures_by_stage"]["prepare:custom-op"] == before + 1
+    assert "cannot be written as JSON" in torchneuron.compiler.explain()
+    assert get_core(0).ops["nki.add_kernel"] == 1

@@ -24,7 +24,7 @@ from .gpt import lm_loss
 
 __all__ = ["NkiGPT", "WORKLOAD"]
 
-VOCAB, SEQ, D_MODEL, HEADS, LAYERS, BATCH = 128, 128, 64, 2, 2, 2
+VOCAB, SEQ, D_MODEL, HEADS, LAYERS, BATCH = 128, 128, 64, 2, 2, 1
 
 
 class RMSNorm(nn.Module):
