@@ -154,3 +154,12 @@ def test_op_that_cannot_be_carried_is_refused_saying_why(fresh_cores):
     assert _stats.stats()["failures_by_stage"]["prepare:custom-op"] == before + 1
     assert "cannot be written as JSON" in torchneuron.compiler.explain()
     assert get_core(0).ops["nki.add_kernel"] == 1
+
+
+def test_plan_for_another_profile_is_refused_not_rescaled():
+    """Kernels are planned on the current hardware; a program for another is refused."""
+    here = torchneuron.current_profile().name
+    other = "trn3" if here == "trn2" else "trn2"
+    with pytest.raises(torchneuron.compiler.CompileError, match=f"planned for {here}"):
+        torchneuron.compiler.compile_graph(lambda t: nki.lib.softmax(t) * 2,
+                                           [torch.randn(256, 64)], target=other)
