@@ -68,7 +68,7 @@ def _run_carrier(inputs: list[torch.Tensor], target: str, config: str) -> Any:
     if found is None:
         raise RuntimeError(f"custom call target {target!r} is not registered in this process")
     args, kwargs = fill_arguments(json.loads(config), list(inputs))
-    outs, _ = found.run(args, kwargs)
+    outs, _, _ = found.run(args, kwargs)
     outs = tuple(o.clone() for o in outs)
     return outs[0] if len(outs) == 1 else outs
 

@@ -213,7 +213,7 @@ def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     import json
 
     from ._registry import UnsupportedStableHLOOp
-    from .custom_targets import add_extra_ns, fill_arguments, lookup_target
+    from .custom_targets import fill_arguments, lookup_target, record_call
 
     name = str(op.attributes.get("call_target_name", "?"))
     target = lookup_target(name)
@@ -224,8 +224,6 @@ def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
             "defining it before running the program)", op=op.name)
     config = json.loads(str(op.attributes.get("backend_config") or "{}"))
     call_args, call_kwargs = fill_arguments(config, list(args))
-    outs, ns = target.run(call_args, call_kwargs)
-    planned = int(config.get("plan", {}).get("total_ns", ns))
-    if ns != planned:
-        add_extra_ns(ns - planned)
+    outs, ns, trace = target.run(call_args, call_kwargs)
+    record_call(int(config.get("plan", {}).get("total_ns", ns)), ns, trace)
     return list(outs)

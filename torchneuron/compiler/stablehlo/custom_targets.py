@@ -14,10 +14,12 @@ A target has two functions:
   (zeros): ``engine_ns`` per engine, ``fixed_ns``, ``total_ns``, ``roofline_ns``,
   ``bound``, ``hbm_bytes`` and ``matmuls`` (``[count, m, k, n, dtype]`` rows); neuronc
   schedules the call with it;
-- ``run(args, kwargs) -> (outputs, total_ns)``: at run time, the outputs (CPU tensors)
-  and the device time this call took. A call whose time differs from its plan (its work
-  depends on the values, as MoE's routing does) charges the difference on top of the
-  executable's time (``take_extra_ns``), so the device is charged what the kernels did.
+- ``run(args, kwargs) -> (outputs, total_ns, trace)``: at run time, the outputs (CPU
+  tensors), the device time this call took and its instructions for the profiler
+  (``(track, name, start_ns, end_ns, line)`` relative to the call's start). A call whose
+  time differs from its plan (its work depends on the values, as MoE's routing does)
+  charges the difference on top of the executable's time (``take_calls``), so the device
+  is charged what the kernels did.
 
 Imports only the standard library.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["CustomCallTarget", "register_target", "lookup_target", "target_for_op",
-           "fill_arguments", "add_extra_ns", "take_extra_ns"]
+           "fill_arguments", "record_call", "take_calls"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class CustomCallTarget:
     """One registered target (see the module docstring)."""
 
     name: str
-    run: Callable[[list[Any], dict[str, Any]], tuple[Any, int]]
+    run: Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[Any]]]
     plan: Callable[[list[Any], dict[str, Any]], dict[str, Any]]
     op: Any = None  # the PyTorch op it stands for (an OpOverload), if any
 
@@ -78,20 +80,24 @@ def fill_arguments(config: dict[str, Any], tensors: list[Any]) -> tuple[list[Any
             {k: fill(v) for k, v in config.get("kwargs", {}).items()})
 
 
-class _Extra(threading.local):
+class _Calls(threading.local):
     def __init__(self) -> None:
-        self.ns = 0
+        self.extra_ns = 0
+        self.traces: list[list[Any]] = []
 
 
-_extra = _Extra()
+_calls = _Calls()
 
 
-def add_extra_ns(ns: int) -> None:
-    """A call ran ``ns`` longer (or shorter, negative) than its plan."""
-    _extra.ns += int(ns)
+def record_call(planned_ns: int, ns: int, trace: list[Any]) -> None:
+    """A call ran ``ns`` where its plan said ``planned_ns``; ``trace`` its instructions."""
+    _calls.extra_ns += int(ns) - int(planned_ns)
+    _calls.traces.append(trace)
 
 
-def take_extra_ns() -> int:
-    """This thread's difference since the last take (and reset it to 0)."""
-    ns, _extra.ns = _extra.ns, 0
-    return ns
+def take_calls() -> tuple[int, list[list[Any]]]:
+    """This thread's calls since the last take (and forget them): the total difference
+    from their plans, and their traces in the order they ran."""
+    out = (_calls.extra_ns, _calls.traces)
+    _calls.extra_ns, _calls.traces = 0, []
+    return out
