@@ -88,8 +88,13 @@ def test_attention_block_compiled_with_nki_kernels_as_custom_calls(fresh_cores):
         assert calls[f"nki.nki_lib.flash_attention_{name}"]["total_ns"] == \
             kernel.last_schedule.total_ns  # (last run: the eager step's, same shapes)
         assert calls[f"nki.nki_lib.flash_attention_{name}"]["engine_ns"]["tensor"] > 0
-    device = sum(ev.duration_ns for ev in prof.events if getattr(ev, "executable", None))
-    assert device > sum(k["total_ns"] for k in calls.values())
+    launches = [ev for ev in prof.events if getattr(ev, "executable", None)]
+    assert sum(ev.duration_ns for ev in launches) > sum(k["total_ns"] for k in calls.values())
+    # the kernels' instructions are on the profiler's NKI tracks, inside the launches
+    nki_events = [ev for ev in prof.events if ev.track.startswith("nki.")]
+    assert {"nki.tensor", "nki.vector", "nki.dma"} <= {ev.track for ev in nki_events}
+    assert all(any(x.start_ns <= ev.start_ns <= ev.end_ns <= x.end_ns for x in launches)
+               for ev in nki_events)
 
 
 def test_unknown_target_in_a_cached_executable_is_a_miss():

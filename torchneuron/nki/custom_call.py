@@ -30,7 +30,7 @@ from torchneuron.hardware import ENGINES
 
 from .op import collecting
 
-__all__ = ["register_op_target", "target_name", "plan_of_schedules"]
+__all__ = ["register_op_target", "target_name", "plan_of_schedules", "trace_of"]
 
 
 def target_name(qualname: str) -> str:
@@ -41,11 +41,11 @@ def target_name(qualname: str) -> str:
 def register_op_target(op: Any, impl: Callable[..., Any], qualname: str) -> None:
     """Register ``impl`` (the op's implementation on CPU tensors) as the target of
     ``op`` (a ``CustomOpDef``)."""
-    def run(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[torch.Tensor], int]:
+    def run(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[torch.Tensor], int, list]:
         with collecting() as schedules:
             out = impl(*args, **kwargs)
         outs = [out] if isinstance(out, torch.Tensor) else list(out)
-        return outs, sum(s.total_ns for s in schedules)
+        return outs, sum(s.total_ns for s in schedules), trace_of(schedules)
 
     def plan(args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         with collecting() as schedules:
@@ -55,6 +55,18 @@ def register_op_target(op: Any, impl: Callable[..., Any], qualname: str) -> None
     overload = getattr(getattr(torch.ops, qualname.split("::")[0]),
                        qualname.split("::")[1]).default
     register_target(CustomCallTarget(target_name(qualname), run, plan, op=overload))
+
+
+def trace_of(schedules: list[Any]) -> list[tuple[str, str, int, int, str]]:
+    """The kernels' instructions one after the other, on the tracks eager launches use
+    (``nki.tensor``, ``nki.dma``, ...), relative to the first kernel's start."""
+    out, at = [], 0
+    for s in schedules:
+        for engine, name, start, end, line in s.timeline:
+            out.append((f"nki.{engine}", name, at + s.fixed_ns + start, at + s.fixed_ns + end,
+                        line))
+        at += s.total_ns
+    return out
 
 
 def plan_of_schedules(schedules: list[Any]) -> dict[str, Any]:
