@@ -46,6 +46,8 @@ _CARRIERS: dict[Any, int] = {}
 
 
 def _define_carriers() -> None:
+    """``torchneuron::custom_call_1`` .. ``_8``: one op per output count (Torch-MLIR's
+    importer types each result from the node's value, so the arity is in the schema)."""
     for n in range(1, MAX_OUTPUTS + 1):
         name = f"custom_call_{n}"
         outs = "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
@@ -83,6 +85,7 @@ def carrier(n_outputs: int) -> Any:
 
 
 def is_carrier(target: Any) -> bool:
+    """Whether ``target`` (an FX node's target) is one of the carrier ops."""
     return target in _CARRIERS
 
 
