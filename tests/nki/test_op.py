@@ -118,14 +118,17 @@ def test_nki_op_eager_cpu_and_neuron(fresh_cores):
 
 
 def test_issue_kernels_under_torch_compile(fresh_cores):
+    """The three ops are carried into one executable as custom calls: no refusal, no
+    eager launch of their kernels, eager's bits."""
     x, y, w = torch.randn(256, 128), torch.randn(256, 128), torch.randn(256, 512)
     before = dict(_stats.stats()["failures_by_stage"])
+    compilations = _stats.stats()["compilations"]
     out = torch.compile(_three, backend="neuron")(*(t.to("neuron") for t in (x, y, w)))
+    assert torch.equal(out.cpu(), _three(x, y, w))
     torch.testing.assert_close(out.cpu(), _three_ref(x, y, w), rtol=1e-4, atol=1e-3)
-    after = _stats.stats()["failures_by_stage"]
-    assert after.get("prepare:custom-op", 0) == before.get("prepare:custom-op", 0) + 1
-    assert _kernels(get_core(0)) == {"nki.add_kernel": 1, "nki.tiled_add_kernel": 1,
-                                     "nki.matmul_kernel": 1}
+    assert _stats.stats()["failures_by_stage"] == before
+    assert _stats.stats()["compilations"] == compilations + 1
+    assert _kernels(get_core(0)) == {}
 
 
 def test_direct_kernel_call_under_torch_compile_is_a_graph_break(fresh_cores):
@@ -149,12 +152,13 @@ def test_issue_kernels_under_adaptive_eager(fresh_cores):
         ae.disable()
         ae.reset()
     kernels = _kernels(get_core(0))
-    # Every call's kernels ran. (In one full-suite run of 2,744 tests tiled_add_kernel was
-    # counted 9 times, once more than called; not reproduced alone or in this file, so
-    # not asserted exactly until it is understood: see the session note of issue 25.)
-    assert kernels["nki.add_kernel"] == 8 and kernels["nki.matmul_kernel"] == 8, kernels
-    assert kernels["nki.tiled_add_kernel"] >= 8, kernels
-    assert set(stats["refused_ops"].values()) == {"custom-op"}
+    # The ops are part of the replayed region (custom calls in its executable): their
+    # kernels launch eagerly only while the region is recorded, once per kernel per
+    # eager call (a background compile's fake no longer charges the main thread's core).
+    eager_calls = 8 - stats["replays"]
+    assert stats["replays"] >= 4 and stats["refused_ops"] == {}, stats
+    assert kernels == {"nki.add_kernel": eager_calls, "nki.tiled_add_kernel": eager_calls,
+                       "nki.matmul_kernel": eager_calls}, kernels
 
 
 def test_nki_op_autograd_matches_cpu(fresh_cores):

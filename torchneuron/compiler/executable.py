@@ -31,6 +31,7 @@ import torch
 from torchneuron.compiler import versions
 from torchneuron.compiler.errors import ExecuteError
 from torchneuron.compiler.prepare.random_ops import RandomInputSpec, draw_random_inputs
+from torchneuron.compiler.stablehlo.custom_targets import take_calls
 from torchneuron.compiler.versions import COMPILER_VERSION, FORMAT_VERSION
 
 __all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError",
@@ -196,7 +197,9 @@ class Executable:
                 for a in args]  # fmt: skip
         try:
             outs = self._loaded.run(args)
+            extra_ns, traces = take_calls()  # custom calls: time beyond their plans
         except Exception as e:
+            take_calls()
             raise ExecuteError(
                 f"executing {self.name} on the simulator failed: {e}",
                 op=getattr(e, "op", None),
@@ -211,11 +214,25 @@ class Executable:
         for out_i, in_i in sig["write_backs"]:
             inputs[in_i].copy_(outs[out_i])
         if core is not None:
-            core.run_executable(self.device_ns, self.name, self.num_kernels, detail=self)
+            start, _ = core.run_executable(self.device_ns + extra_ns, self.name,
+                                           self.num_kernels, detail=self)
+            if traces and core.timeline.observers:
+                self._emit_custom_calls(core.timeline, start, traces)
         for out_i, api, is_matrix in sig.get("error_checks", ()):
             # eager's error for a failed factorization (prepare lifted the check out)
             torch.ops.aten._linalg_check_errors(outs[out_i], api, is_matrix=is_matrix)
         return self._user_outputs(inputs, outs)
+
+    def _emit_custom_calls(self, timeline: Any, start: int, traces: list[list[Any]]) -> None:
+        """Each custom call's instructions on the profiler's tracks, at its kernel's place
+        in the program's schedule (calls ran in program order, as their kernels are)."""
+        body = self._module().functions[self._module().entry].body
+        starts = sorted((k["op_indices"][0], k["start_ns"]) for k in self.program["kernels"]
+                        if len(k["op_indices"]) == 1
+                        and body[k["op_indices"][0]].name == "stablehlo.custom_call")
+        for (_, at), trace in zip(starts, traces, strict=False):
+            for track, name, s, e, line in trace:
+                timeline.emit(track, name, start + at + s, start + at + e, line)
 
     def _complex_results(self, outs: list[torch.Tensor], indices: list[int]) -> list[torch.Tensor]:
         """Complex outputs from their pairs, with the strides eager gives them (the
@@ -352,6 +369,7 @@ def _canonical(obj: Any) -> str:
 
 def _check_ops(module: Any) -> None:
     from torchneuron.compiler.interpreter._registry import OPS
+    from torchneuron.compiler.stablehlo.custom_targets import lookup_target
 
     todo = [op for f in module.functions.values() for op in f.body]
     while todo:
@@ -359,6 +377,11 @@ def _check_ops(module: Any) -> None:
         if op.name not in OPS and op.name not in _RETURN_OPS:
             raise ExecutableFormatError(f"its program uses {op.name}, an op the interpreter "
                                         "does not have")
+        if op.name == "stablehlo.custom_call" and lookup_target(
+                str(op.attributes.get("call_target_name"))) is None:
+            raise ExecutableFormatError(
+                f"its program calls custom-call target {op.attributes.get('call_target_name')!r}"
+                ", which nothing in this process registered (a kernel by name, never code)")
         todo.extend(o for region in op.regions for o in region)
 
 

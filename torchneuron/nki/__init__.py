@@ -4,13 +4,15 @@ Owns: the NKI language (``language``, ``isa``) following the public NKI 0.7 API 
 specification, the interpreter that runs a kernel as plain Python computing its values
 on CPU tensors while checking the hardware's rules (``_ops``, ``_context``), the
 schedule of a kernel's instructions on the engines (``schedule``), running kernels
-(``jit``, ``simulate``), PyTorch custom ops backed by kernels (``op.nki_op``), and a
-library of kernels written in the dialect (``lib``).
+(``jit``, ``simulate``), PyTorch custom ops backed by kernels (``op.nki_op``), how such
+an op runs as a custom call inside a compiled program (``custom_call``), and a library
+of kernels written in the dialect (``lib``).
 
 May import: ``torchneuron.hardware`` (profiles, cost model, cores), ``torchneuron.device``
-and ``torchneuron.dispatch`` (to unwrap and wrap neuron tensors). It sits beside the
-compiler and imports nothing above dispatch; the compiler, dynamo and adaptive eager do
-not import it.
+and ``torchneuron.dispatch`` (to unwrap and wrap neuron tensors), and the compiler's
+registry of custom-call targets (``compiler.stablehlo.custom_targets``: an ``nki_op``
+registers how its kernels run inside an executable, ``custom_call``). The compiler,
+dynamo and adaptive eager do not import it: they find its ops through that registry.
 
 Usage::
 

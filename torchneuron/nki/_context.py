@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -127,16 +128,26 @@ class KernelContext:
         return ins
 
 
-_stack: list[KernelContext] = []
+class _Stack(threading.local):
+    """Per thread: a background compile traces kernels (an ``nki_op``'s fake, or its
+    cost plan) while the main thread runs others; one shared stack mixed their
+    instructions and allocations."""
+
+    def __init__(self) -> None:
+        self.items: list[KernelContext] = []
+
+
+_local = _Stack()
 
 
 def current(api: str = "nki") -> KernelContext:
-    """The running kernel's context; outside a kernel, a clear error."""
-    if not _stack:
+    """The running kernel's context (this thread's); outside a kernel, a clear error."""
+    stack = _local.items
+    if not stack:
         raise RuntimeError(
             f"{api} was called outside an NKI kernel: call it inside a function decorated "
             "with @nki.jit (or run through nki.simulate(kernel))")
-    return _stack[-1]
+    return stack[-1]
 
 
 class active:
@@ -146,27 +157,59 @@ class active:
         self.ctx = ctx
 
     def __enter__(self) -> KernelContext:
-        _stack.append(self.ctx)
+        _local.items.append(self.ctx)
         return self.ctx
 
     def __exit__(self, *exc: object) -> None:
-        _stack.pop()
+        _local.items.pop()
 
 
-# --- the core a kernel called on CPU values is charged to (by an nki_op) ---------------
+# --- where a kernel called on CPU values goes (set by an nki_op) -----------------------
 
-_charged: list[Any] = []  # cores that kernels called on CPU values are charged to
+
+class _Sinks(threading.local):
+    """Where this thread's kernels called on CPU values go: a core (charged as a launch)
+    or a list (their schedules collected). Per thread: an AE background compile runs an
+    op's fake or cost plan (kernels on zeros) while the main thread runs the op on the
+    device; with one shared stack the plan's kernels were charged to the main thread's
+    core (``tiled_add_kernel`` counted 9 times for 8 calls, issue 25)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+
+_sinks = _Sinks()
 
 
 @contextlib.contextmanager
 def charging(core: Any) -> Iterator[None]:
     """While active, a kernel called on CPU values is charged to ``core`` as a launch."""
-    _charged.append(core)
+    _sinks.items.append(core)
     try:
         yield
     finally:
-        _charged.pop()
+        _sinks.items.pop()
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[Any]]:
+    """While active, a kernel called on CPU values appends its schedule to the list
+    yielded, and charges nothing (a cost plan, or a run inside an executable)."""
+    sink: list[Any] = []
+    _sinks.items.append(sink)
+    try:
+        yield sink
+    finally:
+        _sinks.items.pop()
+
+
+def current_sink() -> Any:
+    """This thread's innermost ``charging`` core or ``collecting`` list, else None."""
+    items = _sinks.items
+    return items[-1] if items else None
 
 
 def current_core() -> Any:
-    return _charged[-1] if _charged else None
+    """This thread's innermost ``charging`` core, or None."""
+    sink = current_sink()
+    return None if isinstance(sink, list) else sink

@@ -28,12 +28,12 @@ import torch
 
 from torchneuron.hardware import current_profile, get_core
 
-from ._context import KernelContext, active, current_core
+from ._context import KernelContext, active, current_sink
 from .errors import NKIError
 from .schedule import KernelSchedule, schedule
 from .tensor import NkiTensor
 
-__all__ = ["Kernel", "jit", "simulate", "simulate_kernel"]
+__all__ = ["Kernel", "deliver", "jit", "simulate", "simulate_kernel"]
 
 _NO_64BIT = {torch.float64: torch.float32, torch.int64: torch.int32}
 
@@ -62,9 +62,7 @@ class Kernel:
         if any(_is_neuron(a) for a in (*args, *kwargs.values())):
             return run_on_device(self, args, kwargs)
         out, sched = self.trace(args, kwargs)
-        core = current_core()
-        if core is not None:  # called by an nki_op on neuron tensors' buffers
-            charge(core, f"nki.{self.name}", device_signature(args, kwargs), sched)
+        deliver(sched, device_signature(args, kwargs))
         return _to_user(out, numpy=any(isinstance(a, np.ndarray) for a in args))
 
     # --- one run ------------------------------------------------------------------------
@@ -77,7 +75,8 @@ class Kernel:
         out: Any = None
         threads = torch.get_num_threads()
         # tiles are small: one intra-op thread is several times faster than a contended
-        # pool (and the values do not depend on it: each instruction is one small op)
+        # pool (and the values do not depend on it: each instruction is one small op;
+        # the setting is per thread, as OpenMP's is)
         torch.set_num_threads(1)
         try:
             out = self._run(ctx, hbm_args, hbm_kwargs)
@@ -205,6 +204,18 @@ def run_on_device(kernel: Kernel, args: tuple, kwargs: dict) -> Any:
     charge(core, f"nki.{kernel.name}", device_signature(cpu_args, cpu_kwargs), sched)
     originals = {a.buffer.data_ptr(): a for a in (*args, *kwargs.values()) if _is_neuron(a)}
     return _wrap_out(out, index, originals, wrap)
+
+
+def deliver(sched: KernelSchedule, signature: tuple) -> None:
+    """Hand a schedule run on CPU values to this thread's sink (``charging`` /
+    ``collecting``): charged to the core as one launch, collected, or (no sink: a
+    plain CPU call) dropped."""
+
+    sink = current_sink()
+    if isinstance(sink, list):  # an nki_op planned or run inside an executable
+        sink.append(sched)
+    elif sink is not None:  # called by an nki_op on neuron tensors' buffers
+        charge(sink, f"nki.{sched.name}", signature, sched)
 
 
 def charge(core: Any, name: str, signature: tuple, sched: KernelSchedule) -> None:

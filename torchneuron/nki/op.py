@@ -8,10 +8,11 @@ unwrapped, the implementation runs on them, every kernel it calls is charged to 
 device's core as one eager launch timed by the kernel's own schedule, and the outputs are
 wrapped back. On CPU tensors the implementation runs as is (values only).
 
-Under ``torch.compile(backend="neuron")`` the op stays one node of the graph (its fake
-implementation gives the shapes). The neuron compiler has no lowering for it, so the
-backend refuses the graph with a typed reason and runs it eagerly on the device, where
-the op runs through this same rule (see README, "Custom kernels").
+Under ``torch.compile(backend="neuron")`` and adaptive eager the op stays one node of the
+graph (its fake implementation gives the shapes) and is carried into the executable as a
+custom call (``custom_call.py`` registers its target; README, "NKI kernels inside
+compiled programs"). A mutating op is not carried: the graph holding it runs eagerly on
+the device, where the op runs through this same rule.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from torchneuron.device.tensor import NeuronTensor
 from torchneuron.hardware import get_core
 
 from . import kernel as _jit
-from ._context import charging
+from ._context import charging, collecting
 
-__all__ = ["nki_op", "charging"]
+__all__ = ["nki_op", "charging", "collecting"]
 
 def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
            mutates_args: Iterable[str] | str = (), schema: str | None = None,
@@ -47,6 +48,10 @@ def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
         op = torch.library.custom_op(name, impl, mutates_args=mutates_args, schema=schema)
         op.register_fake(fake if fake is not None else _default_fake(impl))
         op.register_torch_dispatch(NeuronTensor, _neuron_rule(impl, name))
+        if not mutates_args:  # carried into executables as a custom call
+            from .custom_call import register_op_target
+
+            register_op_target(op, impl, name)
         return op
 
     return build(fn) if fn is not None else build
@@ -85,7 +90,7 @@ def _default_fake(impl: Callable[..., Any]) -> Callable[..., Any]:
         def zeros(a: Any) -> Any:
             return torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor) else a
 
-        with unset_fake_temporarily():
+        with unset_fake_temporarily(), collecting():  # (shapes only: nothing is charged)
             out = impl(*tree_map(zeros, args), **tree_map(zeros, kwargs))
             meta = tree_map(lambda o: (tuple(o.shape), o.dtype)
                             if isinstance(o, torch.Tensor) else o, out)

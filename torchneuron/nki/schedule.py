@@ -60,6 +60,8 @@ class KernelSchedule:
     sbuf_peak_bytes: int  # per partition
     psum_peak_bytes: int  # per partition
     timeline: list[tuple[str, str, int, int, str]] = field(default_factory=list, repr=False)
+    # TensorE tiles: [count, m, k, n, dtype] per distinct shape (a custom call's plan)
+    matmuls: list[list[Any]] = field(default_factory=list, repr=False)
 
     @property
     def roofline_share(self) -> float:
@@ -147,5 +149,9 @@ def schedule(name: str, instructions: list[Instruction], p: HardwareProfile,
         hbm_read_bytes=hbm_bytes)
     roofline = kernel_cost(peak_work, p).roofline_ns if (flops or hbm_bytes) else 0
     total = max(end_all + fixed, roofline)
+    tiles: dict[tuple[Any, ...], int] = {}
+    for _, m, k, n, d in peak_work.matmuls:
+        tiles[(m, k, n, d)] = tiles.get((m, k, n, d), 0) + 1
     return KernelSchedule(name, p.name, total, fixed, roofline, busy, counts, flops, hbm_bytes,
-                          sbuf_peak, psum_peak, timeline)
+                          sbuf_peak, psum_peak, timeline,
+                          [[c, *key] for key, c in sorted(tiles.items(), key=str)])

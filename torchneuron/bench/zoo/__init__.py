@@ -2,14 +2,16 @@
 
 Each module defines one ``WORKLOAD``; ``ZOO`` lists them in report order. A workload's
 code knows nothing of torchneuron beyond the device string it is built on, so the same
-code runs on ``"cpu"`` (the host-cost reference) and on ``"neuron"`` in every mode.
+code runs on ``"cpu"`` (the host-cost reference) and on ``"neuron"`` in every mode. The
+one exception is ``gpt_nki``, whose point is torchneuron's custom kernels
+(``torchneuron.nki.lib``, which compute the same numbers on ``"cpu"``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 
-from . import cnn, decode, encoder, gpt, gpt_wide, hf_gpt2, mlp, rnn
+from . import cnn, decode, encoder, gpt, gpt_nki, gpt_wide, hf_gpt2, mlp, rnn
 from ._task import Task, TrainTask, Workload
 
 __all__ = ["ZOO", "Task", "TrainTask", "Workload", "get", "missing_requirements"]
@@ -17,7 +19,7 @@ __all__ = ["ZOO", "Task", "TrainTask", "Workload", "get", "missing_requirements"
 ZOO: dict[str, Workload] = {
     w.name: w
     for w in (mlp.WORKLOAD, cnn.WORKLOAD, gpt.WORKLOAD, rnn.WORKLOAD, decode.WORKLOAD,
-              encoder.WORKLOAD, hf_gpt2.WORKLOAD, gpt_wide.WORKLOAD)
+              encoder.WORKLOAD, hf_gpt2.WORKLOAD, gpt_wide.WORKLOAD, gpt_nki.WORKLOAD)
 }
 
 

@@ -209,11 +209,26 @@ def tensor_from_elements(op: Operation, args: list[Any], run: Runner) -> list[An
 
 @register("stablehlo.custom_call")
 def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
-    from torchneuron.compiler.interpreter._registry import UnsupportedStableHLOOp
+    """A registered target (``custom_targets``) on the operands, as its config says."""
+    import json
 
-    target = op.attributes.get("call_target_name", "?")
-    raise UnsupportedStableHLOOp(
-        f"stablehlo.custom_call @{target} has no CPU implementation in the simulator; "
-        "the lowering must not emit custom calls for graphs that run on neuron",
-        op=op.name,
+    from torchneuron.compiler.stablehlo.custom_targets import (
+        fill_arguments,
+        lookup_target,
+        record_call,
     )
+
+    from ._registry import UnsupportedStableHLOOp
+
+    name = str(op.attributes.get("call_target_name", "?"))
+    target = lookup_target(name)
+    if target is None:
+        raise UnsupportedStableHLOOp(
+            f"stablehlo.custom_call @{name}: no target of that name is registered in this "
+            "process (an nki_op registers its target when it is defined: import the module "
+            "defining it before running the program)", op=op.name)
+    config = json.loads(str(op.attributes.get("backend_config") or "{}"))
+    call_args, call_kwargs = fill_arguments(config, list(args))
+    outs, ns, trace = target.run(call_args, call_kwargs)
+    record_call(int(config.get("plan", {}).get("total_ns", ns)), ns, trace)
+    return list(outs)

@@ -112,6 +112,10 @@ def _import_and_lower(tmfx: Any, importer: Any, gm: fx.GraphModule, func_name: s
         return tmfx.stateless_fx_import(gm, output_type="stablehlo", model_name=func_name,
                                         fx_importer=importer)
     importer.import_stateless_graph(gm.graph, func_name=func_name)
+    from torchneuron.compiler.lower.custom_calls import holds_carriers, lower_carriers
+
+    if holds_carriers(gm):  # custom ops carried as stablehlo.custom_call (custom_call.py)
+        lower_carriers(importer.module)
     return lowering(False, False, tmfx.OutputType.STABLEHLO, importer.module,
                     fx_import_options=tmfx.FxImportOptions(),
                     backend_options=tmfx.BackendLoweringOptions(allow_non_finites=True))

@@ -79,6 +79,8 @@ def _serve() -> None:
     inp = sys.stdin.buffer
     import torch_mlir.fx  # noqa: F401  (warm: the expensive import, before the first job)
 
+    import torchneuron.compiler.prepare.custom_calls  # noqa: F401  (defines the carrier ops graphs name)
+
     while True:
         head = inp.read(_HEADER.size)
         if len(head) < _HEADER.size:

@@ -23,6 +23,7 @@ from torchneuron.hardware import HardwareProfile, KernelWork
 from ._footprint import fit, footprint, splat_values
 from ._ops import users, value_types
 from ._work import op_work
+from .custom_calls import plan_of, planned_work
 from .program import Kernel, Program
 
 
@@ -46,7 +47,10 @@ def allocate_kernel(
         work = work + op_work(op, engine, materialized=any(r in outputs for r in op.results))
     work.hbm_read_bytes = fp.read_bytes + extra_read
     work.hbm_write_bytes = fp.write_bytes + extra_write
-    if all(e == "none" for e in engines):
+    plan = plan_of([body[i] for i in kernel.op_indices])
+    if plan is not None:  # a custom call: its own kernel's work (custom_calls.py)
+        work = planned_work(plan)
+    elif all(e == "none" for e in engines):
         # only reshapes/bitcasts: the output aliases the input buffer, nothing moves
         work, sbuf, spill = KernelWork(), 0, 0
     return dataclasses.replace(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 
+from torchneuron.compiler.stablehlo import Operation
 from torchneuron.hardware import HardwareProfile
 
 from ._footprint import footprint, splat_values
@@ -186,6 +187,13 @@ def kernel_name(names: list[str]) -> str:
     return "fused_" + "_".join(parts[:MAX_NAME_PARTS]) + tail
 
 
+def _label(op: Operation) -> str:
+    """An op's part of its kernel's name: a custom call is named by its target
+    (``nki.nki_lib.flash_attention_fwd``), everything else by its short name."""
+    target = op.attributes.get("call_target_name") if short(op.name) == "custom_call" else None
+    return str(target) if isinstance(target, str) and target else short(op.name)
+
+
 def _topological(g: _Groups) -> list[int]:
     """Kernel order: dependencies first, ties by first op index (deterministic)."""
     waiting = {k: len(g.preds[k]) for k in g.members}
@@ -222,7 +230,7 @@ def run(program: Program, profile: HardwareProfile, enabled: bool = True) -> Pro
     seen: dict[str, int] = {}
     for gid in _topological(g):
         ops = sorted(g.members[gid])
-        name = kernel_name([short(g.body[i].name) for i in ops])
+        name = kernel_name([_label(g.body[i]) for i in ops])
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
             name = f"{name}_{seen[name]}"

@@ -25,6 +25,7 @@ from torchneuron.hardware import HardwareProfile, kernel_cost
 
 from ._ops import is_compute, is_constant, is_splat_constant, nbytes, value_types
 from ._work import eager_baseline
+from .custom_calls import plan_of, planned_cost
 from .program import Kernel, Program, ProgramCost
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
@@ -42,7 +43,8 @@ def run(program: Program, profile: HardwareProfile) -> Program:
     kernels: list[Kernel] = []
     for idx, k in enumerate(program.kernels):
         assert k.work is not None, "schedule needs allocate to have run"
-        full = kernel_cost(k.work, profile)
+        plan = plan_of([fn.body[i] for i in k.op_indices])
+        full = kernel_cost(k.work, profile) if plan is None else planned_cost(plan, profile)
         ready = {v: ends[produced_by[v]] if v in produced_by else 0 for v in k.inputs}
         deps_end = max(ready.values(), default=0)
         used = [e for e in ENGINES if full.engine_ns[e] > 0]
@@ -51,7 +53,7 @@ def run(program: Program, profile: HardwareProfile) -> Program:
         early = [v for v in k.inputs if ready[v] < start and v not in splats and v in types]
         avail_at = max([free["dma"]] + [ready[v] for v in early])
         window = max(0, start - avail_at)
-        pre_bytes = min(
+        pre_bytes = 0 if plan is not None else min(  # (a custom call moves its own data)
             sum(nbytes(types[v]) for v in early),
             window * profile.dma_bw_per_core // 1_000_000_000,
             profile.sbuf_bytes // 2,

@@ -42,6 +42,7 @@ from torchneuron.compiler.decomp.table import decomposition_table
 from torchneuron.compiler.decomp.upsample_linear import eager_resample_kernels
 from torchneuron.compiler.decomp.variance import fix_degenerate_variances
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.prepare.custom_calls import carry_custom_calls
 from torchneuron.compiler.prepare.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.prepare.index_bounds import (
     IndexCheck,
@@ -240,6 +241,7 @@ def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
     refuse_unlowered_ffts(gm)
     refuse_complex(gm)
     refuse_float_to_uint32(gm)
+    carry_custom_calls(gm)  # (custom ops with a registered target: custom_call.py)
     refuse_custom_ops(gm)
     gm = _plain(gm)
     return PreparedGraph(

@@ -1,9 +1,10 @@
 """Custom ops (``torch.library.custom_op``) with no lowering are refused with a typed reason.
 
-A user's custom op (an ``nki_op`` among them) stays one opaque node of the traced graph:
-its fake implementation gives shapes, but nothing lowers it to StableHLO, and the compile
-worker (a fresh process) cannot even unpickle a graph naming an op registered only in the
-user's process. Before this check such a graph failed in the worker as a ``bad-request``;
+A user's custom op stays one opaque node of the traced graph: its fake implementation
+gives shapes, but nothing lowers it to StableHLO, and the compile worker (a fresh
+process) cannot even unpickle a graph naming an op registered only in the user's
+process. (An op with a registered custom-call target, as every non-mutating ``nki_op``
+has, was replaced by a carrier before this check: ``custom_call.py``.) Before this check such a graph failed in the worker as a ``bad-request``;
 now prepare refuses it as ``custom-op``, naming the op, and the backend runs the graph
 eagerly on the device, where the op runs its own implementation (an ``nki_op``: its
 kernels, each charged by its own schedule). PyTorch's own ``torch_nn::`` custom ops are

@@ -46,8 +46,30 @@ _layer_norm_op = nki_op("nki_lib::layer_norm", _layer_norm, fake=_same_fake)
 _softmax_op = nki_op("nki_lib::softmax", _softmax, fake=_same_fake)
 
 
+def _rms_norm_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _rms_norm_backward(ctx, grad):  # noqa: ANN001, ANN202
+    """The gradients in PyTorch ops (fp32 statistics, as the kernel computes them): a
+    model can train through the NKI forward; the backward runs as the device's ops (or
+    is compiled with the rest of the backward graph)."""
+    x, weight = ctx.saved_tensors
+    xf, gw = x.float(), grad.float() * weight.float()
+    r = torch.rsqrt(xf.square().mean(-1, keepdim=True) + ctx.eps)
+    dx = r * (gw - xf * r.square() * (gw * xf).mean(-1, keepdim=True))
+    dw = (grad.float() * xf * r).reshape(-1, x.shape[-1]).sum(0)
+    return dx.to(x.dtype), dw.to(weight.dtype), None
+
+
+_rms_norm_op.register_autograd(_rms_norm_backward, setup_context=_rms_norm_setup)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm over the last dim (``F.rms_norm(x, (D,), weight, eps)``) by the NKI kernel."""
+    """RMSNorm over the last dim (``F.rms_norm(x, (D,), weight, eps)``) by the NKI kernel
+    (its backward in PyTorch ops)."""
     return _rms_norm_op(x, weight, eps)
 
 
@@ -143,5 +165,5 @@ def moe(x: torch.Tensor, w_router: torch.Tensor, w_gate: torch.Tensor, w_up: tor
         w_down: torch.Tensor, top_k: int = 2) -> torch.Tensor:
     """A top-k mixture of SwiGLU experts by the NKI kernels: x [T, H] (T a multiple of 128),
     w_router [H, E], w_gate / w_up [E, H, F], w_down [E, F, H]. The grouping of tokens per
-    expert between the two kernels runs on the host (uncharged)."""
+    expert between the two kernels is charged as device work (``moe.grouping_schedule``)."""
     return _moe_op(x, w_router, w_gate, w_up, w_down, int(top_k))

@@ -1,0 +1,202 @@
+"""Custom ops carried into the executable as ``stablehlo.custom_call``s.
+
+A custom op (``torch.library.custom_op``) whose process registered a custom-call target
+for it (``stablehlo.custom_targets``: an ``nki_op`` does, when it is defined) stays one
+opaque node through tracing and is carried to the end of the lowering path instead of
+refusing the whole graph:
+
+1. ``carry_custom_calls`` (prepare, in the calling process, where the op's code lives)
+   replaces the node by a *carrier*, ``torchneuron::custom_call_<n>(Tensor[] inputs, str
+   target, str config) -> n Tensors``: an op every process defines (the compile worker
+   imports this module), so the graph pickles to the worker. ``config`` is JSON: the
+   op's non-tensor arguments with a ``{"tensor": i}`` slot per tensor, its outputs'
+   shapes and dtypes (the carrier's fake implementation reads them), and the target's
+   cost ``plan`` for these shapes on this profile (the kernel run once on zeros);
+2. the Torch-MLIR import turns the carrier into a ``stablehlo.custom_call @target`` with
+   the config as its ``backend_config`` (``lower/custom_calls.py``);
+3. neuronc makes it a kernel of its own costed by its plan (``neuronc/custom_calls``);
+4. the interpreter runs the registered target on the call's operands.
+
+The executable stays data: it names the target and holds JSON. A node that cannot be
+carried (an output that is not a tensor, an argument JSON cannot hold, no tensor input)
+is refused as before (``custom-op``), saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.stablehlo.custom_targets import (
+    fill_arguments,
+    lookup_target,
+    target_for_op,
+)
+
+__all__ = ["MAX_OUTPUTS", "carrier", "is_carrier", "carry_custom_calls"]
+
+MAX_OUTPUTS = 8
+_LIB = torch.library.Library("torchneuron", "FRAGMENT")
+_CARRIERS: dict[Any, int] = {}
+
+
+def _define_carriers() -> None:
+    """``torchneuron::custom_call_1`` .. ``_8``: one op per output count (Torch-MLIR's
+    importer types each result from the node's value, so the arity is in the schema)."""
+    for n in range(1, MAX_OUTPUTS + 1):
+        name = f"custom_call_{n}"
+        outs = "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
+        _LIB.define(f"{name}(Tensor[] inputs, str target, str config) -> {outs}")
+        _LIB.impl(name, _run_carrier, "CPU")
+        torch.library.register_fake(f"torchneuron::{name}", _fake_carrier, lib=_LIB)
+        _CARRIERS[getattr(torch.ops.torchneuron, name).default] = n
+
+
+def _fake_carrier(inputs: list[torch.Tensor], target: str, config: str) -> Any:
+    device = inputs[0].device
+    outs = tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+                 for shape, dtype in json.loads(config)["outputs"])
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _run_carrier(inputs: list[torch.Tensor], target: str, config: str) -> Any:
+    """On CPU tensors (a prepared graph run as a reference): the registered target."""
+    found = lookup_target(target)
+    if found is None:
+        raise RuntimeError(f"custom call target {target!r} is not registered in this process")
+    args, kwargs = fill_arguments(json.loads(config), list(inputs))
+    outs, _, _ = found.run(args, kwargs)
+    outs = tuple(o.clone() for o in outs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+_define_carriers()
+
+
+def carrier(n_outputs: int) -> Any:
+    """The carrier op (an OpOverload) for ``n_outputs`` outputs (one: a Tensor, not a
+    tuple, as Torch-MLIR's importer reads a single result)."""
+    return getattr(torch.ops.torchneuron, f"custom_call_{n_outputs}").default
+
+
+def is_carrier(target: Any) -> bool:
+    """Whether ``target`` (an FX node's target) is one of the carrier ops."""
+    return target in _CARRIERS
+
+
+# --- the prepare pass ---------------------------------------------------------------------------
+class _NotCarried(Exception):
+    """Why a node with a registered target cannot be carried."""
+
+
+def carry_custom_calls(gm: fx.GraphModule) -> int:
+    """Replace every custom-op node with a registered target by its carrier; returns how
+    many were carried. Raises ``PrepareError(reason="custom-op")`` naming the op and why
+    for a registered one that cannot be carried."""
+    carried = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        target = target_for_op(node.target)
+        if target is None:
+            continue
+        try:
+            _carry(gm, node, target)
+        except _NotCarried as e:
+            qualname = node.target.name()
+            raise PrepareError(
+                f"{qualname} cannot be carried into the executable as a custom call: {e}. "
+                "This graph runs eagerly on the device, where the op runs its own "
+                "implementation.", op=qualname, reason="custom-op") from None
+        carried += 1
+    if carried:
+        gm.graph.lint()
+        gm.recompile()
+    return carried
+
+
+def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
+    val = node.meta.get("val")
+    single = isinstance(val, torch.Tensor)
+    outs = [val] if single else list(val) if isinstance(val, (tuple, list)) else None
+    if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+        raise _NotCarried("its outputs are not one tensor or a tuple of tensors")
+    if len(outs) > MAX_OUTPUTS:
+        raise _NotCarried(f"it has {len(outs)} outputs (at most {MAX_OUTPUTS})")
+    inputs: list[fx.Node] = []
+    args = [_template(a, inputs) for a in node.args]
+    kwargs = {k: _template(v, inputs) for k, v in node.kwargs.items()}
+    if not inputs:
+        raise _NotCarried("it has no tensor input")
+    config = {"args": args, "kwargs": kwargs,
+              "outputs": [[list(o.shape), str(o.dtype).removeprefix("torch.")] for o in outs]}
+    config["plan"] = _plan(target, config, [i.meta["val"] for i in inputs])
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    with gm.graph.inserting_before(node):
+        call = gm.graph.call_function(carrier(len(outs)), (inputs, target.name, text))
+        call.meta["val"] = outs[0] if len(outs) == 1 else tuple(outs)
+        items = [call] if len(outs) == 1 else []
+        for i, o in enumerate(outs if len(outs) > 1 else []):
+            item = gm.graph.call_function(operator.getitem, (call, i))
+            item.meta["val"] = o
+            items.append(item)
+    if single:
+        node.replace_all_uses_with(items[0])
+    else:
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem:
+                user.replace_all_uses_with(items[user.args[1]])
+                gm.graph.erase_node(user)
+            else:
+                raise _NotCarried("its tuple of outputs is used as a whole")
+    gm.graph.erase_node(node)
+
+
+def _template(a: Any, inputs: list[fx.Node]) -> Any:
+    """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``)."""
+    if isinstance(a, fx.Node):
+        if not isinstance(a.meta.get("val"), torch.Tensor):
+            raise _NotCarried(f"argument {a.name} is not a tensor")
+        inputs.append(a)
+        return {"tensor": len(inputs) - 1}
+    if isinstance(a, (list, tuple)):
+        return [_template(x, inputs) for x in a]
+    if a is None or isinstance(a, (bool, int, str)):
+        return a
+    if isinstance(a, float):
+        if a != a or a in (float("inf"), float("-inf")):
+            raise _NotCarried(f"a float argument is {a} (JSON holds finite floats only)")
+        return a
+    raise _NotCarried(f"an argument of type {type(a).__name__} cannot be written as JSON")
+
+
+_PLANS: dict[str, dict[str, Any]] = {}
+
+
+def _plan(target: Any, config: dict[str, Any], values: list[torch.Tensor]) -> dict[str, Any]:
+    """The target's cost plan for these shapes on the current profile (memoized: a model
+    calls one kernel on the same shapes in every layer)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from torchneuron.hardware import current_profile
+
+    specs = [[list(v.shape), str(v.dtype)] for v in values]
+    key = json.dumps([target.name, current_profile().name, specs, config["args"],
+                      config["kwargs"]], sort_keys=True)
+    plan = _PLANS.get(key)
+    if plan is None:
+        with unset_fake_temporarily():
+            zeros = [torch.zeros(v.shape, dtype=v.dtype) for v in values]
+            args, kwargs = fill_arguments(config, zeros)
+            try:
+                plan = dict(target.plan(args, kwargs))
+            except Exception as e:  # noqa: BLE001 - the kernel cannot run on these shapes
+                raise _NotCarried(f"planning its cost failed ({type(e).__name__}: {e})") from None
+        plan["profile"] = current_profile().name
+        _PLANS[key] = plan
+    return plan

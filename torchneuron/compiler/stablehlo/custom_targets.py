@@ -1,0 +1,103 @@
+"""The targets a ``stablehlo.custom_call`` may name: registered by name, never loaded.
+
+Why a registry and not code in the program: an executable is data (a cache entry must
+not be able to run code). A custom call names its target (``call_target_name``) and
+carries plain JSON (``backend_config``); the code that computes it is whatever this
+process registered under that name (an ``nki_op`` registers itself when it is defined).
+A program naming a target nobody registered cannot run here: the cache treats it as a
+miss, the interpreter raises naming it.
+
+A target has two functions:
+
+- ``plan(args, kwargs) -> dict``: at compile time, in the process that compiles (the
+  worker has no user code), the device cost of one call on inputs of these shapes
+  (zeros): ``engine_ns`` per engine, ``fixed_ns``, ``total_ns``, ``roofline_ns``,
+  ``bound``, ``hbm_bytes`` and ``matmuls`` (``[count, m, k, n, dtype]`` rows); neuronc
+  schedules the call with it;
+- ``run(args, kwargs) -> (outputs, total_ns, trace)``: at run time, the outputs (CPU
+  tensors), the device time this call took and its instructions for the profiler
+  (``(track, name, start_ns, end_ns, line)`` relative to the call's start). A call whose
+  time differs from its plan (its work depends on the values, as MoE's routing does)
+  charges the difference on top of the executable's time (``take_calls``), so the device
+  is charged what the kernels did.
+
+Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CustomCallTarget", "register_target", "lookup_target", "target_for_op",
+           "fill_arguments", "record_call", "take_calls"]
+
+
+@dataclass(frozen=True)
+class CustomCallTarget:
+    """One registered target (see the module docstring)."""
+
+    name: str
+    run: Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[Any]]]
+    plan: Callable[[list[Any], dict[str, Any]], dict[str, Any]]
+    op: Any = None  # the PyTorch op it stands for (an OpOverload), if any
+
+
+_TARGETS: dict[str, CustomCallTarget] = {}
+_BY_OP: dict[Any, CustomCallTarget] = {}
+
+
+def register_target(target: CustomCallTarget) -> None:
+    """Register (or replace: a redefined op replaces its target) ``target``."""
+    _TARGETS[target.name] = target
+    if target.op is not None:
+        _BY_OP[target.op] = target
+
+
+def lookup_target(name: str) -> CustomCallTarget | None:
+    """The target registered under ``name``, or None."""
+    return _TARGETS.get(name)
+
+
+def target_for_op(op: Any) -> CustomCallTarget | None:
+    """The target registered for the PyTorch op ``op`` (an OpOverload), or None."""
+    return _BY_OP.get(op)
+
+
+def fill_arguments(config: dict[str, Any], tensors: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The call's (args, kwargs): ``config["args"]`` / ``config["kwargs"]`` with each
+    ``{"tensor": i}`` slot replaced by ``tensors[i]`` (the custom call's operands)."""
+    def fill(v: Any) -> Any:
+        if isinstance(v, dict):
+            return tensors[v["tensor"]]
+        if isinstance(v, list):
+            return [fill(x) for x in v]
+        return v
+
+    return ([fill(a) for a in config.get("args", [])],
+            {k: fill(v) for k, v in config.get("kwargs", {}).items()})
+
+
+class _Calls(threading.local):
+    def __init__(self) -> None:
+        self.extra_ns = 0
+        self.traces: list[list[Any]] = []
+
+
+_calls = _Calls()
+
+
+def record_call(planned_ns: int, ns: int, trace: list[Any]) -> None:
+    """A call ran ``ns`` where its plan said ``planned_ns``; ``trace`` its instructions."""
+    _calls.extra_ns += int(ns) - int(planned_ns)
+    _calls.traces.append(trace)
+
+
+def take_calls() -> tuple[int, list[list[Any]]]:
+    """This thread's calls since the last take (and forget them): the total difference
+    from their plans, and their traces in the order they ran."""
+    out = (_calls.extra_ns, _calls.traces)
+    _calls.extra_ns, _calls.traces = 0, []
+    return out
