@@ -19,9 +19,9 @@ from typing import Any
 
 from torchneuron.adaptive_eager import background, hops, hostdata
 from torchneuron.adaptive_eager.explain import explain_runtime
+from torchneuron.adaptive_eager.mode import AdaptiveEagerMode, Runtime
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
-from torchneuron.adaptive_eager.runtime import AdaptiveEagerMode, Runtime
 from torchneuron.hardware import core as _core
 
 __all__ = ["Reason", "Region", "State", "enable", "disable", "enabled", "is_enabled",
@@ -98,7 +98,7 @@ def regions() -> list[Region]:
 
 def stats() -> dict[str, Any]:
     """Counters: ops recorded and deferred, regions, compilations, replays, side exits,
-    variant switches (``Runtime.switch_variant``), fallback reasons (reason -> count), regions by state, the wall-clock stall."""
+    variant switches (``SwapIn.switch_variant``), fallback reasons (reason -> count), regions by state, the wall-clock stall."""
     c = _runtime.counts
     by_state: dict[str, int] = {}
     for r in _runtime.regions.values():
