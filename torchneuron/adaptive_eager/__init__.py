@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,18 @@ def _on_sync(index: int, kind: str) -> None:
     _runtime.on_sync(index, kind)
 
 
+def _at_exit() -> None:
+    """A process that ends with adaptive eager still on: its regions whose real compile
+    was not started yet are compiled for the compile cache, as ``disable()`` does. Run
+    among ``threading``'s exit hooks, which run before the compile thread is joined (a
+    plain ``atexit`` hook would run after, when no work can be handed to it)."""
+    if _mode is not None:
+        _runtime.lifecycle.start_unstarted()
+
+
+threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+
+
 def enable() -> None:
     """Start adaptive eager for every neuron op from now on (idempotent)."""
     global _mode
@@ -55,6 +68,7 @@ def disable() -> None:
     if _mode is None:
         return
     _runtime.flush()
+    _runtime.lifecycle.start_unstarted()  # for the compile cache (``Lifecycle``)
     _core.remove_sync_listener(_on_sync)
     hostdata.uninstall()
     hops.uninstall()

@@ -78,6 +78,8 @@ class Detector:
             finally:
                 self.at_boundary = False
         if boundary:
+            if self.lifecycle.unstarted:  # real compiles due to start (once per step)
+                self.lifecycle.poll(get_core(self.ledger.index))
             pos = self.ledger.pos()
             self.ledger.growing.step_ended()
             self.longest_epoch = max(self.longest_epoch, pos - self.epoch_pos)

@@ -31,6 +31,14 @@ from torchneuron.hardware import get_core, settings
 __all__ = ["Lifecycle", "gain"]
 
 log = logging.getLogger("torchneuron.adaptive_eager")
+# The real compile of a region starts when its modeled compile (on the simulated clock)
+# is this close to done, not when the region turns hot: a compile the run never reaches
+# (a short run, a region that becomes ready after the loop ended) then costs the steps
+# no wall time, and one it does reach competes with the program's own thread (for the
+# GIL, and for the cores of a loaded machine) only for the last stretch before it is
+# used. A compile not done by then makes the replay wait on the wall clock only
+# (``publish``); simulated time never depends on it.
+START_AHEAD_NS = 1_000_000_000
 
 
 def _setting(name: str) -> int:
@@ -47,6 +55,8 @@ class Lifecycle:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
+        # compiling regions whose real compile has not started: key -> (region, examples)
+        self.unstarted: dict[str, tuple[Region, list[Any]]] = {}
 
     # --- hot: capture and compile -------------------------------------------------------------
     def capture(self, region: Region, inputs_and_live: Any) -> None:
@@ -135,10 +145,12 @@ class Lifecycle:
         region.compile_job = core.timeline.submit_compile(
             region.compile_latency_ns, priority, core.profile.compile_parallelism)
         region.ready_at_ns = core.timeline.compile_done_at(region.compile_job)
-        region.future = background.submit(gm, examples, region.key)
+        region.future = None
+        self.unstarted[region.key] = (region, examples)
         if region.state is not State.COMPILING:  # (a recaptured region already is)
             region.to(State.COMPILING)
         L.counts["compilations"] += 1
+        self.poll(core)
         log.info("region %s (%d ops) is hot: compiling; modeled latency %d ns, ready at %d ns",
                  region.key, n, region.compile_latency_ns, region.ready_at_ns)
 
@@ -165,6 +177,42 @@ class Lifecycle:
         log.info("region %s: recaptured with %d more outputs", region.key, len(missing))
         self.compile_region(region, new, gm, get_core(L.index))
 
+    # --- the real compiles ---------------------------------------------------------------------
+    def poll(self, core: Any) -> None:
+        """Start the real compile of each compiling region whose modeled compile is within
+        ``START_AHEAD_NS`` of done (or done); forget regions no longer compiling."""
+        if not self.unstarted:
+            return
+        for key, (region, _) in list(self.unstarted.items()):
+            if region.state is not State.COMPILING:
+                del self.unstarted[key]
+                continue
+            if region.ready_at_ns is None and region.compile_job is not None:
+                region.ready_at_ns = core.timeline.compile_done_at(region.compile_job)
+            if region.ready_at_ns is not None and core.now >= region.ready_at_ns - START_AHEAD_NS:
+                self._start(region)
+
+    def _start(self, region: Region) -> None:
+        _, examples = self.unstarted.pop(region.key)
+        region.future = background.submit(region.graph, examples, region.key)
+
+    def start_unstarted(self, *, wait: bool = False) -> None:
+        """Adaptive eager stops (``disable``) or the process ends: compile the regions
+        not yet started after all when a compile cache will keep their executables (the
+        next run then finds them: ``adaptive_warm``); else leave them, never compiled.
+        ``wait``: compile on this thread (at interpreter exit, no new thread may start)."""
+        if not self.unstarted or not background.caching():
+            return
+        for region, examples in list(self.unstarted.values()):
+            if region.state is not State.COMPILING:
+                self.unstarted.pop(region.key)
+                continue
+            if wait:
+                self.unstarted.pop(region.key)
+                region.future = background.compiled_now(region.graph, examples, region.key)
+            else:
+                self._start(region)
+
     # --- ready: publish -----------------------------------------------------------------------
     def tier(self, region: Region, core: Any) -> int:
         """How ``region`` can replay now: 2 through its executable (published here if its
@@ -173,6 +221,10 @@ class Lifecycle:
         if region.state is State.COMPILING and region.ready_at_ns is None \
                 and region.compile_job is not None:
             region.ready_at_ns = core.timeline.compile_done_at(region.compile_job)
+        if region.future is None and region.state is State.COMPILING \
+                and region.ready_at_ns is not None and region.key in self.unstarted \
+                and core.now >= region.ready_at_ns - START_AHEAD_NS:
+            self._start(region)
         if region.state is State.COMPILING and region.ready_at_ns is not None \
                 and core.now >= region.ready_at_ns:
             self.publish(region)
@@ -186,6 +238,8 @@ class Lifecycle:
     def publish(self, region: Region) -> None:
         """The simulated compile is done: take the real result (waiting if it is late)."""
         L = self.ledger
+        if region.future is None:  # not started (``poll``): compiled now, while we wait
+            self._start(region)
         exe, err, stall = background.wait(region.future)
         region.future = None
         region.wall_stall_s += stall
