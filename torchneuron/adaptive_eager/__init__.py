@@ -7,6 +7,12 @@ and why anything ran eagerly; ``reset()`` forgets everything (tests, benchmarks)
 ``TORCHNEURON_ADAPTIVE_EAGER=1`` enables it at ``import torchneuron``; ``python -m
 torchneuron.run script.py`` enables it and prints the summary at exit.
 
+The runtime is split by job, in the order an op meets it: ``mode`` (the dispatch mode
+and the op path), ``detect`` (segments into region sightings), ``lifecycle`` (the one
+driver of a region's state: capture, compile, publish), ``swapin`` (which region
+replays, variants, how replays end), all sharing one ``ledger``; ``replay`` defers and
+runs a region's ops. None of them imports another in a circle.
+
 Imports ``compiler``, ``dispatch``, ``device`` and ``hardware`` (all below it).
 """
 
