@@ -20,7 +20,7 @@ import torch
 
 from torchneuron.compiler.decomp_cpu_dependent import REFUSED_REASONS as CPU_DEPENDENT_REASONS
 
-__all__ = ["RefusedOps"]
+__all__ = ["RefusedOps", "stream_names"]
 
 # Reasons that belong to the op, not to the region, its layouts or the worker (half-conv
 # and cpu-dependent-special-value are the op's in a dtype: all its overloads run eagerly)
@@ -42,6 +42,11 @@ _BECOMES = {
                                       "aten._native_batch_norm_legit_functional",
                                       "aten._native_batch_norm_legit_no_training"),
 }
+
+
+def stream_names(name: str) -> tuple[str, ...]:
+    """The stream's ops a refusal naming ``name`` (``aten.x``) is learned for."""
+    return (name, *_BECOMES.get(name, ()))
 
 
 def _name(func: Any) -> str:
@@ -76,7 +81,7 @@ class RefusedOps:
         name = "aten." + parts[1].rstrip("_")
         if name not in self.names and len(self.names) >= _MAX_OPS:
             return False
-        names = {name, *_BECOMES.get(name, ())}
+        names = set(stream_names(name))
         funcs = [f for f in dict.fromkeys(region_ops)
                  if isinstance(f, torch._ops.OpOverload) and _name(f) in names
                  and f not in self.ops]
