@@ -7,6 +7,12 @@ and why anything ran eagerly; ``reset()`` forgets everything (tests, benchmarks)
 ``TORCHNEURON_ADAPTIVE_EAGER=1`` enables it at ``import torchneuron``; ``python -m
 torchneuron.run script.py`` enables it and prints the summary at exit.
 
+The runtime is split by job, in the order an op meets it: ``mode`` (the dispatch mode
+and the op path), ``detect`` (segments into region sightings), ``lifecycle`` (the one
+driver of a region's state: capture, compile, publish), ``swapin`` (which region
+replays, variants, how replays end), all sharing one ``ledger``; ``replay`` defers and
+runs a region's ops. None of them imports another in a circle.
+
 Imports ``compiler``, ``dispatch``, ``device`` and ``hardware`` (all below it).
 """
 
@@ -14,15 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from torchneuron.adaptive_eager import background, hops, hostdata
 from torchneuron.adaptive_eager import options as _options  # noqa: F401  (declares its settings)
 from torchneuron.adaptive_eager.explain import explain_runtime
+from torchneuron.adaptive_eager.mode import AdaptiveEagerMode, Runtime
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
-from torchneuron.adaptive_eager.runtime import AdaptiveEagerMode, Runtime
 from torchneuron.hardware import core as _core
 from torchneuron.hardware import state as _state
 
@@ -36,6 +43,18 @@ _mode: AdaptiveEagerMode | None = None
 
 def _on_sync(index: int, kind: str) -> None:
     _runtime.on_sync(index, kind)
+
+
+def _at_exit() -> None:
+    """A process that ends with adaptive eager still on: its regions whose real compile
+    was not started yet are compiled for the compile cache, as ``disable()`` does. Run
+    among ``threading``'s exit hooks, which run before the compile thread is joined (a
+    plain ``atexit`` hook would run after, when no work can be handed to it)."""
+    if _mode is not None:
+        _runtime.lifecycle.start_unstarted()
+
+
+threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
 
 
 def enable() -> None:
@@ -57,6 +76,7 @@ def disable() -> None:
     if _mode is None:
         return
     _runtime.flush()
+    _runtime.lifecycle.start_unstarted()  # for the compile cache (``Lifecycle``)
     _core.remove_sync_listener(_on_sync)
     hostdata.uninstall()
     hops.uninstall()
@@ -100,7 +120,7 @@ def regions() -> list[Region]:
 
 def stats() -> dict[str, Any]:
     """Counters: ops recorded and deferred, regions, compilations, replays, side exits,
-    variant switches (``Runtime.switch_variant``), fallback reasons (reason -> count), regions by state, the wall-clock stall."""
+    variant switches (``SwapIn.switch_variant``), fallback reasons (reason -> count), regions by state, the wall-clock stall."""
     c = _runtime.counts
     by_state: dict[str, int] = {}
     for r in _runtime.regions.values():

@@ -20,7 +20,7 @@ from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.pipeline import compile_graph, load_cached
 from torchneuron.compiler.prepare.trace_lock import wait_for
 
-__all__ = ["drain", "lookup", "submit", "wait", "shutdown"]
+__all__ = ["caching", "compiled_now", "drain", "lookup", "submit", "wait", "shutdown"]
 
 _executor: ThreadPoolExecutor | None = None
 
@@ -50,6 +50,21 @@ def submit(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> 
     if _executor is None:
         _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchneuron-ae-compile")
     return _executor.submit(_compile, gm, examples, key)
+
+
+def compiled_now(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> Future:
+    """Compile region ``key`` on this thread; its result as a finished future."""
+    future: Future = Future()
+    try:
+        future.set_result(_compile(gm, examples, key))
+    except Exception as e:  # noqa: BLE001 - handed to ``wait`` as a compile error
+        future.set_exception(e)
+    return future
+
+
+def caching() -> bool:
+    """Whether a compile cache keeps what is compiled (for this and later processes)."""
+    return default_store() is not None
 
 
 def wait(future: Future) -> tuple[Any, BaseException | None, float]:

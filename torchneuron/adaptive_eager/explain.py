@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from torchneuron.adaptive_eager.reasons import Reason
+from torchneuron.adaptive_eager.refused import stream_names
 from torchneuron.adaptive_eager.region import Region, State
 
 __all__ = ["explain_runtime", "explain_region"]
@@ -143,7 +144,8 @@ def _compile_failed(detail: str, refused: set[str]) -> str:
              if m and op else
              f"the compiler refused the region ({m.group('reason')}, {m.group('stage')} stage)"
              if m else "the compiler refused the region")
-    between = op is not None and _base(op) in {_base(name) for name in refused}
+    between = op is not None and not {_base(n) for n in stream_names("aten." + _base(op))}.isdisjoint(
+        {_base(name) for name in refused})
     message = _WHERE.sub("", detail or "").strip()
     return (f"{Reason.COMPILE_FAILED.value}: {blame}. The region runs eagerly, with eager's "
             "results" + ("; that op runs eagerly between regions from now on, so the ops "

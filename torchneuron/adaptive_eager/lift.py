@@ -131,9 +131,26 @@ def block_identity(sigs: tuple) -> tuple:
     return _blanked(sigs) or sigs
 
 
+_BLIND: dict[tuple, int] = {}  # (func, static, outs) -> its blind key (``blind_key``)
+_KEEP_BLIND = 1 << 16  # entries remembered (all forgotten at once past this)
+
+
 def blind_key(entry: Any) -> int:
     """A recorded entry's period key with the floats it could lift blanked: the last op of
-    a lifted region (AdamW's ``addcdiv_``) is found at a cut whatever its step's value."""
+    a lifted region (AdamW's ``addcdiv_``) is found at a cut whatever its step's value.
+
+    Remembered per (op, description, outputs): every step records the same ops again, and
+    finding which floats could be lifted cost more than the rest of the per-step search."""
+    whole = (entry.func, entry.static, entry.outs)
+    key = _BLIND.get(whole)
+    if key is None:
+        if len(_BLIND) >= _KEEP_BLIND:
+            _BLIND.clear()
+        key = _BLIND[whole] = _blind_key(entry)
+    return key
+
+
+def _blind_key(entry: Any) -> int:
     fl = _floats(entry.static)
     subs = {w: ("float", None) for w, _ in fl if liftable(entry.func, w, entry.static) is not None}
     static = (_replace(entry.static[0], subs),) + entry.static[1:] if subs else entry.static

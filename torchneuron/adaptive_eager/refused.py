@@ -22,7 +22,7 @@ from torchneuron.compiler.decomp.refusals.cpu_dependent import (
     REFUSED_REASONS as CPU_DEPENDENT_REASONS,
 )
 
-__all__ = ["RefusedOps"]
+__all__ = ["RefusedOps", "stream_names"]
 
 # Reasons that belong to the op, not to the region, its layouts or the worker (half-conv
 # and cpu-dependent-special-value are the op's in a dtype: all its overloads run eagerly)
@@ -35,6 +35,21 @@ _OP_REASONS = frozenset({
     *CPU_DEPENDENT_REASONS,
 })
 _MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream
+# The op a refusal names may be what the compiler's preparation made of the stream's op
+# (PyTorch's decompositions run first): these stream ops become the named one, so they
+# are what runs between regions. Without this, a bfloat16 BatchNorm refused as
+# ``_native_batch_norm_legit`` was never matched to the stream's ``native_batch_norm``,
+# and every region holding it failed to compile again, for good.
+_BECOMES = {
+    "aten._native_batch_norm_legit": ("aten.native_batch_norm",
+                                      "aten._native_batch_norm_legit_functional",
+                                      "aten._native_batch_norm_legit_no_training"),
+}
+
+
+def stream_names(name: str) -> tuple[str, ...]:
+    """The stream's ops a refusal naming ``name`` (``aten.x``) is learned for."""
+    return (name, *_BECOMES.get(name, ()))
 
 
 def _name(func: Any) -> str:
@@ -69,8 +84,9 @@ class RefusedOps:
         name = "aten." + parts[1].rstrip("_")
         if name not in self.names and len(self.names) >= _MAX_OPS:
             return False
+        names = set(stream_names(name))
         funcs = [f for f in dict.fromkeys(region_ops)
-                 if isinstance(f, torch._ops.OpOverload) and _name(f) == name
+                 if isinstance(f, torch._ops.OpOverload) and _name(f) in names
                  and f not in self.ops]
         return self._add(funcs, name, reason)
 

@@ -86,7 +86,7 @@ class Region:
         self.exit_positions: Counter[int] = Counter()
         self.exit_ops: dict[int, Any] = {}  # position -> the op last met there at an exit
         self.exits_since_backoff = 0
-        self.recaptures = 0  # captured again with more outputs (``Runtime.recapture``)
+        self.recaptures = 0  # captured again with more outputs (``Lifecycle.recapture``)
         self.backoffs = 0  # back-offs not yet forgiven (``record_replay``)
         self.skip_starts = 0
         self.good_streak = 0  # good replays since the last side exit
@@ -112,7 +112,7 @@ class Region:
         blacklist after repeated back-offs. A region that exits now and then between good
         replays keeps replaying; one that exits every time is backed off after that many
         starts. ``kept``: an exit good replays do not forgive (a predictable one, see
-        ``Runtime.replay_exited``). Leaves the region READY (or BLACKLISTED)."""
+        ``SwapIn.replay_exited``). Leaves the region READY (or BLACKLISTED)."""
         self.exits[reason] += 1
         self.exit_positions[position] += 1
         self.exits_since_backoff += 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -34,6 +34,7 @@ from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import run_eagerly, static_of, vid_of
+from torchneuron.adaptive_eager.region import Region
 from torchneuron.adaptive_eager.signature import Unsupported, rebuild
 from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler.launch import launch
@@ -42,9 +43,30 @@ from torchneuron.device import buffers
 from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of, wrap_buffer
 from torchneuron.hardware import get_core
 
-__all__ = ["Replay", "MISMATCH"]
+__all__ = ["Replay", "ReplayOwner", "MISMATCH"]
 
 MISMATCH = object()
+
+
+class ReplayOwner(Protocol):
+    """Who hears how a replay ends (``swapin.SwapIn``): the replay reports each end
+    through these, and never reaches into the runtime otherwise."""
+
+    def finish_as_variant(self, rp: Replay) -> bool:
+        """End ``rp`` as the replayable variant that is exactly its ops so far, if any."""
+        ...
+
+    def replay_ended(self, rp: Replay) -> None:
+        """``rp`` is over (it finished or side-exits): no replay is in progress."""
+        ...
+
+    def replay_finished(self, rp: Replay) -> None:
+        """``rp`` ran its region (either tier) and gave its values."""
+        ...
+
+    def replay_exited(self, rp: Replay, reason: Reason) -> None:
+        """``rp`` side-exits for ``reason``; its deferred ops run eagerly next."""
+        ...
 
 
 _STORAGE = torch.Tensor.untyped_storage
@@ -145,7 +167,7 @@ def _no_modes() -> contextlib.AbstractContextManager:
     return _disable_current_modes()
 
 
-def _guards(region: Any) -> list[OpGuard]:
+def _guards(region: Region) -> list[OpGuard]:
     """``region``'s guards, each with its generated dataflow check."""
     guards = guards_of(region, _INDEX_CHECKS)
     if guards and guards[0].bind is None:
@@ -236,7 +258,7 @@ class _Write:
 class Replay:
     """One replay of a ready region."""
 
-    def __init__(self, runtime: Any, region: Any, index: int, tier: int = 2) -> None:
+    def __init__(self, runtime: ReplayOwner, region: Region, index: int, tier: int = 2) -> None:
         self.runtime = runtime
         self.region = region
         self.tier = tier  # 1: the recorded eager kernels at the end; 2: the executable
@@ -275,9 +297,9 @@ class Replay:
     def complete(self) -> bool:
         return self.pos == self.n
 
-    def adopt(self, region: Any, tier: int = 2) -> None:
+    def adopt(self, region: Region, tier: int = 2) -> None:
         """Go on as a replay of ``region``, another variant from the same start whose
-        signatures up to ``pos`` are this region's (``Runtime.switch_variant``): the ops
+        signatures up to ``pos`` are this region's (``SwapIn.switch_variant``): the ops
         deferred so far matched it too, with the same input slots, value ids and lifted
         scalar numbers. Input slots a failed check of the op at ``pos`` handed out are
         taken back first."""
@@ -439,7 +461,7 @@ class Replay:
     def end_here(self, reason: Reason) -> None:
         """The stream reached a boundary inside the region (a read, a sync, a host copy
         into an input): finish if every op was deferred, else as the ready variant that
-        stops exactly here (``Runtime.finish_as_variant``), else side-exit for ``reason``."""
+        stops exactly here (``ReplayOwner.finish_as_variant``), else side-exit for ``reason``."""
         if self.complete:
             self.finish()
         elif not self.runtime.finish_as_variant(self):

@@ -1,0 +1,275 @@
+"""The dispatch mode and the op path: where every op on a neuron tensor meets adaptive
+eager.
+
+Every aten op on neuron tensors passes through ``AdaptiveEagerMode`` (after autograd, so
+backward and optimizer ops too, and factory ops with ``device="neuron"``) into
+``Runtime.on_op``. While a replay is in progress the op is deferred into it (``replay``)
+or the replay switches variant or side-exits (``swapin``). Otherwise the op runs eagerly
+and is recorded into the segment (``detect`` closes segments into region sightings), or,
+at a start point, starts a replay (``swapin``). Host-to-device copies run eagerly and
+stay inside (``hostdata``); reads and syncs end the segment; ops the compiler refused or
+whose shapes grow every step run eagerly between regions.
+
+``Runtime`` is the ledger its parts share (``ledger``) with the op path on top: it
+builds the parts (``Lifecycle``, ``Detector``, ``SwapIn``) and hands each the ledger,
+so none of them imports another in a circle.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchneuron.adaptive_eager import hostdata
+from torchneuron.adaptive_eager.detect import PERIOD_CHECKS, Detector
+from torchneuron.adaptive_eager.growing import NEW
+from torchneuron.adaptive_eager.ledger import Ledger
+from torchneuron.adaptive_eager.lifecycle import Lifecycle
+from torchneuron.adaptive_eager.reasons import Reason
+from torchneuron.adaptive_eager.recorder import outputs_of, run_eagerly, static_of
+from torchneuron.adaptive_eager.replay import MISMATCH
+from torchneuron.adaptive_eager.signature import Unsupported, meta_of
+from torchneuron.adaptive_eager.swapin import SwapIn
+from torchneuron.device.tensor import NeuronTensor
+from torchneuron.dispatch.opfacts import op_facts
+from torchneuron.dispatch.oprecord import record
+from torchneuron.hardware import get_core, settings
+
+__all__ = ["AdaptiveEagerMode", "Runtime"]
+
+log = logging.getLogger("torchneuron.adaptive_eager")
+aten = torch.ops.aten
+_TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
+_inference_mode = torch.is_inference_mode_enabled
+
+
+def _setting(name: str) -> int:
+    return int(settings.get_value(name))
+
+
+def _device_index(args: tuple, kwargs: dict) -> int | None:
+    for a in args:
+        if isinstance(a, NeuronTensor):
+            return a._device_index
+        if isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, NeuronTensor):
+                    return b._device_index
+    for v in kwargs.values():
+        if isinstance(v, NeuronTensor):
+            return v._device_index
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type == "neuron":
+        return torch.device(dev).index or 0
+    return None
+
+
+def _is_read(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Ops that hand device values to the host (or take host data): region boundaries."""
+    facts = op_facts(func)
+    if facts.returns_host_values or not facts.returns_tensors_only:
+        return True
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type != "neuron":
+        return True
+    return func is aten.copy_.default and not isinstance(args[0], NeuronTensor)
+
+
+def _described(func: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """The op, its arguments' metadata and scalars (``static_of``), or None."""
+    try:
+        return func, static_of(func, args, kwargs)[0]
+    except Unsupported:
+        return None
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    out = []
+    for pos, name in op_facts(func).written:
+        v = args[pos] if pos < len(args) else kwargs.get(name)
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(t, NeuronTensor):
+                out.append(t)
+    return out
+
+
+class Runtime(Ledger):
+    """All state of adaptive eager in this process (the ledger), and the op path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lifecycle = Lifecycle(self)
+        self.detector = Detector(self, self.lifecycle)
+        self.swapin = SwapIn(self, self.lifecycle, self.detector)
+
+    # --- the op path ------------------------------------------------------------------------
+    def on_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        # ``_device_index``: most ops' first argument is a neuron tensor (no call then)
+        a = args[0] if args else None
+        index = a._device_index if type(a) is NeuronTensor else _device_index(args, kwargs)
+        if index is None:
+            return func(*args, **kwargs)
+        composite_view = False
+        if _inference_mode() and func.is_view and isinstance(a, torch.Tensor) \
+                and not a.is_inference():
+            composite_view = record(func).composite
+            if not composite_view:
+                # A view of a normal tensor is a normal tensor, in inference mode too,
+                # and PyTorch gives it its base's version counter after we return: a
+                # deferred (pending) wrapper made in inference mode would be an inference
+                # tensor, which has none ("Cannot set version_counter for inference
+                # tensor"). As the eager path does, make it outside inference mode,
+                # grad mode kept off.
+                with torch.inference_mode(False), torch.no_grad():
+                    return self.on_op(func, args, kwargs)
+        with self.lock:
+            self.index = index
+            # only these two copy host data in (the check's first step, without its call)
+            if (func is _TO_COPY or func is _COPY) and hostdata.is_host_to_device(func, args,
+                                                                                 kwargs):
+                return self.host_copy(func, args, kwargs)
+            rp = self.replay
+            if rp is not None:
+                if rp.pos == rp.n:  # ``rp.complete``
+                    rp.finish()
+                else:
+                    out = rp.try_defer(func, args, kwargs)
+                    if out is MISMATCH:
+                        out = self.swapin.switch_variant(rp, func, args, kwargs)
+                    if out is not MISMATCH:
+                        return out
+                    if not rp.done:
+                        reason = rp.exit_reason or (
+                            Reason.BOUNDARY_INSIDE if _is_read(func, args, kwargs)
+                            else Reason.GUARD_MISMATCH)
+                        if reason is Reason.GUARD_MISMATCH:
+                            rp.exit_op = _described(func, args, kwargs)
+                        rp.side_exit(reason)
+            if composite_view or _is_read(func, args, kwargs):
+                # (``reshape``, ``mT``, ``to`` of a normal tensor in inference mode: eager
+                # decomposes them as the CPU does, so their views are recorded as views)
+                self.detector.end_segment()
+                return func(*args, **kwargs)
+            refused = self.refused.ops  # a plain dict: no Python call per op
+            if refused and func in refused:
+                return self.refused_op(func, args, kwargs)
+            try:
+                static, _template, tensors = static_of(func, args, kwargs)
+            except Unsupported:
+                self.detector.end_segment()
+                return func(*args, **kwargs)
+            if self.growing.at:
+                kind = self.growing.kind(func, static)
+                if kind == NEW:
+                    return self.between_regions(func, args, kwargs, static, tensors)
+                if self.growing.cut(kind) and self.segment.entries:
+                    self.detector.end_segment(boundary=False)  # a run of growing ops: its own region
+            if not self.segment.entries:
+                out = self.swapin.try_start(func, args, kwargs, static, tensors)
+                if out is not MISMATCH:
+                    return out
+            return self.record(func, args, kwargs, static, tensors)
+
+    def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
+        its result is a value from outside the region. A copy into a tensor the replay or
+        segment already used ends that first."""
+        if func is aten.copy_.default:
+            rp = self.replay
+            if rp is not None and rp.done:
+                rp = None
+            if hostdata.destination_used(args[0], rp, self.segment):
+                if rp is not None:
+                    rp.end_here(Reason.HOST_COPY_INTO_INPUT)
+                else:
+                    self.detector.end_segment()
+        return func(*args, **kwargs)
+
+    def between_regions(self, func: Any, args: tuple, kwargs: dict, static: tuple,
+                        tensors: list[torch.Tensor]) -> Any:
+        """An op whose shapes change every step (``growing``): the segment ends before
+        it, and it runs eagerly, unrecorded, so that the next op is a start point."""
+        self.detector.end_segment(boundary=False)
+        core = get_core(self.index)
+        core.host(core.profile.record_ns, "between-regions")  # matched like a recorded op
+        self.counts["ops_between_regions"] += 1
+        self.growing.ran_between(func, static)
+        return run_eagerly(func, args, kwargs, tensors)
+
+    def refused_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """An op the compiler refused in an earlier region (``refused``): the segment
+        ends before it, and it runs eagerly, unrecorded, so that the next op is a start
+        point."""
+        self.detector.end_segment(boundary=False)
+        core = get_core(self.index)
+        core.host(core.profile.record_ns, "between-regions")  # as if recorded
+        self.counts["ops_between_regions"] += 1
+        return func(*args, **kwargs)
+
+    def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
+               tensors: list[torch.Tensor]) -> Any:
+        written = [(t, meta_of(t)) for t in _written(func, args, kwargs)]
+        out = run_eagerly(func, args, kwargs, tensors)
+        try:
+            struct, outs, leaves = outputs_of(out, tensors)
+        except Unsupported:
+            self.detector.end_segment()
+            return out
+        if any(meta_of(t) != m for t, m in written):  # a metadata-changing write
+            self.detector.end_segment()
+            return out
+        core = get_core(self.index)
+        core.host(core.profile.record_ns, "record")
+        self.counts["ops_recorded"] += 1
+        self.growing.saw(func, static)
+        seg = self.segment
+        seg.append(func, static + (struct,), tensors, outs, leaves)
+        n = len(seg)
+        cut = self.detector.cuts.get(n)
+        if cut is not None and seg.entries[n - 1].period_key() in cut and self.detector.try_cut(n):
+            return out
+        if n in PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
+            self.detector.find_period()
+        return out
+
+    def on_sync(self, index: int, kind: str) -> None:
+        with self.lock:
+            rp = self.replay
+            if rp is not None:
+                rp.end_here(Reason.SYNC_INSIDE)
+            self.detector.end_segment()
+
+    def flush(self) -> None:
+        """End any replay in progress (at disable)."""
+        self.on_sync(self.index, "disable")
+
+
+class AdaptiveEagerMode(TorchDispatchMode):
+    """Sees every aten op; hands those on neuron tensors to the runtime."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
+        self.runtime = runtime
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """PyTorch wraps a mode's ``__torch_dispatch__`` in ``torch._dynamo.disable``,
+        so that Dynamo never traces the mode's own code; that wrapper costs several times
+        the call itself, on every op. Ours turns Dynamo off itself, the same way and
+        for the same extent (the frame and everything it calls), for far less."""
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        prior = _set_eval_frame(None)  # what ``torch._dynamo.disable`` does around a call
+        try:
+            if not types and (not kwargs or "device" not in kwargs):
+                # no neuron tensor (``types`` lists the arguments' subclasses) and no
+                # device to create on: a host op (an optimizer's CPU step count)
+                return func(*args, **(kwargs or {}))
+            return self.runtime.on_op(func, args, kwargs or {})
+        finally:
+            _set_eval_frame(prior)
