@@ -19,7 +19,7 @@ threshold equals ``b`` as a number (so the threshold's sign of zero does not mat
 and ``b`` is not NaN (``clamp_min`` gives NaN for a NaN bound; ``x < NaN`` is false).
 Checked against the compare + select on this machine's vector widths (``default``,
 ``avx2``, ``avx512``), on contiguous and strided inputs, subnormals included
-(``tests/compiler/stablehlo/test_stablehlo_fuse_clamp.py``). Collapsed only for float32
+(``tests/compiler/interpreter/test_interpreter_collapse_clamp.py``). Collapsed only for float32
 and float64: for float16 / bfloat16 the vector loop converts to float32 and back, which
 quiets a signalling NaN (float16) or replaces every NaN by ``0xFFFF`` (bfloat16), while
 the select keeps the input's bits.

@@ -20,7 +20,7 @@ there the layout written into decides whether torch's vector or scalar loop runs
 the two keep different NaNs of two. ``torch.addcdiv`` computes ``self + value * t1 / t2``
 in that order and rounding in float32 and float64 (its kernel's scalar tail and vector
 body both measured against the three ops, NaN, infinities, signed zeros and subnormals
-included, in tests/compiler/test_fuse_pointwise.py); it is not used in float16 or
+included, in tests/compiler/interpreter/test_interpreter_collapse_pointwise.py); it is not used in float16 or
 bfloat16, where it rounds once instead of three times. With a NaN ``value`` the kernel's
 ``value * t1`` might keep ``value``'s NaN where the program's ``t1 * value`` keeps
 ``t1``'s, so then the three ops run. Not used: ``torch.addcmul`` and ``torch.lerp``,

@@ -1,4 +1,4 @@
-"""Load-time simplification (``stablehlo._simplify``): ops that compute nothing are not
+"""Load-time simplification (``interpreter._simplify``): ops that compute nothing are not
 run, reshape chains collapse, and the program's results do not change by one bit.
 
 Why: a prepared program runs every training step; the lowering's identity reshapes,

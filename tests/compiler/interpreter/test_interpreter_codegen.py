@@ -19,7 +19,7 @@ import torch
 
 import torchneuron.adaptive_eager as ae
 from tests import loops
-from tests.compiler.stablehlo.test_stablehlo_parity import CASES
+from tests.compiler.interpreter.test_interpreter_parity import CASES
 from torchneuron.compiler.interpreter import StableHLOExecutionError, load
 from torchneuron.compiler.interpreter._codegen import generate
 from torchneuron.compiler.stablehlo import parse_module

@@ -1,5 +1,5 @@
 """Load-time fusions (``interpreter.collapse``) and the dot_general/select specializations
-(``stablehlo._specialize_math``) give the op-by-op interpreter's bits, are used on the
+(``interpreter._specialize_math``) give the op-by-op interpreter's bits, are used on the
 programs the lowering really produces, and fall back to the op-by-op run where the fast
 call could differ (NaN windows, out-of-range indices).
 

@@ -1,4 +1,4 @@
-"""The NaN-override fusion (``stablehlo._fuse_nan``): used on max-pooling's lowering, the
+"""The NaN-override fusion (``interpreter.collapse.nan``): used on max-pooling's lowering, the
 op-by-op interpreter's bits and eager PyTorch's results with and without NaNs, and the
 op-by-op run for every form whose predicate is not a NaN mask of program constants.
 
@@ -7,7 +7,7 @@ NaN: the pool's own value and index"; a wrong match would silently drop a NaN (o
 one where eager has none) in every such model.
 
 Also here: the pool with its flat index as ATen's kernel alone
-(``stablehlo._fuse_pool_flat``), the same bits as the pool and lookup run op by op.
+(``interpreter.collapse.pool_flat``), the same bits as the pool and lookup run op by op.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.compiler.stablehlo.test_stablehlo_fuse import _pool_input, _runs, _same_bits
+from tests.compiler.interpreter.test_interpreter_collapse import _pool_input, _runs, _same_bits
 
 FUSED = "torchneuron.collapsed.nan_override"
 

@@ -1,4 +1,4 @@
-"""A prepared program (``stablehlo.load``) run many times gives what a fresh
+"""A prepared program (``interpreter.load``) run many times gives what a fresh
 ``interpret`` gives, bit for bit, and its cached constants never leak to callers.
 
 Why: executables keep their prepared program across training steps and decode

@@ -1,4 +1,4 @@
-"""Load-time specializations (``stablehlo._specialize``) compute what the generic op
+"""Load-time specializations (``interpreter._specialize``) compute what the generic op
 implementations compute, bit for bit, including their edge cases (ties, signed zeros,
 NaN windows, out-of-range scatter indices), and are actually used.
 

@@ -1,4 +1,4 @@
-"""ReLU and one-sided clamps fused into eager's kernel (``stablehlo._fuse_clamp``).
+"""ReLU and one-sided clamps fused into eager's kernel (``interpreter.collapse.clamp``).
 
 Why: the fusion replaces the compare + select that ReLU lowers to (kept so that
 ``relu(-0.0)`` is -0.0, as in eager) by ``torch.relu`` / ``clamp_min`` / ``clamp_max``.

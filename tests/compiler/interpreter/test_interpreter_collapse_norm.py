@@ -1,4 +1,4 @@
-"""The batch-variance fusion (``stablehlo._fuse_norm``): used on the run BatchNorm's
+"""The batch-variance fusion (``interpreter.collapse.norm``): used on the run BatchNorm's
 training forward lowers to, the op-by-op interpreter's bits, eager PyTorch's numbers,
 and the op-by-op run for every form it does not recognise.
 
@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from tests.compiler.stablehlo.test_stablehlo_fuse import _runs, _same_bits
+from tests.compiler.interpreter.test_interpreter_collapse import _runs, _same_bits
 
 aten = torch.ops.aten
 FUSED = "torchneuron.collapsed.batch_variance"
