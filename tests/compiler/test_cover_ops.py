@@ -22,14 +22,14 @@ import torchneuron.compiler as tc
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import lowering_coverage  # noqa: E402
 
-NOW_COMPILED = ["resize_", "resize_as_", "special.bessel_j0", "special.bessel_j1",
-                "special.bessel_y0", "special.bessel_y1", "special.airy_ai",
-                "nn.functional.embedding_bag", "special.zeta",
+# (special.bessel_j0/j1/y0/y1, airy_ai and zeta compiled here within tolerance, not with
+# eager's bits, which differ between CPU code paths: refused now, test_math_refused.py)
+NOW_COMPILED = ["resize_", "resize_as_", "nn.functional.embedding_bag",
                 pytest.param("grid_sampler_3d", marks=pytest.mark.slow),
                 pytest.param("nn.functional.grid_sample", marks=pytest.mark.slow)]
 # grid_sampler_3d's samples are 5 shapes in each of 6 (mode, padding, align_corners)
 # configurations: the (2, 3, 5, 20, 20) input in every configuration.
-SAMPLES = {"special.zeta": slice(None, None, 3), "grid_sampler_3d": slice(1, None, 5),
+SAMPLES = {"grid_sampler_3d": slice(1, None, 5),
            "nn.functional.grid_sample": slice(None, None, 3)}
 
 
@@ -89,26 +89,18 @@ def _wide_range(dtype: torch.dtype) -> torch.Tensor:
                       torch.tensor(edges, dtype=dtype)])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("name", ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
                                   "airy_ai"])
-def test_bessel_and_airy_are_eagers_over_a_wide_range(name: str, dtype: torch.dtype) -> None:
-    """Large |x| is where a different float32 phase (or a libm that is off by an ulp)
-    shows: eager's own float32 steps are the only way to give its numbers there."""
-    from tests.compiler.compiled import assert_compiles_to_eager
-
+def test_bessel_and_airy_give_eagers_bits_over_a_wide_range(name: str) -> None:
+    """Refused (eager's float32 bits differ between CPU code paths): torch.compile runs
+    eager's kernel, so even large |x|, where the float32 phase has lost digits, is eager's."""
     fn = getattr(torch.special, name)
-    assert_compiles_to_eager(fn, [_wide_range(dtype)], rtol=1e-3, atol=1e-4, equal_nan=True,
-                             name=name)
-
-
-def test_bessel_of_integers_promotes_like_eager() -> None:
-    from tests.compiler.compiled import assert_compiles_to_eager
-
-    x = torch.arange(-20, 40, dtype=torch.int64)
-    assert_compiles_to_eager(lambda t: (torch.special.bessel_j0(t), torch.special.bessel_y1(t),
-                                        torch.special.airy_ai(t)), [x],
-                             rtol=1e-3, atol=1e-4, equal_nan=True)
+    x = _wide_range(torch.float32)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron")(x.to("neuron")).cpu()
+    want = fn(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~want.isnan()], want[~want.isnan()])
 
 
 @pytest.mark.parametrize("mode", [0, 1])
@@ -195,35 +187,6 @@ def test_embedding_bag_out_of_range_raises_like_eager(case: str) -> None:
     exe = compile_graph(fn, [w, torch.tensor([0, 2, 4, 1]), torch.tensor([0, 2])])
     with pytest.raises(RuntimeError):
         exe.run([w, idx, offsets])
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_zeta_over_negative_q_and_special_values_is_eagers(dtype: torch.dtype) -> None:
-    """Integer x with negative q (the kernel's long direct loop, and the regrouped sum
-    below q = -24), non-integer x, x = 1, q a non-positive integer, inf and NaN."""
-    from tests.compiler.compiled import assert_compiles_to_eager
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.cat([torch.arange(-2, 9, dtype=dtype), torch.rand(20, generator=g, dtype=dtype) * 12 - 2,
-                   torch.tensor([1.0, math.inf, math.nan], dtype=dtype)])
-    q = torch.cat([torch.rand(60, generator=g, dtype=dtype) * 80 - 60,
-                   torch.rand(20, generator=g, dtype=dtype) * 2e4 - 1e4,
-                   torch.tensor([0.0, -3.0, 2.0, 1e-30, math.inf, math.nan, -24.5, -25.5],
-                                dtype=dtype)])
-    tol = (1e-3, 1e-4) if dtype == torch.float32 else (1e-9, 1e-12)
-    assert_compiles_to_eager(torch.special.zeta, [x[:, None], q[None, :]], rtol=tol[0],
-                             atol=tol[1], equal_nan=True)
-
-
-def test_airy_ai_compiles_through_torch_compile() -> None:
-    """Through Dynamo and AOTAutograd (not only compile_graph): the decomposition puts
-    no tensor constant into the traced graph (a lift_fresh_copy failed AOT's check)."""
-    torch._dynamo.reset()
-    x = torch.linspace(-30.0, 30.0, 257)
-    before = tc.stats()["compilations"]
-    got = torch.compile(torch.special.airy_ai, backend="neuron")(x.to("neuron")).cpu()
-    assert tc.stats()["compilations"] > before
-    torch.testing.assert_close(got, torch.special.airy_ai(x), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("fn", [torch.special.bessel_j0, torch.special.bessel_j1,

@@ -1,11 +1,12 @@
-"""Resampling ops without a lowering: antialiased bilinear resize, 3-D grid sampling.
+"""Resampling ops without a lowering: 3-D grid sampling; antialiased bilinear resize refused.
 
-``_upsample_bilinear2d_aa``: ATen's kernel is separable: each output row (column) is a
-normalised triangle-filter average of a window of input rows (columns), whose weights
-depend on the sizes and scale only. Those weights are computed here while tracing,
-exactly as ATen's ``_compute_weights_aa`` does (window centre, support widened by the
-scale when downsampling, weights divided by their sum), and applied as constant matrices:
-``W_h @ x @ W_w^T``.
+``_upsample_bilinear2d_aa`` is refused (reason ``upsample-antialias``): eager's own bits
+differ between ``ATEN_CPU_CAPABILITY=default`` and ``avx2`` on 65 to 85% of the elements
+of a float32 resize (its AVX2 build takes other loops), so no lowering gives them on
+every CPU. The lowering that was here (ATen's window weights as constant matrices,
+``W_h @ x @ W_w^T``) differed from eager in the last bits of most elements and turned an
+infinity into NaN (``inf * 0`` in the matrix product) where eager skips the zero weights.
+The region runs eagerly, with eager's results.
 
 ``grid_sampler_3d`` (``F.grid_sample`` of a 5-D input; PyTorch has no decomposition for
 it): ATen's scalar CPU loop, vectorised. Per output point the three grid coordinates go
@@ -17,13 +18,12 @@ nearest voxel (round half to even) is gathered, 0 outside.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from torchneuron.compiler.decomp.registry import registrar
+from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["RESAMPLE_DECOMPOSITIONS", "area_pixel_scale"]
 
@@ -41,52 +41,18 @@ def area_pixel_scale(in_size: int, out_size: int, align_corners: bool, scale: fl
     return in_size / out_size
 
 
-def _weights(in_size: int, out_size: int, align_corners: bool, scale: float | None
-             ) -> list[list[float]]:
-    """The [out_size, in_size] matrix of ATen's antialiased bilinear weights."""
-    s = area_pixel_scale(in_size, out_size, align_corners, scale)
-    support = s if s >= 1.0 else 1.0  # interp_size / 2 = 1, widened by the scale
-    invscale = 1.0 / s if s >= 1.0 else 1.0
-    rows = []
-    for i in range(out_size):
-        center = s * (i + 0.5)
-        xmin = max(int(center - support + 0.5), 0)
-        xsize = min(int(center + support + 0.5), in_size) - xmin
-        w = [max(0.0, 1.0 - abs((j + xmin - center + 0.5) * invscale)) for j in range(xsize)]
-        total = math.fsum(w)
-        row = [0.0] * in_size
-        for j, v in enumerate(w):
-            row[xmin + j] = v / total if total != 0.0 else v
-        rows.append(row)
-    return rows
+def _refuse_aa(*args: Any, **kwargs: Any) -> Any:
+    if torch._guards.TracingContext.try_get() is not None:
+        return NotImplemented  # AOTAutograd's trace: prepare's own trace refuses
+    raise PrepareError(
+        "aten._upsample_bilinear2d_aa: eager's antialiased resize gives different bits on "
+        "each CPU code path (ATEN_CPU_CAPABILITY=default and avx2), so no lowering gives "
+        "them everywhere; this region runs eagerly, with eager's results.",
+        op="aten._upsample_bilinear2d_aa", reason="upsample-antialias")
 
 
-def _resize(x: torch.Tensor, out_hw: Sequence[int], align_corners: bool,
-            scales: Sequence[float | None]) -> torch.Tensor:
-    (ih, iw), (oh, ow) = x.shape[-2:], out_hw
-    # torch.as_tensor, not torch.tensor: AOTAutograd refuses the latter's detach_
-    wh = torch.as_tensor(_weights(ih, oh, align_corners, scales[0]), dtype=x.dtype, device=x.device)
-    ww = torch.as_tensor(_weights(iw, ow, align_corners, scales[1]), dtype=x.dtype, device=x.device)
-    return torch.matmul(wh, torch.matmul(x, ww.t()))
-
-
-@_register(aten._upsample_bilinear2d_aa.default)
-def upsample_bilinear2d_aa(x: torch.Tensor, output_size: Sequence[int], align_corners: bool,
-                           scales_h: float | None = None, scales_w: float | None = None
-                           ) -> torch.Tensor:
-    return _resize(x, list(output_size), align_corners, (scales_h, scales_w))
-
-
-@_register(aten._upsample_bilinear2d_aa.vec)
-def upsample_bilinear2d_aa_vec(x: torch.Tensor, output_size: Sequence[int] | None,
-                               align_corners: bool, scale_factors: Sequence[float] | None
-                               ) -> torch.Tensor:
-    """Sizes from the scale factors as ATen computes them (floor of size * factor)."""
-    if output_size is not None:
-        return _resize(x, list(output_size), align_corners, (None, None))
-    assert scale_factors is not None
-    out = [int(n * f) for n, f in zip(x.shape[-2:], scale_factors, strict=True)]
-    return _resize(x, out, align_corners, list(scale_factors))
+RESAMPLE_DECOMPOSITIONS[aten._upsample_bilinear2d_aa.default] = _refuse_aa
+RESAMPLE_DECOMPOSITIONS[aten._upsample_bilinear2d_aa.vec] = _refuse_aa
 
 
 # --------------------------------------------------------------------------- grid_sampler_3d

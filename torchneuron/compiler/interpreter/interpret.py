@@ -65,6 +65,7 @@ from torchneuron.compiler.interpreter._registry import (
 from torchneuron.compiler.interpreter._simplify import region_reads, simplify
 from torchneuron.compiler.interpreter._specialize import specialize
 from torchneuron.compiler.interpreter.collapse.base import Collapsed
+from torchneuron.compiler.interpreter.collapse.conv_transpose import conv_transposes
 from torchneuron.compiler.interpreter.collapse.plugins import collapse
 from torchneuron.compiler.stablehlo._dtypes import TORCH_DTYPES
 from torchneuron.compiler.stablehlo.ir import Function, Module, Operation, TensorType
@@ -184,6 +185,7 @@ class _Block:
         if rets is not None and unused:  # nobody reads these: computing them is waste
             rets = [r for i, r in enumerate(rets) if i not in unused]
         body, returns = simplify(ops if end is None else ops[:end], rets, pinned)
+        body = conv_transposes(body)  # eager's transposed kernel (before any collapse)
         body = absorb_broadcasts(collapse(body, returns, pinned), returns, pinned)
         body = absorb_transposes(body, returns, pinned)
         self.returns = returns

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp.refusals import math_bits
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
@@ -48,7 +49,7 @@ __all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
 aten = torch.ops.aten
 _HALVES = (torch.float16, torch.bfloat16)
 REFUSED_REASONS = ("hardtanh-backward-nan", "batch-norm-bfloat16", "upsample-half",
-                   "layer-norm-one-element")
+                   "layer-norm-one-element", *math_bits.REFUSED_REASONS)
 
 _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
     aten._native_batch_norm_legit.default: 5,
@@ -140,4 +141,5 @@ def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
     for op, at in ((aten.native_layer_norm.default, 0),
                    (aten.native_layer_norm_backward.default, 1)):  # (x, normalized_shape)
         table[op] = _layer_norm(op, base.get(op), at)
+    table.update(math_bits.math_refusals())  # elementwise math (its own module)
     return table
