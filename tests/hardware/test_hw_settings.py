@@ -68,7 +68,8 @@ def test_each_package_declares_its_own_rows_once() -> None:
 def test_live_rows_follow_the_environment_until_set(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiler's debugging switches are read at every use, as before they joined the
     table; ``override`` wins and then hands the row back to the environment."""
-    from torchneuron.compiler import dump, worker
+    from torchneuron.compiler import dump
+    from torchneuron.compiler.lower import worker
 
     monkeypatch.delenv("TORCHNEURON_DUMP_DIR", raising=False)
     monkeypatch.delenv("TORCHNEURON_COMPILE_IN_PROCESS", raising=False)
