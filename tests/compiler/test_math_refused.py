@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torchneuron  # noqa: F401  (the neuron device and backend)
+import torchneuron
 from torchneuron import adaptive_eager
 from torchneuron.compiler import CompileError, compile_graph
 from torchneuron.compiler.decomp.refusals.math_bits import CPU_DEPENDENT, EAGER_BITS
@@ -42,7 +42,6 @@ UNARY: dict[str, tuple[Callable[..., torch.Tensor], tuple[float, float]]] = {
     "mvlgamma": (lambda x: torch.mvlgamma(x, 3), (1.1, 9)),
     "log10": (torch.log10, (0.1, 9)), "log2": (torch.log2, (0.1, 9)),
     "log_sigmoid": (F.logsigmoid, (-9, 9)), "mish": (F.mish, (-9, 9)),
-    "silu": (F.silu, (-9, 9)), "softplus": (F.softplus, (-9, 9)),
     "bessel_j0": (S.bessel_j0, (-9, 9)), "bessel_j1": (S.bessel_j1, (-9, 9)),
     "bessel_y0": (S.bessel_y0, (0.1, 9)), "bessel_y1": (S.bessel_y1, (0.1, 9)),
     "airy_ai": (S.airy_ai, (-5, 5)), "erfcx": (S.erfcx, (-9, 9)),
@@ -63,7 +62,6 @@ UNARY: dict[str, tuple[Callable[..., torch.Tensor], tuple[float, float]]] = {
 BINARY: dict[str, Callable[..., torch.Tensor]] = {
     "logaddexp": torch.logaddexp, "xlogy": lambda a, b: torch.xlogy(a, b.abs()),
     "xlog1py": lambda a, b: S.xlog1py(a, b.abs()), "zeta": lambda a, b: S.zeta(a.abs() + 1, b.abs()),
-    "lerp": lambda a, b: torch.lerp(a, b, 0.3), "lerp_tensor": lambda a, b: torch.lerp(a, b, b.sigmoid()),
 }
 REASONS = ("cpu-dependent-math", "eager-math-bits")
 
@@ -92,7 +90,7 @@ def test_refused_with_a_typed_reason(name: str) -> None:
 
 def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
     """The lists name real ops (a typo would refuse nothing) and each is tested above."""
-    tested = {*UNARY, *BINARY, "log_sigmoid_forward", "lerp"}
+    tested = {*UNARY, *BINARY, "log_sigmoid_forward"}
     for packet in (*CPU_DEPENDENT, *EAGER_BITS):
         assert getattr(torch.ops.aten, packet).overloads()
         short = packet.removeprefix("special_").removeprefix("shifted_")
@@ -101,8 +99,8 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
 
 
 # torch.compile: a refused graph runs eagerly, with eager's bits (before the refusal,
-# acos differed in 123 of 1000 random elements, silu in 227, lgamma in 145)
-_COMPILED = ("acos", "lgamma", "silu", "logaddexp")
+# acos differed in 123 of 1000 random elements, lgamma in 145)
+_COMPILED = ("acos", "lgamma", "mish", "logaddexp")
 
 
 @pytest.mark.parametrize("name", _COMPILED)
@@ -130,15 +128,16 @@ def test_antialiased_resize_is_refused_and_gives_eagers_bits() -> None:
 
 
 def test_adaptive_eager_replays_around_refused_math_with_eagers_bits() -> None:
-    """A loop of ``silu(x * w) + lgamma(x)``: both refused ops are learned and run eagerly
+    """A loop of ``mish(x * w) + lgamma(x)``: both refused ops are learned and run eagerly
     between regions, the multiply and add replay as programs, every step equals eager."""
     x, w = _u(0.5, 4), _u(-2, 2)
 
     def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return F.silu(x * w) + torch.lgamma(x) * 0.5
+        return F.mish(x * w) + torch.lgamma(x) * 0.5
 
     want = step(x, w)
     xd, wd = x.to("neuron"), w.to("neuron")
+    torchneuron.reset()  # refusals learned by earlier tests in this process
     adaptive_eager.enable()
     try:  # every region pays and replays its program (as tools/replay_sweep.py runs them)
         with override(ae_min_gain_ns=-1, ae_first_tier=False):

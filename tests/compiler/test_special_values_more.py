@@ -103,7 +103,9 @@ _HALF_CASES: dict[str, Callable[[torch.Tensor], Any]] = {
     "celu": lambda a: F.celu(a, alpha=0.7),
     "gelu": F.gelu,
     "gelu_tanh": lambda a: F.gelu(a, approximate="tanh"),
-    "hardswish": F.hardswish,  # (silu, mish, softplus: refused, test_math_refused.py)
+    "silu": F.silu,
+    "softplus": F.softplus,
+    "hardswish": F.hardswish,  # (mish: refused, test_math_refused.py)
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "log_softmax": lambda a: F.log_softmax(a, -1),

@@ -23,7 +23,10 @@ eager learns the op and runs it between regions (a layer of ``refusals.cpu_depen
 ``erf`` and ``gelu`` (the zoo's GPT blocks use ``gelu``, whose entry in ``halves/opmath``
 is written with ``erf``: refusing ``erf`` would refuse every GPT block; Torch-MLIR's
 ``erf`` polynomial differs from eager in the last bit of about half of random float32
-elements), ``special.ndtr`` (a composite of ``erf`` in eager and here) and the backward
+elements), ``silu`` and ``softplus`` (refusing them refused every Llama MLP under
+``torch.compile``), ``lerp`` (refusing it put every AdamW step's ``lerp_`` between
+adaptive eager's regions: eager's vectorised lerp is a fused multiply-add, which
+``decomp/addc.py``'s premises could emulate as they do for ``addcmul``: not done yet), ``special.ndtr`` (a composite of ``erf`` in eager and here) and the backward
 ops of the activations, which the sweeps do not reach yet.
 The entries these refusals replace (``special``, ``bessel``, ``zeta``, the Chebyshev
 entries of ``polynomials``) are no longer reached.
@@ -51,7 +54,7 @@ REFUSED_REASONS = ("cpu-dependent-math", "eager-math-bits")
 # overload packets (every overload) whose eager bits differ between default and avx2
 CPU_DEPENDENT = (
     "atanh", "cosh", "sinh", "i0", "lgamma", "mvlgamma", "exp2", "log_sigmoid",
-    "log_sigmoid_forward", "mish", "silu", "softplus", "logaddexp", "lerp",
+    "log_sigmoid_forward", "mish", "logaddexp",
     "special_bessel_j0", "special_bessel_j1", "special_bessel_y0", "special_bessel_y1",
     "special_airy_ai", "special_i0e", "special_i1", "special_i1e", "special_ndtri",
     "special_modified_bessel_i0", "special_modified_bessel_i1", "special_modified_bessel_k0",
