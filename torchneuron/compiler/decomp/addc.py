@@ -20,7 +20,7 @@ and each is used only where a sample shows this CPU's eager computes it
 (``host_numerics`` premises); otherwise the op is refused (``cpu-dependent-premise``).
 float64 has no wider type to emulate a fused step in: only the unfused form, under its
 premise. (The replay sweep listed ``addcmul`` as LAST-BIT, issue 22.) ``add`` with
-``alpha`` and ``lerp`` are not here (``lerp`` is refused: ``refusals/math_bits``).
+``alpha`` is not here; ``lerp`` has its own module (``decomp/lerp.py``).
 
 Integer and complex inputs keep the decompositions they had.
 """

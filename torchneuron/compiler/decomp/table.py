@@ -43,6 +43,7 @@ from torchneuron.compiler.decomp import (
     fractional,
     host_numerics,
     index,
+    lerp,
     lu,
     pad,
     polynomials,
@@ -140,7 +141,7 @@ def _families() -> list[Table]:
             extremes.EXTREMES_DECOMPOSITIONS, division.DIVISION_DECOMPOSITIONS,
             fmod.FMOD_DECOMPOSITIONS, half_mean.HALF_MEAN_DECOMPOSITIONS,
             pow.POW_DECOMPOSITIONS, relu.RELU_DECOMPOSITIONS,
-            tie_order.TIE_ORDER_DECOMPOSITIONS, addc.ADDC_DECOMPOSITIONS,
+            tie_order.TIE_ORDER_DECOMPOSITIONS, addc.ADDC_DECOMPOSITIONS, lerp.LERP_DECOMPOSITIONS,
             half_scalar.HALF_SCALAR_DECOMPOSITIONS, foreach.FOREACH_DECOMPOSITIONS,
             upsample_linear.UPSAMPLE_LINEAR_DECOMPOSITIONS, custom.custom_op_decompositions()]
 

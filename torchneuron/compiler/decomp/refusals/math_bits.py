@@ -19,14 +19,14 @@ under ``ATEN_CPU_CAPABILITY=default`` and ``avx2``:
 
 Both are refused for every dtype (the same kernels serve float64 and the halves): the
 region runs eagerly, with eager's numbers on every CPU by construction, and adaptive
-eager learns the op and runs it between regions (a layer of ``refusals.cpu_dependent``). What is not here and still differs:
+eager learns the op and runs it between regions (a layer of ``refusals.cpu_dependent``).
+``lerp`` is not here either: ``decomp/lerp.py`` writes the form this CPU's eager takes.
+What is not here and still differs:
 ``erf`` and ``gelu`` (the zoo's GPT blocks use ``gelu``, whose entry in ``halves/opmath``
 is written with ``erf``: refusing ``erf`` would refuse every GPT block; Torch-MLIR's
 ``erf`` polynomial differs from eager in the last bit of about half of random float32
 elements), ``silu`` and ``softplus`` (refusing them refused every Llama MLP under
-``torch.compile``), ``lerp`` (refusing it put every AdamW step's ``lerp_`` between
-adaptive eager's regions: eager's vectorised lerp is a fused multiply-add, which
-``decomp/addc.py``'s premises could emulate as they do for ``addcmul``: not done yet), ``special.ndtr`` (a composite of ``erf`` in eager and here) and the backward
+``torch.compile``), ``special.ndtr`` (a composite of ``erf`` in eager and here) and the backward
 ops of the activations, which the sweeps do not reach yet.
 The entries these refusals replace (``special``, ``bessel``, ``zeta``, the Chebyshev
 entries of ``polynomials``) are no longer reached.
