@@ -58,6 +58,7 @@ from torchneuron.compiler.decomp import (
     scans,
     shapes,
     special,
+    tanh_backward,
     upsample_linear,
     variance,
     views,
@@ -142,6 +143,7 @@ def _families() -> list[Table]:
             fmod.FMOD_DECOMPOSITIONS, half_mean.HALF_MEAN_DECOMPOSITIONS,
             pow.POW_DECOMPOSITIONS, relu.RELU_DECOMPOSITIONS,
             tie_order.TIE_ORDER_DECOMPOSITIONS, addc.ADDC_DECOMPOSITIONS, lerp.LERP_DECOMPOSITIONS,
+            tanh_backward.TANH_BACKWARD_DECOMPOSITIONS,
             half_scalar.HALF_SCALAR_DECOMPOSITIONS, foreach.FOREACH_DECOMPOSITIONS,
             upsample_linear.UPSAMPLE_LINEAR_DECOMPOSITIONS, custom.custom_op_decompositions()]
 
