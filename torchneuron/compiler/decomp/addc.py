@@ -36,9 +36,8 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from torchneuron.compiler.decomp.foreach import _fma32
 from torchneuron.compiler.decomp.host_numerics import (
-    premise_holds,
-    refuse_unless_premise,
-    register_premise,
+    multiply_add_form,
+    register_multiply_add,
     sample,
 )
 from torchneuron.compiler.decomp.registry import registrar
@@ -83,15 +82,11 @@ def addcmul(s: Any, t1: Any, t2: Any, *, value: Any = 1) -> Any:
     got = _operands(s, t1, t2, value)
     if got is None:
         return NotImplemented
-    dtype, opmath, v, (a, b, c) = got
-    # float32's sample decides whether this CPU's eager fuses (a half's rounding hides the
-    # difference on most samples); the dtype's own sample must agree
-    if opmath == torch.float32 and premise_holds("aten.addcmul(fused)", torch.float32) \
-            and premise_holds("aten.addcmul(fused)", dtype):
-        return _fma32(b * v, c, a).to(dtype)
-    if not refuse_unless_premise("aten.addcmul", dtype):
+    dtype, _, v, (a, b, c) = got
+    fused = multiply_add_form("aten.addcmul", dtype)
+    if fused is None:
         return NotImplemented
-    return (a + (b * v) * c).to(dtype)
+    return (_fma32(b * v, c, a) if fused else a + (b * v) * c).to(dtype)
 
 
 _VALUE = 0.3  # not a power of two: value * t1 rounds
@@ -115,8 +110,6 @@ def _ours(dtype: torch.dtype, fused: bool) -> Callable[[], torch.Tensor]:
     return ours
 
 
-for _dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
-    if _dtype != torch.float64:
-        register_premise("aten.addcmul(fused)", _dtype, _eager_addcmul(_dtype), _ours(_dtype, True))
-    register_premise("aten.addcmul", _dtype, _eager_addcmul(_dtype), _ours(_dtype, False))
+register_multiply_add("aten.addcmul", (torch.float32, torch.float16, torch.bfloat16, torch.float64),
+                      _eager_addcmul, _ours)
 

@@ -38,7 +38,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["SPECIAL_POINTS", "PROBES", "eager_at_specials", "fingerprint", "premise_holds",
-           "refuse_unless_premise", "register_premise", "settle", "sample"]
+           "refuse_unless_premise", "register_premise", "settle", "sample",
+           "register_multiply_add", "multiply_add_form"]
 
 # the points whose answers differ between CPUs: both infinities and both zeros
 SPECIAL_POINTS: tuple[float, ...] = (math.inf, -math.inf, 0.0, -0.0)
@@ -180,3 +181,28 @@ def refuse_unless_premise(name: str, dtype: torch.dtype) -> bool:
             f"CPU ({torch.backends.cpu.get_cpu_capability()}) takes another, so its bits would "
             "differ; this region runs eagerly.", op=name, reason="cpu-dependent-premise")
     return False
+
+
+def register_multiply_add(name: str, dtypes: tuple[torch.dtype, ...],
+                          eager: Callable[[torch.dtype], Sample],
+                          ours: Callable[[torch.dtype, bool], Sample]) -> None:
+    """Premises of an op whose eager kernel ends in a multiply-add that ATen's AVX2 (and
+    wider) build fuses into one rounding and its ``default`` build does not: for each
+    dtype, ``"{name}(fused)"`` (not float64: no wider type emulates its fused step) and
+    ``name`` (the unfused form), ``ours(dtype, fused)`` against ``eager(dtype)``."""
+    for dtype in dtypes:
+        if dtype != torch.float64:
+            register_premise(f"{name}(fused)", dtype, eager(dtype), ours(dtype, True))
+        register_premise(name, dtype, eager(dtype), ours(dtype, False))
+
+
+def multiply_add_form(name: str, dtype: torch.dtype) -> bool | None:
+    """The form of ``name`` this CPU's eager computes in ``dtype`` (``register_multiply_add``):
+    True fused, False unfused, None refused while AOTAutograd traces (the caller returns
+    NotImplemented; outside that trace ``refuse_unless_premise`` raises). float32's sample
+    decides whether eager fuses (a half's rounding hides the difference on most samples);
+    the dtype's own sample must agree."""
+    if dtype != torch.float64 and premise_holds(f"{name}(fused)", torch.float32) \
+            and premise_holds(f"{name}(fused)", dtype):
+        return True
+    return False if refuse_unless_premise(name, dtype) else None

@@ -31,9 +31,8 @@ import torch
 
 from torchneuron.compiler.decomp.foreach import _fma32
 from torchneuron.compiler.decomp.host_numerics import (
-    premise_holds,
-    refuse_unless_premise,
-    register_premise,
+    multiply_add_form,
+    register_multiply_add,
     sample,
 )
 from torchneuron.compiler.decomp.registry import registrar
@@ -70,22 +69,13 @@ def _lerp(start: torch.Tensor, end: torch.Tensor, weight: Any, fused: bool) -> t
     return coeff * diff + base
 
 
-def _form(dtype: torch.dtype) -> bool | None:
-    """True: the fused form; False: the unfused one; None: refused (raises outside
-    AOTAutograd's trace, see ``refuse_unless_premise``)."""
-    if dtype != torch.float64 and premise_holds("aten.lerp(fused)", torch.float32) \
-            and premise_holds("aten.lerp(fused)", dtype):
-        return True
-    return False if refuse_unless_premise("aten.lerp", dtype) else None
-
-
 @_register(aten.lerp.Scalar)
 def lerp_scalar(start: Any, end: Any, weight: Any) -> Any:
     if not isinstance(start, torch.Tensor) or start.dtype not in _FLOATS \
             or end.dtype != start.dtype or isinstance(weight, (complex, torch.Tensor)):
         return NotImplemented
     dtype = start.dtype
-    fused = _form(dtype)
+    fused = multiply_add_form("aten.lerp", dtype)
     if fused is None:
         return NotImplemented
     opmath = torch.float64 if dtype == torch.float64 else torch.float32
@@ -100,7 +90,7 @@ def lerp_tensor(start: Any, end: Any, weight: Any) -> Any:
             or weight.dtype != start.dtype:
         return NotImplemented
     dtype = start.dtype
-    fused = _form(dtype)
+    fused = multiply_add_form("aten.lerp", dtype)
     if fused is None:
         return NotImplemented
     opmath = torch.float64 if dtype == torch.float64 else torch.float32
@@ -147,7 +137,4 @@ def _ours(dtype: torch.dtype, fused: bool) -> Callable[[], tuple[torch.Tensor, .
     return run
 
 
-for _dtype in _FLOATS:
-    if _dtype != torch.float64:
-        register_premise("aten.lerp(fused)", _dtype, _eager(_dtype), _ours(_dtype, True))
-    register_premise("aten.lerp", _dtype, _eager(_dtype), _ours(_dtype, False))
+register_multiply_add("aten.lerp", _FLOATS, _eager, _ours)

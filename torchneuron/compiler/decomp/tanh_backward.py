@@ -22,9 +22,8 @@ import torch
 
 from torchneuron.compiler.decomp.foreach import _fma32
 from torchneuron.compiler.decomp.host_numerics import (
-    premise_holds,
-    refuse_unless_premise,
-    register_premise,
+    multiply_add_form,
+    register_multiply_add,
     sample,
 )
 from torchneuron.compiler.decomp.registry import registrar
@@ -50,12 +49,8 @@ def tanh_backward(grad: Any, y: Any) -> Any:
             or y.dtype != grad.dtype:
         return NotImplemented
     dtype = grad.dtype
-    if dtype != torch.float64 and premise_holds("aten.tanh_backward(fused)", torch.float32) \
-            and premise_holds("aten.tanh_backward(fused)", dtype):
-        fused = True
-    elif refuse_unless_premise("aten.tanh_backward", dtype):
-        fused = False
-    else:
+    fused = multiply_add_form("aten.tanh_backward", dtype)
+    if fused is None:
         return NotImplemented
     opmath = torch.float64 if dtype == torch.float64 else torch.float32
     return _tanh_backward(grad.to(opmath), y.to(opmath), fused).to(dtype)
@@ -85,8 +80,4 @@ def _ours(dtype: torch.dtype, fused: bool) -> Callable[[], tuple[torch.Tensor, .
     return run
 
 
-for _dtype in _FLOATS:
-    if _dtype != torch.float64:
-        register_premise("aten.tanh_backward(fused)", _dtype, _eager(_dtype),
-                         _ours(_dtype, True))
-    register_premise("aten.tanh_backward", _dtype, _eager(_dtype), _ours(_dtype, False))
+register_multiply_add("aten.tanh_backward", _FLOATS, _eager, _ours)
