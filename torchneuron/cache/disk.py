@@ -50,6 +50,10 @@ _TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# torchneuron compile cach
 _STALE_TMP_S = 3600.0
 _MAX_LINK = 1 << 16  # bytes: a link is a header and a key
 _SUBDIRS = ("exe", "index", "stats")
+# A concurrent `clear` or `rm -rf` can remove an entry's folder between our making it and
+# writing into it; a few quick retries ride that out on a loaded machine (two did not).
+_WRITE_ATTEMPTS = 5
+
 # Errors after which this process stops writing: retrying would fail the same way.
 _LASTING = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
 
@@ -181,13 +185,13 @@ class DiskStore:
             return False
         data = entry_format.encode(kind, key, payload, meta)
         p = self.path(kind, key)
-        for attempt in (0, 1):
+        for attempt in range(_WRITE_ATTEMPTS):
             try:
                 _make_dir(p.parent, self.root)
                 self._atomic_write(p, data)
                 break
             except FileNotFoundError:
-                if attempt:  # a folder removed twice under us: skip this entry only
+                if attempt == _WRITE_ATTEMPTS - 1:  # its folder kept vanishing: skip it only
                     self.counters.add("errors")
                     return False
             except OSError as e:
