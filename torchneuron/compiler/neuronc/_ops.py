@@ -6,6 +6,8 @@ passes agree with each other and with the eager baseline in ``_work``.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -88,9 +90,27 @@ def is_compute(op: Operation) -> bool:
     return not is_constant(op) and not is_return(op)
 
 
+@functools.lru_cache(maxsize=4096)
+def _costed(config: str) -> dict[str, Any] | None:
+    found = json.loads(config).get("costed") if config.startswith("{") else None
+    return found if isinstance(found, dict) else None
+
+
+def eager_cost(op: Operation) -> dict[str, Any] | None:
+    """The ``costed`` form of a custom call that runs eager's own kernel for an aten op
+    (``decomp/eager_kernels``: fusion kind, vector and scalar passes per element), else
+    None. Such a call fuses and costs as the op it stands for, not as an opaque kernel."""
+    if short(op.name) != "custom_call":
+        return None
+    config = op.attributes.get("backend_config")
+    return _costed(config) if isinstance(config, str) else None
+
+
 def kind(op: Operation) -> str:
     """Fusion category of an op (see module docstring)."""
     s = short(op.name)
+    if s == "custom_call" and (costed := eager_cost(op)) is not None:
+        return str(costed["kind"])
     if s in TRANSCENDENTAL or s in VECTOR_ELEMENTWISE:
         return "elementwise"
     if s in LAYOUT:
@@ -105,7 +125,10 @@ def kind(op: Operation) -> str:
 
 
 def is_side_effecting(op: Operation) -> bool:
-    """DCE must keep these even when their results are unused."""
+    """DCE must keep these even when their results are unused (a call of eager's kernel
+    for an aten op has no side effect)."""
+    if eager_cost(op) is not None:
+        return False
     return short(op.name) in SIDE_EFFECTING or op.name.startswith("func.call")
 
 

@@ -14,8 +14,18 @@ from torchneuron.compiler.stablehlo import Function, Operation
 from torchneuron.hardware import HardwareProfile, KernelWork, kernel_cost
 
 from ._footprint import fit, footprint, splat_values
-from ._ops import is_compute, kind, matmul_shape, nbytes, numel, short, users, value_types
-from .assign_engines import engine_for
+from ._ops import (
+    eager_cost,
+    is_compute,
+    kind,
+    matmul_shape,
+    nbytes,
+    numel,
+    short,
+    users,
+    value_types,
+)
+from .assign_engines import engine_of
 
 
 def op_work(op: Operation, engine: str, materialized: bool = True) -> KernelWork:
@@ -26,6 +36,11 @@ def op_work(op: Operation, engine: str, materialized: bool = True) -> KernelWork
     """
     out = numel(op.result_types[0]) if op.result_types else 0
     name = short(op.name)
+    costed = eager_cost(op)
+    if costed is not None:  # eager's kernel for an aten op: passes over its largest tensor
+        n = max(numel(t) for t in [*op.operand_types, *op.result_types])
+        return KernelWork(vector_elems=int(costed["vector"]) * n,
+                          scalar_elems=int(costed["scalar"]) * n)
     if engine == "tensor":
         b, m, k, n = matmul_shape(op)
         return KernelWork(matmuls=[(b, m, k, n, op.operand_types[0].dtype)])
@@ -49,7 +64,7 @@ def op_work(op: Operation, engine: str, materialized: bool = True) -> KernelWork
 
 def op_engine(op: Operation) -> str:
     """Engine of a lone op (the eager baseline has no kernel to look it up in)."""
-    return engine_for(short(op.name), numel(op.result_types[0]) if op.result_types else 0)
+    return engine_of(op)
 
 
 @dataclass

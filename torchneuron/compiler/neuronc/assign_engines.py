@@ -10,6 +10,8 @@ which queue the scheduler occupies. Rules, in order:
 - concatenate / pad / slice / reverse, and transposes of tensors larger than one
   128x128 tile -> ``dma`` (descriptor-driven copies);
 - reshape / bitcast_convert -> ``none`` (a view: no instruction);
+- a custom call running eager's own kernel for an aten op (``decomp/eager_kernels``):
+  ``scalar`` if it evaluates a transcendental, else ``vector``;
 - everything else (elementwise arithmetic, compare, select, convert, broadcast,
   reductions, small transposes, unknown ops) -> ``vector``.
 """
@@ -18,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from torchneuron.compiler.stablehlo import Operation
 from torchneuron.hardware import HardwareProfile
 
-from ._ops import CONTRACTION, DATA_MOVE, FREE, GPSIMD, TRANSCENDENTAL, numel, short
+from ._ops import CONTRACTION, DATA_MOVE, FREE, GPSIMD, TRANSCENDENTAL, eager_cost, numel, short
 from .program import Program
 
 ENGINE_NAMES = ("tensor", "vector", "scalar", "gpsimd", "dma", "none")
@@ -42,6 +45,15 @@ def engine_for(name: str, out_elems: int) -> str:
     return "vector"
 
 
+def engine_of(op: Operation) -> str:
+    """Engine of one op of a program (a call of eager's kernel for an aten op: the
+    activation engine if it evaluates a transcendental, else the vector engine)."""
+    costed = eager_cost(op)
+    if costed is not None:
+        return "scalar" if costed["scalar"] else "vector"
+    return engine_for(short(op.name), numel(op.result_types[0]) if op.result_types else 0)
+
+
 def run(program: Program, profile: HardwareProfile) -> Program:
     """Fill ``Kernel.engines`` (parallel to ``op_indices``) for every kernel."""
     body = program.function.body
@@ -49,8 +61,6 @@ def run(program: Program, profile: HardwareProfile) -> Program:
     for k in program.kernels:
         engines = []
         for i in k.op_indices:
-            op = body[i]
-            elems = numel(op.result_types[0]) if op.result_types else 0
-            engines.append(engine_for(short(op.name), elems))
+            engines.append(engine_of(body[i]))
         kernels.append(dataclasses.replace(k, engines=engines))
     return dataclasses.replace(program, kernels=kernels)

@@ -103,7 +103,7 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         target = target_for_op(node.target)
-        if target is None:
+        if target is None or not _wanted(target, node):
             continue
         try:
             _carry(gm, node, target)
@@ -135,7 +135,10 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
         raise _NotCarried("it has no tensor input")
     config = {"args": args, "kwargs": kwargs,
               "outputs": [[list(o.shape), str(o.dtype).removeprefix("torch.")] for o in outs]}
-    config["plan"] = _plan(target, config, [i.meta["val"] for i in inputs])
+    if target.plan is not None:
+        config["plan"] = _plan(target, config, [i.meta["val"] for i in inputs])
+    if target.costed is not None:
+        config["costed"] = target.costed
     text = json.dumps(config, sort_keys=True, separators=(",", ":"))
     with gm.graph.inserting_before(node):
         call = gm.graph.call_function(carrier(len(outs)), (inputs, target.name, text))
@@ -157,6 +160,22 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
     gm.graph.erase_node(node)
 
 
+def _wanted(target: Any, node: fx.Node) -> bool:
+    """Whether this call is carried (a target may carry only some calls of its op)."""
+    if target.carry_if is None:
+        return True
+
+    def value(a: Any) -> Any:
+        if isinstance(a, fx.Node):
+            return a.meta.get("val")
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        return a
+
+    return bool(target.carry_if(tuple(value(a) for a in node.args),
+                                {k: value(v) for k, v in node.kwargs.items()}))
+
+
 def _template(a: Any, inputs: list[fx.Node]) -> Any:
     """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``)."""
     if isinstance(a, fx.Node):
@@ -168,6 +187,8 @@ def _template(a: Any, inputs: list[fx.Node]) -> Any:
         return [_template(x, inputs) for x in a]
     if a is None or isinstance(a, (bool, int, str)):
         return a
+    if isinstance(a, torch.dtype):
+        return {"dtype": str(a).removeprefix("torch.")}
     if isinstance(a, float):
         if a != a or a in (float("inf"), float("-inf")):
             raise _NotCarried(f"a float argument is {a} (JSON holds finite floats only)")

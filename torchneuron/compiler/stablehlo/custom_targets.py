@@ -7,7 +7,7 @@ process registered under that name (an ``nki_op`` registers itself when it is de
 A program naming a target nobody registered cannot run here: the cache treats it as a
 miss, the interpreter raises naming it.
 
-A target has two functions:
+A target has two functions (and two optional facts, below):
 
 - ``plan(args, kwargs) -> dict``: at compile time, in the process that compiles (the
   worker has no user code), the device cost of one call on inputs of these shapes
@@ -20,6 +20,11 @@ A target has two functions:
   time differs from its plan (its work depends on the values, as MoE's routing does)
   charges the difference on top of the executable's time (``take_calls``), so the device
   is charged what the kernels did.
+
+A target that computes an aten op with eager's own kernel (``decomp/eager_kernels``) has
+no plan: its ``costed`` form (fusion kind, vector and scalar passes per element) lets
+neuronc fuse and cost the call as the op it stands for, and ``carry_if(args, kwargs)``
+says which calls of the op are carried (the others lower as before).
 
 Imports only the standard library.
 """
@@ -41,8 +46,10 @@ class CustomCallTarget:
 
     name: str
     run: Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[Any]]]
-    plan: Callable[[list[Any], dict[str, Any]], dict[str, Any]]
+    plan: Callable[[list[Any], dict[str, Any]], dict[str, Any]] | None
     op: Any = None  # the PyTorch op it stands for (an OpOverload), if any
+    costed: dict[str, Any] | None = None  # neuronc costs the call as an op of this form
+    carry_if: Callable[[tuple[Any, ...], dict[str, Any]], bool] | None = None
 
 
 _TARGETS: dict[str, CustomCallTarget] = {}
@@ -68,10 +75,11 @@ def target_for_op(op: Any) -> CustomCallTarget | None:
 
 def fill_arguments(config: dict[str, Any], tensors: list[Any]) -> tuple[list[Any], dict[str, Any]]:
     """The call's (args, kwargs): ``config["args"]`` / ``config["kwargs"]`` with each
-    ``{"tensor": i}`` slot replaced by ``tensors[i]`` (the custom call's operands)."""
+    ``{"tensor": i}`` slot replaced by ``tensors[i]`` (the custom call's operands); other
+    objects (``{"dtype": name}``) are left for the target to read."""
     def fill(v: Any) -> Any:
         if isinstance(v, dict):
-            return tensors[v["tensor"]]
+            return tensors[v["tensor"]] if "tensor" in v else v
         if isinstance(v, list):
             return [fill(x) for x in v]
         return v

@@ -1,0 +1,193 @@
+"""Ops compiled as a call of eager's own CPU kernel: eager's bits on every CPU.
+
+Why: for these ops eager's bits come from a routine no lowering reproduces on every CPU.
+``log_softmax`` and ``softmax`` sum a row in the order of ATen's vector loop and take
+SLEEF's vector ``exp`` in the loop's body and libm's in its tail; ``erf``, ``gelu``,
+``silu``, ``softplus``, ``acos``, the Bessel functions ... are SLEEF, libm or ``Math.h``
+routines (Torch-MLIR expands them into polynomials of its own); ``add`` with an
+``alpha`` is one fused multiply-add in the AVX2 build and two roundings in the default
+one. Which code runs depends on the vector width the CPU gives ATen's loops, so a
+lowering tuned on one machine is off in the last bits on another (the replay sweep and
+the bits-per-capability tests measured 1 to 75% of float32 elements off). Refusing them
+would refuse every classifier's loss (``cross_entropy`` is ``_log_softmax``) and every
+GPT block (``gelu``).
+
+So each call stays whole: its entry here keeps the node, and ``prepare.custom_calls``
+carries it to the program as a ``stablehlo.custom_call`` naming ``aten.<op>.<overload>``,
+whose registered target (below) runs ``torch.ops.aten.<op>`` on the call's operands:
+the kernel eager itself calls, equal by construction on whichever CPU runs the program.
+The simulated compiler does not see an opaque kernel: the call's ``costed`` form (its
+fusion kind and the vector- and scalar-engine passes per element it takes on a
+NeuronCore, where the activation engine evaluates ``exp``, ``erf``, ``gelu`` ... as one
+lookup pass) makes neuronc fuse and cost it as it would the op it stands for
+(``neuronc/_ops.eager_cost``). The passes are assumed figures of this module.
+
+A call that does not apply (complex values, a float argument JSON cannot hold, ``add``
+with ``alpha`` 1) keeps the entry before this layer (the math refusals for complex
+values). Imports ``stablehlo.custom_targets`` and torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torchneuron.compiler.stablehlo.custom_targets import CustomCallTarget, register_target
+
+__all__ = ["EagerKernel", "EAGER_KERNELS", "eager_kernel_decompositions", "target_name"]
+
+aten = torch.ops.aten
+Table = dict[Any, Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class EagerKernel:
+    """Overload packets computed by eager's kernel, and how neuronc costs one call:
+    ``kind`` ("elementwise" or "reduce", how it fuses) and ``vector`` / ``scalar`` passes
+    per element of its largest operand or result on those engines."""
+
+    packets: tuple[str, ...]
+    kind: str
+    vector: int
+    scalar: int
+    when: Callable[[tuple[Any, ...], dict[str, Any]], bool] | None = None
+
+    @property
+    def costed(self) -> dict[str, Any]:
+        return {"kind": self.kind, "vector": self.vector, "scalar": self.scalar}
+
+
+def _alpha_not_one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    out = [a for a in args[:2] if isinstance(a, torch.Tensor)]
+    return alpha != 1 and any(t.is_floating_point() for t in out)
+
+
+_CHEBYSHEV = tuple(f"special_{s}chebyshev_polynomial_{k}" for s in ("", "shifted_") for k in "tuvw")
+
+EAGER_KERNELS: tuple[EagerKernel, ...] = (
+    # one transcendental per element on the activation engine
+    EagerKernel(("erf", "erfc", "erfinv", "special_ndtr", "special_ndtri", "special_erfcx",
+                 "special_log_ndtr", "gelu", "silu", "softplus", "mish", "acos", "acosh",
+                 "asin", "asinh", "atan", "atanh", "cosh", "sinh", "exp2", "log10", "log2",
+                 "lgamma", "digamma", "polygamma", "mvlgamma", "i0", "special_i0e",
+                 "special_i1", "special_i1e", "special_bessel_j0", "special_bessel_j1",
+                 "special_bessel_y0", "special_bessel_y1", "special_airy_ai",
+                 "special_modified_bessel_i0", "special_modified_bessel_i1",
+                 "special_modified_bessel_k0", "special_modified_bessel_k1",
+                 "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
+                 "special_spherical_bessel_j0", "log_sigmoid_forward"),
+                "elementwise", vector=0, scalar=1),
+    # a transcendental and the gradient's (or second operand's) product
+    EagerKernel(("gelu_backward", "silu_backward", "softplus_backward", "mish_backward",
+                 "log_sigmoid_backward", "xlogy", "special_xlog1py", "special_zeta",
+                 "logaddexp"),
+                "elementwise", vector=2, scalar=1),
+    # polynomials of a degree given per element: a few multiply-adds
+    EagerKernel(("special_hermite_polynomial_h", "special_hermite_polynomial_he", *_CHEBYSHEV),
+                "elementwise", vector=4, scalar=0),
+    # compare-and-select
+    EagerKernel(("hardtanh_backward",), "elementwise", vector=2, scalar=0),
+    # a multiply-add: the same work as the add it is
+    EagerKernel(("add", "sub"), "elementwise", vector=2, scalar=0, when=_alpha_not_one),
+    # a row: max, subtract, exp, sum (and log) on the row, then the output pass
+    EagerKernel(("_log_softmax", "_softmax"), "reduce", vector=4, scalar=2),
+    EagerKernel(("_log_softmax_backward_data", "_softmax_backward_data"), "reduce",
+                vector=4, scalar=1),
+)
+
+
+def target_name(op: Any) -> str:
+    """``aten._log_softmax.default``: the custom-call target of an overload."""
+    return f"aten.{op.__name__}" if "." in op.__name__ else f"aten.{op.__name__}.default"
+
+
+def _real(v: Any) -> bool:
+    """Tensors of real dtypes, finite floats and JSON-able scalars only (what a custom
+    call's operands and config can hold)."""
+    if isinstance(v, torch.Tensor):
+        return not v.is_complex()
+    if isinstance(v, (list, tuple)):
+        return all(_real(x) for x in v)
+    if isinstance(v, float):
+        return math.isfinite(v)
+    return v is None or isinstance(v, (bool, int, str, torch.dtype))
+
+
+def _applies(kernel: EagerKernel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if not (_real(list(args)) and _real(list(kwargs.values()))):
+        return False
+    if not any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+        return False
+    return kernel.when is None or kernel.when(args, kwargs)
+
+
+def _overloads(packet: str) -> list[Any]:
+    """The functional overloads of ``packet`` returning only tensors (``.out`` and
+    in-place ones never reach prepare: functionalization rewrote them)."""
+    op = getattr(aten, packet)
+    found = []
+    for name in op.overloads():
+        func = getattr(op, name)
+        schema = func._schema
+        if any(a.is_out for a in schema.arguments) or schema.name.endswith("_"):
+            continue
+        returns = [str(r.type) for r in schema.returns]
+        if returns and all(r == "Tensor" for r in returns):
+            found.append(func)
+    return found
+
+
+def _value(v: Any) -> Any:
+    """A config argument as the op takes it (``{"dtype": "float32"}`` -> torch.float32)."""
+    if isinstance(v, dict):
+        return getattr(torch, v["dtype"])
+    if isinstance(v, list):
+        return [_value(x) for x in v]
+    return v
+
+
+def _run(op: Any) -> Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[Any]]]:
+    def run(args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, int, list[Any]]:
+        out = op(*[_value(a) for a in args], **{k: _value(v) for k, v in kwargs.items()})
+        return (list(out) if isinstance(out, (tuple, list)) else [out]), 0, []
+
+    return run
+
+
+def _register(kernel: EagerKernel, op: Any) -> None:
+    def carry_if(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return _applies(kernel, args, kwargs)
+
+    register_target(CustomCallTarget(target_name(op), _run(op), plan=None, op=op,
+                                     costed=kernel.costed, carry_if=carry_if))
+
+
+def _entry(kernel: EagerKernel, base: Callable[..., Any] | None) -> Callable[..., Any]:
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        if _applies(kernel, args, kwargs):
+            return NotImplemented  # the node stays: prepare carries it as eager's kernel
+        return base(*args, **kwargs) if base is not None else NotImplemented
+
+    return decomposition
+
+
+def eager_kernel_decompositions(base: Table) -> Table:
+    """The layer: an entry for every overload above that keeps the node when the call
+    applies and otherwise defers to ``base``'s entry (the table built so far)."""
+    table: Table = {}
+    for kernel in EAGER_KERNELS:
+        for packet in kernel.packets:
+            for op in _overloads(packet):
+                table[op] = _entry(kernel, base.get(op))
+    return table
+
+
+for _kernel in EAGER_KERNELS:
+    for _packet in _kernel.packets:
+        for _op in _overloads(_packet):
+            _register(_kernel, _op)
