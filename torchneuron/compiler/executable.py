@@ -224,12 +224,17 @@ class Executable:
         return self._user_outputs(inputs, outs)
 
     def _emit_custom_calls(self, timeline: Any, start: int, traces: list[list[Any]]) -> None:
-        """Each custom call's instructions on the profiler's tracks, at its kernel's place
-        in the program's schedule (calls ran in program order, as their kernels are)."""
+        """Each planned custom call's instructions on the profiler's tracks, at its
+        kernel's place in the program's schedule (calls ran in program order, as their
+        kernels are; calls of eager's kernels have no plan and no trace of their own)."""
         body = self._module().functions[self._module().entry].body
+
+        def planned(op: Any) -> bool:
+            return (op.name == "stablehlo.custom_call"
+                    and '"plan"' in str(op.attributes.get("backend_config", "")))
+
         starts = sorted((k["op_indices"][0], k["start_ns"]) for k in self.program["kernels"]
-                        if len(k["op_indices"]) == 1
-                        and body[k["op_indices"][0]].name == "stablehlo.custom_call")
+                        if len(k["op_indices"]) == 1 and planned(body[k["op_indices"][0]]))
         for (_, at), trace in zip(starts, traces, strict=False):
             for track, name, s, e, line in trace:
                 timeline.emit(track, name, start + at + s, start + at + e, line)

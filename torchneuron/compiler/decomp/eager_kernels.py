@@ -80,7 +80,7 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
                  "special_modified_bessel_i0", "special_modified_bessel_i1",
                  "special_modified_bessel_k0", "special_modified_bessel_k1",
                  "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
-                 "special_spherical_bessel_j0", "log_sigmoid_forward"),
+                 "special_spherical_bessel_j0", "log_sigmoid", "log_sigmoid_forward"),
                 "elementwise", vector=0, scalar=1),
     # a transcendental and the gradient's (or second operand's) product
     EagerKernel(("gelu_backward", "silu_backward", "softplus_backward", "mish_backward",
