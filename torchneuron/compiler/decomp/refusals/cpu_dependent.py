@@ -4,15 +4,10 @@ Each op here was a known wrong number of the compiler (issue 22). For each, eage
 result depends on where an element sits in ATen's loop (a vectorised block or the scalar
 tail) or on the vector width the CPU gives those loops (8 floats with AVX2, 16 with
 AVX-512), so a lowering tuned to the machine it was written on would be wrong on
-another. They are refused with a typed reason and the region runs eagerly, which is
+another (``hardtanh_backward`` at NaN, refused here before, and the elementwise math
+now run eager's own kernel inside the program: ``decomp/eager_kernels``). They are refused with a typed reason and the region runs eagerly, which is
 eager's result on every CPU by construction:
 
-- ``hardtanh_backward`` (``relu6`` and ``hardtanh`` gradients) at NaN: the vectorised loop
-  tests ``min < x < max`` (false at NaN: gradient 0), the scalar tail tests ``x <= min or
-  x >= max`` (false at NaN: the gradient passes). A float32 NaN gives 0 in the first 16
-  elements of a 17-element tensor and the gradient in the 17th; float64 blocks are 8
-  long. Which NaN meets which loop depends on the length and the vector width. Whether
-  a NaN reaches the op is data, so every floating ``hardtanh_backward`` is refused.
 - bfloat16 batch norm in training: ATen sums the batch statistics of bfloat16 input in
   float32 in vector-width order, and its ``save_invstd`` and output differ from every
   fixed-order computation tried (float64 statistics, rounded or not to bfloat16; the
@@ -48,7 +43,7 @@ __all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
 _HALVES = (torch.float16, torch.bfloat16)
-REFUSED_REASONS = ("hardtanh-backward-nan", "batch-norm-bfloat16", "upsample-half",
+REFUSED_REASONS = ("batch-norm-bfloat16", "upsample-half",
                    "layer-norm-one-element", *math_bits.REFUSED_REASONS)
 
 _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
@@ -75,20 +70,6 @@ def _refuse(op: Any, why: str, reason: str) -> Any:
     name = f"aten.{op.__name__.split('.')[0]}"
     raise PrepareError(f"{name}: {why}, so no lowering gives eager's bits on every CPU; "
                        "this region runs eagerly.", op=name, reason=reason)
-
-
-def _hardtanh_backward(base: Callable[..., Any] | None) -> Callable[..., Any]:
-    op = aten.hardtanh_backward.default
-
-    def decomposition(grad: torch.Tensor, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if not x.is_floating_point():
-            return base(grad, x, *args, **kwargs) if base is not None else NotImplemented
-        return _refuse(op, "at NaN, eager's vectorised loop gives a zero gradient and its "
-                       "scalar tail passes the gradient, and which loop an element meets "
-                       "depends on its position and the CPU's vector width",
-                       "hardtanh-backward-nan")
-
-    return decomposition
 
 
 def _batch_norm(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
@@ -132,8 +113,7 @@ def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
                                  ) -> dict[Any, Callable[..., Any]]:
     """Entries wrapping ``base``'s (the table built so far): the cases above refuse,
     everything else keeps ``base``'s entry."""
-    table: dict[Any, Callable[..., Any]] = {
-        aten.hardtanh_backward.default: _hardtanh_backward(base.get(aten.hardtanh_backward.default))}
+    table: dict[Any, Callable[..., Any]] = {}
     for op in _BATCH_NORM:
         table[op] = _batch_norm(op, base.get(op))
     for op in _UPSAMPLE:

@@ -17,24 +17,11 @@ under ``ATEN_CPU_CAPABILITY=default`` and ``avx2``:
   SLEEF, libm or ``Math.h`` routine the lowering does not reproduce (the vector width
   of AVX-512 may still change them: not measured).
 
-Both are refused for every dtype (the same kernels serve float64 and the halves): the
-region runs eagerly, with eager's numbers on every CPU by construction, and adaptive
-eager learns the op and runs it between regions (a layer of ``refusals.cpu_dependent``).
-``lerp`` is not here either: ``decomp/lerp.py`` writes the form this CPU's eager takes.
-What is not here and still differs:
-``erf`` and ``gelu`` (the zoo's GPT blocks use ``gelu``, whose entry in ``halves/opmath``
-is written with ``erf``: refusing ``erf`` would refuse every GPT block; Torch-MLIR's
-``erf`` polynomial differs from eager in the last bit of about half of random float32
-elements), ``silu`` and ``softplus`` (refusing them refused every Llama MLP under
-``torch.compile``), ``special.ndtr`` (a composite of ``erf`` in eager and here) and the backward
-ops of the activations, which the sweeps do not reach yet.
-The entries these refusals replace (``special``, ``bessel``, ``zeta``, the Chebyshev
-entries of ``polynomials``) are no longer reached.
-
-The way to get these ops back into compiled programs is an op that reaches the
-simulator whole and runs eager's own kernel there, as ``stablehlo.exponential`` does
-for ``exp``; StableHLO has no such op for them, and Torch-MLIR expands the ``chlo``
-ones it emits before the text is written.
+For real dtypes these entries are no longer reached: ``decomp/eager_kernels`` (a later
+layer) keeps each call whole and the program runs eager's own kernel for it, equal to
+eager on every CPU by construction. What is left here refuses complex values (a custom
+call's operands are real tensors): the region runs eagerly and adaptive eager learns
+the op and runs it between regions (a layer of ``refusals.cpu_dependent``).
 """
 
 from __future__ import annotations
