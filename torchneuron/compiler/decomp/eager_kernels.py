@@ -144,8 +144,11 @@ def _overloads(packet: str) -> list[Any]:
 
 def _value(v: Any) -> Any:
     """A config argument as the op takes it (``{"dtype": "float32"}`` -> torch.float32)."""
-    if isinstance(v, dict):
-        return getattr(torch, v["dtype"])
+    if isinstance(v, dict):  # (an executable is data: only a dtype's name is read here)
+        dtype = getattr(torch, str(v.get("dtype")), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"a custom call's argument {v!r} is not a dtype")
+        return dtype
     if isinstance(v, list):
         return [_value(x) for x in v]
     return v
