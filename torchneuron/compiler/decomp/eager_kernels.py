@@ -118,12 +118,36 @@ def _real(v: Any) -> bool:
     return v is None or isinstance(v, (bool, int, str, torch.dtype))
 
 
-def _applies(kernel: EagerKernel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _applies(kernel: EagerKernel, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> bool:
     if not (_real(list(args)) and _real(list(kwargs.values()))):
         return False
     if not any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
         return False
-    return kernel.when is None or kernel.when(args, kwargs)
+    if kernel.when is not None and not kernel.when(args, kwargs):
+        return False
+    return _eager_runs(op, args, kwargs)
+
+
+_RUNS: dict[str, bool] = {}
+
+
+def _eager_runs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether eager's kernel takes these dtypes (the Bessel functions have no float16
+    kernel: such a call keeps the entry before, and eager's error): asked once per
+    signature, on empty tensors of the same dtypes and ranks, outside any trace."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    key = repr((op, [(a.dtype, a.dim()) if isinstance(a, torch.Tensor) else a for a in args],
+                sorted(kwargs.items(), key=lambda kv: kv[0])))
+    if key not in _RUNS:
+        with _disable_current_modes():
+            try:
+                op(*[_empty(a) for a in args], **{k: _empty(v) for k, v in kwargs.items()})
+                _RUNS[key] = True
+            except (NotImplementedError, RuntimeError, TypeError, ValueError, IndexError):
+                _RUNS[key] = False
+    return _RUNS[key]
 
 
 def _overloads(packet: str) -> list[Any]:
@@ -162,17 +186,24 @@ def _run(op: Any) -> Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[
     return run
 
 
+def _empty(v: Any) -> Any:
+    """Tensors as empty ones of the same dtype and rank (the values unread)."""
+    if isinstance(v, torch.Tensor):
+        return torch.empty([0] * v.dim(), dtype=v.dtype)
+    return [_empty(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
 def _register(kernel: EagerKernel, op: Any) -> None:
     def carry_if(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        return _applies(kernel, args, kwargs)
+        return _applies(kernel, op, args, kwargs)
 
     register_target(CustomCallTarget(target_name(op), _run(op), plan=None, op=op,
                                      costed=kernel.costed, carry_if=carry_if))
 
 
-def _entry(kernel: EagerKernel, base: Callable[..., Any] | None) -> Callable[..., Any]:
+def _entry(kernel: EagerKernel, op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     def decomposition(*args: Any, **kwargs: Any) -> Any:
-        if _applies(kernel, args, kwargs):
+        if _applies(kernel, op, args, kwargs):
             return NotImplemented  # the node stays: prepare carries it as eager's kernel
         return base(*args, **kwargs) if base is not None else NotImplemented
 
@@ -186,7 +217,7 @@ def eager_kernel_decompositions(base: Table) -> Table:
     for kernel in EAGER_KERNELS:
         for packet in kernel.packets:
             for op in _overloads(packet):
-                table[op] = _entry(kernel, base.get(op))
+                table[op] = _entry(kernel, op, base.get(op))
     return table
 
 

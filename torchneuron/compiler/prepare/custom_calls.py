@@ -129,8 +129,9 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
     if len(outs) > MAX_OUTPUTS:
         raise _NotCarried(f"it has {len(outs)} outputs (at most {MAX_OUTPUTS})")
     inputs: list[fx.Node] = []
-    args = [_template(a, inputs) for a in node.args]
-    kwargs = {k: _template(v, inputs) for k, v in node.kwargs.items()}
+    dtypes = target.costed is not None  # eager's kernels read {"dtype": name}; kernels do not
+    args = [_template(a, inputs, dtypes) for a in node.args]
+    kwargs = {k: _template(v, inputs, dtypes) for k, v in node.kwargs.items()}
     if not inputs:
         raise _NotCarried("it has no tensor input")
     config = {"args": args, "kwargs": kwargs,
@@ -164,19 +165,20 @@ def _wanted(target: Any, node: fx.Node) -> bool:
     """Whether this call is carried (a target may carry only some calls of its op)."""
     if target.carry_if is None:
         return True
-
-    def value(a: Any) -> Any:
-        if isinstance(a, fx.Node):
-            return a.meta.get("val")
-        if isinstance(a, (list, tuple)):
-            return type(a)(value(x) for x in a)
-        return a
-
-    return bool(target.carry_if(tuple(value(a) for a in node.args),
-                                {k: value(v) for k, v in node.kwargs.items()}))
+    return bool(target.carry_if(tuple(_value(a) for a in node.args),
+                                {k: _value(v) for k, v in node.kwargs.items()}))
 
 
-def _template(a: Any, inputs: list[fx.Node]) -> Any:
+def _value(a: Any) -> Any:
+    """A node argument with its nodes replaced by their (fake) values."""
+    if isinstance(a, fx.Node):
+        return a.meta.get("val")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_value(x) for x in a)
+    return a
+
+
+def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
     """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``)."""
     if isinstance(a, fx.Node):
         if not isinstance(a.meta.get("val"), torch.Tensor):
@@ -184,10 +186,10 @@ def _template(a: Any, inputs: list[fx.Node]) -> Any:
         inputs.append(a)
         return {"tensor": len(inputs) - 1}
     if isinstance(a, (list, tuple)):
-        return [_template(x, inputs) for x in a]
+        return [_template(x, inputs, dtypes) for x in a]
     if a is None or isinstance(a, (bool, int, str)):
         return a
-    if isinstance(a, torch.dtype):
+    if isinstance(a, torch.dtype) and dtypes:
         return {"dtype": str(a).removeprefix("torch.")}
     if isinstance(a, float):
         if a != a or a in (float("inf"), float("-inf")):

@@ -77,15 +77,18 @@ def fill_arguments(config: dict[str, Any], tensors: list[Any]) -> tuple[list[Any
     """The call's (args, kwargs): ``config["args"]`` / ``config["kwargs"]`` with each
     ``{"tensor": i}`` slot replaced by ``tensors[i]`` (the custom call's operands); other
     objects (``{"dtype": name}``) are left for the target to read."""
-    def fill(v: Any) -> Any:
-        if isinstance(v, dict):
-            return tensors[v["tensor"]] if "tensor" in v else v
-        if isinstance(v, list):
-            return [fill(x) for x in v]
-        return v
+    return ([_fill(a, tensors) for a in config.get("args", [])],
+            {k: _fill(v, tensors) for k, v in config.get("kwargs", {}).items()})
 
-    return ([fill(a) for a in config.get("args", [])],
-            {k: fill(v) for k, v in config.get("kwargs", {}).items()})
+
+def _fill(v: Any, tensors: list[Any]) -> Any:
+    # (a module function: a nested one that calls itself is a reference cycle that keeps
+    # the operands alive until the garbage collector runs, and the device's memory with them)
+    if isinstance(v, dict):
+        return tensors[v["tensor"]] if "tensor" in v else v
+    if isinstance(v, list):
+        return [_fill(x, tensors) for x in v]
+    return v
 
 
 class _Calls(threading.local):
