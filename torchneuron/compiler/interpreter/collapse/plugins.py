@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph
 from torchneuron.compiler.interpreter.collapse.clamp import clamp_bound
+from torchneuron.compiler.interpreter.collapse.conv_weight import conv_weight_grad
 from torchneuron.compiler.interpreter.collapse.nan import nan_override
 from torchneuron.compiler.interpreter.collapse.norm import batch_variance
 from torchneuron.compiler.interpreter.collapse.pointwise import pointwise_tree
@@ -54,6 +55,7 @@ __all__ = ["Collapsed", "collapse"]
 
 
 PLUGINS: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None], ...] = (
+    conv_weight_grad,
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
