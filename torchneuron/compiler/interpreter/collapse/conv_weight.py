@@ -32,12 +32,19 @@ pair, which is how oneDNN computes a deconvolution's weight gradient itself.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from torchneuron.compiler.interpreter._registry import OpFn, Runner, ints
-from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph, _make
+from torchneuron.compiler.interpreter.collapse.base import (
+    Body,
+    Collapsed,
+    _Graph,
+    _make,
+    _make_multi,
+)
 from torchneuron.compiler.stablehlo._dtypes import TORCH_DTYPES
 from torchneuron.compiler.stablehlo.ir import Operation
 
@@ -62,9 +69,9 @@ def _torch_layout(conv: Operation, ns: int) -> bool:
     )  # fmt: skip
 
 
-def _plan(conv: Operation, w_shape: list[int]) -> OpFn | None:
-    """The callable computing the weight gradient (of shape ``w_shape``) from the
-    convolution's operands, or None."""
+def _plan(conv: Operation, w_shape: list[int], bias: bool = False) -> OpFn | None:
+    """The callable computing the weight gradient (of shape ``w_shape``; and the bias
+    gradient, if ``bias``) from the convolution's operands, or None."""
     ns = len(conv.attributes["dimension_numbers"]["input_spatial_dimensions"])
     dtypes = {TORCH_DTYPES.get(t.dtype) for t in (*conv.operand_types, *conv.result_types)}
     if not 1 <= ns <= 3 or len(dtypes) != 1 or dtypes.pop() not in _FLOATS \
@@ -103,9 +110,9 @@ def _plan(conv: Operation, w_shape: list[int]) -> OpFn | None:
         x = x.reshape(n, groups * cg, *space_x).contiguous()
         gout = gout.reshape(n, o, *space_g).contiguous()
         w = torch.empty(w_shape, dtype=dtype)
-        _, gw, _ = _backward(gout, x, w, None, stride, low, dilation, False, [0] * ns, groups,
-                             [False, True, False])
-        return [gw]
+        _, gw, gb = _backward(gout, x, w, [o] if bias else None, stride, low, dilation, False,
+                              [0] * ns, groups, [False, True, bias])
+        return [gw, gb] if bias else [gw]
 
     return weight_grad
 
@@ -130,8 +137,10 @@ def _slices_to(g: _Graph, name: str, ns: int) -> tuple[list[int], Any] | None:
     return None
 
 
-def conv_weight_grad(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[int]] | None:
-    """The weight-gradient run ending at the ``transpose`` ``body[at]`` as one op."""
+def _weight_run(g: _Graph, body: Body, at: int) -> tuple[list[int], Operation,
+                                                          tuple[str, ...]] | None:
+    """The weight-gradient run ending at the ``transpose`` ``body[at]``: (its body ids, the
+    convolution, the convolution's operands), or None."""
     tr, operands = body[at]
     if tr.name != "stablehlo.transpose" or len(operands) != 1:
         return None
@@ -148,9 +157,98 @@ def conv_weight_grad(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[in
         for v in conv_operands
     ):  # fmt: skip
         return None
-    impl = _plan(conv, list(tr.result_types[0].shape))
-    ids = sorted([conv_id, *slice_ids, at])
-    if impl is None or not g.closed(body, ids, at):
+    return sorted([conv_id, *slice_ids, at]), conv, conv_operands
+
+
+def _bias_reduce(g: _Graph, body: Body, kernel: str, out_t: Any) -> int | None:
+    """The body id of the bias gradient beside a weight gradient: a ``reduce`` adding
+    up, from ``+0.0``, over all dims but 1, the output gradient that ``kernel`` is
+    rearranged from (by up to four ``reshape`` / ``transpose`` ops), to a vector of the
+    weight's output channels in the weight's dtype; or None."""
+    from torchneuron.compiler.interpreter._ops_reduce import simple_body
+
+    name = kernel
+    for _ in range(4):
+        hit = g.producer.get(name)
+        if hit is None or hit[1].name not in _REARRANGE or len(hit[2]) != 1:
+            return None
+        name = hit[2][0]
+        for i in g.readers(name):
+            red, red_operands = body[i]
+            rank = len(red.operand_types[0].shape) if red.operand_types else 0
+            if red.name != "stablehlo.reduce" or len(red_operands) != 2 \
+                    or red_operands[0] != name or simple_body(red) != "stablehlo.add" \
+                    or not 3 <= rank <= 5 \
+                    or sorted(ints(red, "dimensions")) != [0, *range(2, rank)] \
+                    or red.result_types[0].dtype != out_t.dtype \
+                    or list(red.result_types[0].shape) != [out_t.shape[0]]:
+                continue
+            init = g.op(red_operands[1], "stablehlo.constant")
+            value = init[1].attributes.get("value") if init is not None else None
+            splat = value.get("splat") if isinstance(value, dict) else None
+            if isinstance(splat, (int, float)) and splat == 0 \
+                    and math.copysign(1.0, splat) > 0:
+                return i
+    return None
+
+
+def _read_after(g: _Graph, name: str, at: int) -> bool:
+    """Whether every op reading ``name`` comes after ``body[at]``."""
+    return all(i > at for i in g.readers(name))
+
+
+def conv_weight_grad(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[int]] | None:
+    """The weight-gradient run ending at ``body[at]`` as one op: at its ``transpose``, or
+    with the bias gradient beside it, at the later of that ``transpose`` and the bias's
+    ``reduce`` (one ``convolution_backward`` call then gives both)."""
+    op = body[at][0]
+    if op.name == "stablehlo.reduce":
+        t = _weight_of_bias(g, body, at)
+        if t is None or t > at:
+            return None
+        return _collapse(g, body, t, at)
+    run = _weight_run(g, body, at)
+    if run is None:
         return None
-    run_ops = [body[i] for i in ids]
-    return _make(tr, tuple(conv_operands), run_ops, impl, "conv_weight_grad"), ids
+    red = _bias_reduce(g, body, run[2][1], op.result_types[0])
+    if red is not None and red > at and _read_after(g, op.results[0], red):
+        return None  # made at the reduce, with the bias gradient
+    return _collapse(g, body, at, red if red is not None and red < at else None)
+
+
+def _weight_of_bias(g: _Graph, body: Body, red: int) -> int | None:
+    """The body id of the weight gradient's ``transpose`` whose bias gradient is the
+    ``reduce`` ``body[red]`` (``_bias_reduce``'s inverse), or None."""
+    for t, (op, _) in enumerate(body):
+        if op.name != "stablehlo.transpose":
+            continue
+        run = _weight_run(g, body, t)
+        if run is not None and _bias_reduce(g, body, run[2][1], op.result_types[0]) == red:
+            return t
+    return None
+
+
+def _collapse(g: _Graph, body: Body, t: int, red: int | None) -> tuple[Collapsed,
+                                                                          list[int]] | None:
+    """The weight-gradient run at ``body[t]`` (with the bias ``reduce`` ``body[red]``) as
+    one op placed at the later of the two."""
+    run = _weight_run(g, body, t)
+    if run is None:
+        return None
+    ids, conv, conv_operands = run
+    tr = body[t][0]
+    if red is not None and red > t and not _read_after(g, tr.results[0], red):
+        return None
+    if red is not None and red < t and not _read_after(g, body[red][0].results[0], t):
+        red = None
+    impl = _plan(conv, list(tr.result_types[0].shape), bias=red is not None)
+    if impl is None or not g.closed(body, ids, t):
+        return None
+    if red is None:
+        return _make(tr, tuple(conv_operands), [body[i] for i in ids], impl,
+                     "conv_weight_grad"), ids
+    ids = sorted([*ids, red])
+    rop = body[red][0]
+    return _make_multi((tr.results[0], rop.results[0]),
+                       (tr.result_types[0], rop.result_types[0]), tuple(conv_operands),
+                       [body[i] for i in ids], impl, "conv_weight_bias_grad"), ids
