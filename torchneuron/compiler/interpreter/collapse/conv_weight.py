@@ -24,10 +24,22 @@ forward's stride (the convolution's ``rhs_dilation``), dilation (its window stri
 padding and groups. The weight's values do not enter the weight gradient: an empty
 tensor of its shape stands for it.
 
+The bias gradient, where there is one, is the output gradient summed over all dims but
+the channels: a plain ``reduce`` in the program, whose order is not eager's either (60 to
+100% of float32 bias-gradient elements differed, and a depthwise float64 one). A
+``reduce`` adding up, from ``+0.0``, over dims 0 and 2.., the tensor that the weight
+gradient's kernel is rearranged from joins the run, and the one ``convolution_backward``
+call gives both gradients (as eager's does). The collapsed op then stands at the later of
+the two, and is made only if nothing reads the earlier one's result before it.
+
 A transposed convolution's weight gradient is the same convolution with the roles of
-input and output gradient swapped (``decomp_conv`` writes it so, and the program does not
-say which it was): it runs as the plain convolution's weight gradient of the swapped
-pair, which is how oneDNN computes a deconvolution's weight gradient itself.
+input and output gradient swapped (``decomp_conv`` writes it so). With a bias the program
+says which it was (a transposed convolution's bias sums what the plain view calls the
+input): it runs as eager's own transposed call, weight and bias gradients at once, its
+``output_padding`` read off the shapes. Without one it runs as the plain convolution's
+weight gradient of the swapped pair, which is how oneDNN computes a deconvolution's
+weight gradient itself, and equal to eager's on every case measured (float32 and float64,
+1d to 3d, groups 1 to 4), though not eager's call.
 """
 
 from __future__ import annotations
@@ -69,9 +81,11 @@ def _torch_layout(conv: Operation, ns: int) -> bool:
     )  # fmt: skip
 
 
-def _plan(conv: Operation, w_shape: list[int], bias: bool = False) -> OpFn | None:
-    """The callable computing the weight gradient (of shape ``w_shape``; and the bias
-    gradient, if ``bias``) from the convolution's operands, or None."""
+def _plan(conv: Operation, w_shape: list[int], bias: str | None = None) -> OpFn | None:
+    """The callable computing the weight gradient (of shape ``w_shape``) from the
+    convolution's operands, or None. ``bias``: also the bias gradient, of a plain
+    convolution (``"plain"``: the sum of the output gradient) or of a transposed one
+    (``"transposed"``: the sum of what the plain view calls the input)."""
     ns = len(conv.attributes["dimension_numbers"]["input_spatial_dimensions"])
     dtypes = {TORCH_DTYPES.get(t.dtype) for t in (*conv.operand_types, *conv.result_types)}
     if not 1 <= ns <= 3 or len(dtypes) != 1 or dtypes.pop() not in _FLOATS \
@@ -100,6 +114,13 @@ def _plan(conv: Operation, w_shape: list[int], bias: bool = False) -> OpFn | Non
     space_x, space_g = x_shape[2:], k_shape[2:]
     sp = [3 + i for i in range(ns)]
     dtype = TORCH_DTYPES[conv.result_types[0].dtype]
+    out_pad = [0] * ns
+    if bias == "transposed":  # the rows the transposed forward's output_padding added
+        out_pad = [space_x[i] - ((space_g[i] - 1) * stride[i] - 2 * low[i]
+                                 + dilation[i] * (w_shape[2 + i] - 1) + 1) for i in range(ns)]
+        if any(not 0 <= p < max(s, d) for p, s, d in zip(out_pad, stride, dilation,
+                                                         strict=True)):
+            return None
 
     def weight_grad(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         lhs, kernel = args
@@ -110,8 +131,12 @@ def _plan(conv: Operation, w_shape: list[int], bias: bool = False) -> OpFn | Non
         x = x.reshape(n, groups * cg, *space_x).contiguous()
         gout = gout.reshape(n, o, *space_g).contiguous()
         w = torch.empty(w_shape, dtype=dtype)
+        if bias == "transposed":  # eager's own call: the input is the output's gradient
+            _, gw, gb = _backward(x, gout, w, [groups * cg], stride, low, dilation, True,
+                                  out_pad, groups, [False, True, True])
+            return [gw, gb]
         _, gw, gb = _backward(gout, x, w, [o] if bias else None, stride, low, dilation, False,
-                              [0] * ns, groups, [False, True, bias])
+                              [0] * ns, groups, [False, True, bias is not None])
         return [gw, gb] if bias else [gw]
 
     return weight_grad
@@ -160,14 +185,15 @@ def _weight_run(g: _Graph, body: Body, at: int) -> tuple[list[int], Operation,
     return sorted([conv_id, *slice_ids, at]), conv, conv_operands
 
 
-def _bias_reduce(g: _Graph, body: Body, kernel: str, out_t: Any) -> int | None:
-    """The body id of the bias gradient beside a weight gradient: a ``reduce`` adding
-    up, from ``+0.0``, over all dims but 1, the output gradient that ``kernel`` is
-    rearranged from (by up to four ``reshape`` / ``transpose`` ops), to a vector of the
-    weight's output channels in the weight's dtype; or None."""
+def _bias_reduce(g: _Graph, body: Body, operand: str, channels: int,
+                 dtype: str) -> int | None:
+    """The body id of a bias gradient beside a weight gradient: a ``reduce`` adding up,
+    from ``+0.0``, over all dims but 1, the tensor the convolution's ``operand`` is
+    rearranged from (by up to four ``reshape`` / ``transpose`` ops), to a vector of
+    ``channels`` in ``dtype``; or None."""
     from torchneuron.compiler.interpreter._ops_reduce import simple_body
 
-    name = kernel
+    name = operand
     for _ in range(4):
         hit = g.producer.get(name)
         if hit is None or hit[1].name not in _REARRANGE or len(hit[2]) != 1:
@@ -180,8 +206,8 @@ def _bias_reduce(g: _Graph, body: Body, kernel: str, out_t: Any) -> int | None:
                     or red_operands[0] != name or simple_body(red) != "stablehlo.add" \
                     or not 3 <= rank <= 5 \
                     or sorted(ints(red, "dimensions")) != [0, *range(2, rank)] \
-                    or red.result_types[0].dtype != out_t.dtype \
-                    or list(red.result_types[0].shape) != [out_t.shape[0]]:
+                    or red.result_types[0].dtype != dtype \
+                    or list(red.result_types[0].shape) != [channels]:
                 continue
             init = g.op(red_operands[1], "stablehlo.constant")
             value = init[1].attributes.get("value") if init is not None else None
@@ -190,6 +216,24 @@ def _bias_reduce(g: _Graph, body: Body, kernel: str, out_t: Any) -> int | None:
                     and math.copysign(1.0, splat) > 0:
                 return i
     return None
+
+
+def _bias_of(g: _Graph, body: Body, t: int) -> tuple[int, str] | None:
+    """The bias gradient beside the weight gradient whose ``transpose`` is ``body[t]``:
+    (its ``reduce``'s body id, ``"plain"`` or ``"transposed"``), or None. A plain
+    convolution's bias sums the output gradient (the kernel here); a transposed one's
+    sums its own output's gradient (the input here); only a bias tells them apart."""
+    run = _weight_run(g, body, t)
+    if run is None:
+        return None
+    conv, (lhs, kernel) = run[1], run[2]
+    dtype = body[t][0].result_types[0].dtype
+    groups = int(conv.attributes.get("feature_group_count", 1))
+    red = _bias_reduce(g, body, kernel, conv.operand_types[1].shape[0], dtype)
+    if red is not None:
+        return red, "plain"
+    red = _bias_reduce(g, body, lhs, conv.operand_types[0].shape[0] * groups, dtype)
+    return None if red is None else (red, "transposed")
 
 
 def _read_after(g: _Graph, name: str, at: int) -> bool:
@@ -206,14 +250,11 @@ def conv_weight_grad(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[in
         t = _weight_of_bias(g, body, at)
         if t is None or t > at:
             return None
-        return _collapse(g, body, t, at)
-    run = _weight_run(g, body, at)
-    if run is None:
-        return None
-    red = _bias_reduce(g, body, run[2][1], op.result_types[0])
-    if red is not None and red > at and _read_after(g, op.results[0], red):
+        return _collapse(g, body, t, _bias_of(g, body, t))
+    bias = _bias_of(g, body, at)
+    if bias is not None and bias[0] > at and _read_after(g, op.results[0], bias[0]):
         return None  # made at the reduce, with the bias gradient
-    return _collapse(g, body, at, red if red is not None and red < at else None)
+    return _collapse(g, body, at, bias if bias is not None and bias[0] < at else None)
 
 
 def _weight_of_bias(g: _Graph, body: Body, red: int) -> int | None:
@@ -222,16 +263,17 @@ def _weight_of_bias(g: _Graph, body: Body, red: int) -> int | None:
     for t, (op, _) in enumerate(body):
         if op.name != "stablehlo.transpose":
             continue
-        run = _weight_run(g, body, t)
-        if run is not None and _bias_reduce(g, body, run[2][1], op.result_types[0]) == red:
+        bias = _bias_of(g, body, t)
+        if bias is not None and bias[0] == red:
             return t
     return None
 
 
-def _collapse(g: _Graph, body: Body, t: int, red: int | None) -> tuple[Collapsed,
-                                                                          list[int]] | None:
-    """The weight-gradient run at ``body[t]`` (with the bias ``reduce`` ``body[red]``) as
-    one op placed at the later of the two."""
+def _collapse(g: _Graph, body: Body, t: int,
+              bias: tuple[int, str] | None) -> tuple[Collapsed, list[int]] | None:
+    """The weight-gradient run at ``body[t]`` (with the bias gradient ``bias``, from
+    ``_bias_of``) as one op placed at the later of the two."""
+    red, kind = bias if bias is not None else (None, None)
     run = _weight_run(g, body, t)
     if run is None:
         return None
@@ -240,8 +282,8 @@ def _collapse(g: _Graph, body: Body, t: int, red: int | None) -> tuple[Collapsed
     if red is not None and red > t and not _read_after(g, tr.results[0], red):
         return None
     if red is not None and red < t and not _read_after(g, body[red][0].results[0], t):
-        red = None
-    impl = _plan(conv, list(tr.result_types[0].shape), bias=red is not None)
+        red = kind = None
+    impl = _plan(conv, list(tr.result_types[0].shape), bias=kind)
     if impl is None or not g.closed(body, ids, t):
         return None
     if red is None:
