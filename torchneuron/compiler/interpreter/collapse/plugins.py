@@ -16,7 +16,8 @@ backward (``threshold_backward``); ``clamp`` ReLU itself and one-sided clamps
 that give their third operands when the input has no NaN; a collapsed op with two
 results); ``pool_flat`` the native pool with the lookup of its flat index (tried first);
 ``pointwise`` trees of single-use elementwise arithmetic (an optimizer's update), tried
-last, on what the others left. (Not to be confused with neuronc's ``fuse`` pass, which
+last, on what the others left. ``conv_weight`` is not for speed but for eager's bits: a
+convolution's weight (and bias) gradient as eager's own ``convolution_backward``. (Not to be confused with neuronc's ``fuse`` pass, which
 groups the program's ops for the cost model; a collapse changes only how the interpreter
 runs a block.)
 
