@@ -247,6 +247,9 @@ def conv_weight_grad(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[in
     ``reduce`` (one ``convolution_backward`` call then gives both)."""
     op = body[at][0]
     if op.name == "stablehlo.reduce":
+        rank = len(op.operand_types[0].shape) if op.operand_types else 0
+        if not 3 <= rank <= 5 or sorted(ints(op, "dimensions")) != [0, *range(2, rank)]:
+            return None  # not a bias gradient: spare the scan below
         t = _weight_of_bias(g, body, at)
         if t is None or t > at:
             return None
