@@ -17,7 +17,8 @@ that give their third operands when the input has no NaN; a collapsed op with tw
 results); ``pool_flat`` the native pool with the lookup of its flat index (tried first);
 ``pointwise`` trees of single-use elementwise arithmetic (an optimizer's update), tried
 last, on what the others left. ``conv_weight`` is not for speed but for eager's bits: a
-convolution's weight (and bias) gradient as eager's own ``convolution_backward``. (Not to be confused with neuronc's ``fuse`` pass, which
+convolution's weight (and bias) gradient as eager's own ``convolution_backward``;
+``conv_bias`` a convolution and its bias add as eager's ``F.conv*d(x, w, b)``. (Not to be confused with neuronc's ``fuse`` pass, which
 groups the program's ops for the cost model; a collapse changes only how the interpreter
 runs a block.)
 
@@ -40,6 +41,7 @@ from collections.abc import Callable
 
 from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph
 from torchneuron.compiler.interpreter.collapse.clamp import clamp_bound
+from torchneuron.compiler.interpreter.collapse.conv_bias import conv_with_bias
 from torchneuron.compiler.interpreter.collapse.conv_weight import conv_weight_grad
 from torchneuron.compiler.interpreter.collapse.nan import nan_override
 from torchneuron.compiler.interpreter.collapse.norm import batch_variance
@@ -57,6 +59,7 @@ __all__ = ["Collapsed", "collapse"]
 
 PLUGINS: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None], ...] = (
     conv_weight_grad,
+    conv_with_bias,
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
