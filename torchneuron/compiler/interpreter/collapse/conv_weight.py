@@ -185,29 +185,53 @@ def _weight_run(g: _Graph, body: Body, at: int) -> tuple[list[int], Operation,
     return sorted([conv_id, *slice_ids, at]), conv, conv_operands
 
 
-def _bias_reduce(g: _Graph, body: Body, operand: str, channels: int,
+def _shape(g: _Graph, body: Body, name: str) -> list[int] | None:
+    hit = g.producer.get(name)
+    return None if hit is None else list(hit[1].result_types[hit[1].results.index(name)].shape)
+
+
+def _bias_reduce(g: _Graph, body: Body, operand: str, grouped: list[int], expect: list[int],
                  dtype: str) -> int | None:
-    """The body id of a bias gradient beside a weight gradient: a ``reduce`` adding up,
-    from ``+0.0``, over all dims but 1, the tensor the convolution's ``operand`` is
-    rearranged from (by up to four ``reshape`` / ``transpose`` ops), to a vector of
-    ``channels`` in ``dtype``; or None."""
+    """The body id of a bias gradient beside a weight gradient, or None: a ``reduce``
+    adding up, from ``+0.0``, over all dims but 1, to a vector in ``dtype``, a tensor of
+    shape ``expect`` holding the row-major data of the value of shape ``grouped`` that
+    the convolution's ``operand`` is rearranged from (the operand of the first of up to
+    four ``reshape`` / ``transpose`` ops that is a ``transpose``): that value itself, a
+    ``reshape`` before it, or a ``reshape`` of either (a flattened layer's gradient is
+    reshaped once for the bias, once for the kernel)."""
     from torchneuron.compiler.interpreter._ops_reduce import simple_body
 
-    name = operand
-    for _ in range(4):
+    name, start = operand, None
+    for _ in range(4):  # start: what the transpose nearest the chain's root reads
         hit = g.producer.get(name)
         if hit is None or hit[1].name not in _REARRANGE or len(hit[2]) != 1:
-            return None
+            break
         name = hit[2][0]
+        if hit[1].name == "stablehlo.transpose":
+            start = name
+    if start is None or _shape(g, body, start) != grouped:
+        return None
+    same = [start]  # values holding the same row-major data
+    while True:
+        hit = g.op(same[-1], "stablehlo.reshape")
+        if hit is None or len(hit[2]) != 1:
+            break
+        same.append(hit[2][0])
+    for v in list(same):
+        for i in g.readers(v):
+            op = body[i][0]
+            if op.name == "stablehlo.reshape" and list(op.result_types[0].shape) == expect:
+                same.append(op.results[0])
+    for name in same:
         for i in g.readers(name):
             red, red_operands = body[i]
-            rank = len(red.operand_types[0].shape) if red.operand_types else 0
+            rank = len(expect)
             if red.name != "stablehlo.reduce" or len(red_operands) != 2 \
                     or red_operands[0] != name or simple_body(red) != "stablehlo.add" \
-                    or not 3 <= rank <= 5 \
+                    or list(red.operand_types[0].shape) != expect \
                     or sorted(ints(red, "dimensions")) != [0, *range(2, rank)] \
                     or red.result_types[0].dtype != dtype \
-                    or list(red.result_types[0].shape) != [channels]:
+                    or list(red.result_types[0].shape) != [expect[1]]:
                 continue
             init = g.op(red_operands[1], "stablehlo.constant")
             value = init[1].attributes.get("value") if init is not None else None
@@ -229,10 +253,16 @@ def _bias_of(g: _Graph, body: Body, t: int) -> tuple[int, str] | None:
     conv, (lhs, kernel) = run[1], run[2]
     dtype = body[t][0].result_types[0].dtype
     groups = int(conv.attributes.get("feature_group_count", 1))
-    red = _bias_reduce(g, body, kernel, conv.operand_types[1].shape[0], dtype)
+    x_shape, k_shape = list(conv.operand_types[0].shape), list(conv.operand_types[1].shape)
+    if not 3 <= len(x_shape) <= 5 or groups < 1 or x_shape[1] % groups or k_shape[0] % groups:
+        return None
+    n, cg, o = k_shape[1], x_shape[0], k_shape[0]
+    red = _bias_reduce(g, body, kernel, [n, groups, o // groups, *k_shape[2:]],
+                       [n, o, *k_shape[2:]], dtype)
     if red is not None:
         return red, "plain"
-    red = _bias_reduce(g, body, lhs, conv.operand_types[0].shape[0] * groups, dtype)
+    red = _bias_reduce(g, body, lhs, [n, groups, cg, *x_shape[2:]],
+                       [n, groups * cg, *x_shape[2:]], dtype)
     return None if red is None else (red, "transposed")
 
 
