@@ -1,7 +1,10 @@
 """Convolution training steps compiled = eager bit for bit: weight gradients
 (interpreter/collapse/conv_weight.py runs them as eager's ``aten.convolution_backward``)
 and grouped transposed convolutions, forward and both gradients (collapse/conv_transpose.py
-runs them as eager's ``F.conv_transpose(groups=)``).
+runs them as eager's ``F.conv_transpose(groups=)``), and transposed convolutions whose
+``output_padding`` differs between dims (and the input gradients that are such: the
+crop ``decomp_conv`` writes after the full transposed convolution is folded back into
+eager's one call).
 
 Before, 20 to 95% of the elements of each weight gradient below, and of each grouped
 transposed convolution's output and grouped convolution's input gradient, differed from
@@ -32,6 +35,8 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[int, ...], tuple[int, 
     "conv2d": (F.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), {"padding": 1}),
     "conv2d-stride2-cut": (F.conv2d, (2, 3, 9, 9), (4, 3, 3, 3), {"stride": 2}),
     "conv2d-depthwise": (F.conv2d, (2, 4, 8, 8), (4, 1, 3, 3), {"padding": 1, "groups": 4}),
+    # the dims drop different numbers of rows: the input gradient's output_padding is (0, 1)
+    "conv2d-uneven-rows": (F.conv2d, (2, 3, 9, 8), (4, 3, 3, 3), {"stride": 2, "padding": 1}),
     "conv3d": (F.conv3d, (1, 2, 5, 6, 5), (3, 2, 3, 3, 3), {"padding": 1}),
     "conv_transpose1d-groups": (F.conv_transpose1d, (2, 4, 9), (4, 3, 3),
                                 {"stride": 2, "padding": 1, "groups": 2}),
@@ -39,6 +44,9 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[int, ...], tuple[int, 
                                 {"stride": 2, "padding": 1, "output_padding": 1, "groups": 4}),
     "conv_transpose3d-groups": (F.conv_transpose3d, (1, 4, 3, 4, 3), (4, 2, 3, 3, 3),
                                 {"stride": 2, "padding": 1, "groups": 2}),
+    "conv_transpose2d-uneven-output-padding": (F.conv_transpose2d, (2, 4, 6, 5), (4, 3, 3, 3),
+                                               {"stride": 2, "padding": 1,
+                                                "output_padding": (0, 1)}),
 }
 
 

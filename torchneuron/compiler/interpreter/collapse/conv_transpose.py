@@ -30,27 +30,31 @@ operand: un-reversed, and each group's block transposed to torch's
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from torchneuron.compiler.interpreter._registry import OpFn, Runner, ints
-from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed
+from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph
 from torchneuron.compiler.stablehlo._dtypes import TORCH_DTYPES
 from torchneuron.compiler.stablehlo.ir import Operation
 
-__all__ = ["conv_transposes"]
+__all__ = ["conv_transpose_crops", "conv_transposes"]
 
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 _FLOATS = (torch.float32, torch.float64)
 
 
-def _plan(conv: Operation, rev: Operation, direct: bool) -> OpFn | None:
+def _plan(conv: Operation, rev_dims: list[int], direct: bool,
+          crop: list[tuple[int, int]] | None = None) -> OpFn | None:
     """The callable computing ``conv`` from (input, kernel), or None. ``direct``: the
     kernel operand is ``rev`` itself (the callable reads the un-reversed kernel); else
     ``rev`` is reached through ``reshape`` / ``transpose`` ops (a grouped transposed
-    convolution; the callable reads the convolution's own kernel operand)."""
+    convolution; the callable reads the convolution's own kernel operand). ``crop``: the
+    (low, high) edge pads of a ``pad`` of the result per spatial dim (low at most 0), taken
+    into the call's ``padding`` and ``output_padding``."""
     dn = conv.attributes["dimension_numbers"]
     sp_in = list(dn["input_spatial_dimensions"])
     sp_k = list(dn["kernel_spatial_dimensions"])
@@ -60,7 +64,7 @@ def _plan(conv: Operation, rev: Operation, direct: bool) -> OpFn | None:
     dtypes = {TORCH_DTYPES.get(t.dtype) for t in (*conv.operand_types, *conv.result_types)}
     if fn is None or len(dtypes) != 1 or dtypes.pop() not in _FLOATS:
         return None
-    rev_dims = sorted(ints(rev, "dimensions"))
+    rev_dims = sorted(rev_dims)
     if (rev_dims != sorted(sp_k)) if direct else (len(rev_dims) != ns):
         return None
     groups = int(conv.attributes.get("feature_group_count", 1))
@@ -91,6 +95,13 @@ def _plan(conv: Operation, rev: Operation, direct: bool) -> OpFn | None:
             return None
         if (x_shape[sp_in[i]] - 1) * s - 2 * p + d * (k - 1) + op + 1 != out_shape[sp_out[i]]:
             return None
+        if crop is not None:  # rows off the start are padding; the end's, output_padding
+            lo, hi = crop[i]
+            size = out_shape[sp_out[i]] + lo + hi
+            p = p - lo
+            op = size - ((x_shape[sp_in[i]] - 1) * s - 2 * p + d * (k - 1) + 1)
+            if lo > 0 or not 0 <= op < max(s, d):
+                return None
         pad.append(p)
         out_pad.append(op)
     x_perm = [dn["input_batch_dimension"], dn["input_feature_dimension"], *sp_in]
@@ -153,16 +164,18 @@ def conv_transposes(body: Body) -> Body:
             and len(operands) == 2 else None
         impl = None
         if hit is not None and hit[0].name == "stablehlo.reverse" and not isinstance(op, Collapsed):
-            impl = _plan(op, hit[0], direct=True)
+            impl = _plan(op, ints(hit[0], "dimensions"), direct=True)
         elif hit is not None and not isinstance(op, Collapsed):
             rev = _reverse_behind(producer, operands[1])
-            grouped = None if rev is None else _plan(op, rev[0], direct=False)
+            grouped = None if rev is None else _plan(op, ints(rev[0], "dimensions"),
+                                                     direct=False)
             if grouped is not None:  # reads the convolution's own operands
                 made = Collapsed(name="torchneuron.collapsed.conv_transpose",
                                  results=list(op.results), operands=list(operands),
                                  operand_types=list(op.operand_types),
                                  result_types=list(op.result_types),
-                                 attributes={"ops": [op.name]}, impl=grouped,
+                                 attributes={"ops": [op.name], "reversed": ints(rev[0], "dimensions"),
+                                             "direct": False}, impl=grouped,
                                  run_ops=[(op, operands)])
                 out.append((made, tuple(operands)))
                 continue
@@ -175,7 +188,60 @@ def conv_transposes(body: Body) -> Body:
                       operands=list(outer),
                       operand_types=[op.operand_types[0], rev.operand_types[0]],
                       result_types=list(op.result_types),
-                      attributes={"ops": [rev.name, op.name]}, impl=impl,
+                      attributes={"ops": [rev.name, op.name],
+                                  "reversed": ints(rev, "dimensions"), "direct": True},
+                      impl=impl,
                       run_ops=[hit, (op, operands)])
         out.append((made, outer))
     return out
+
+
+def conv_transpose_crops(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[int]] | None:
+    """A ``pad`` cutting rows off a transposed convolution made above (and adding zero
+    rows past its end) as one call with that ``padding`` and ``output_padding``.
+
+    Why: Torch-MLIR gets a transposed convolution's ``output_padding`` wrong when it
+    differs between dims, so ``decomp_conv`` writes such a convolution (and the input
+    gradient of a strided convolution whose dims drop different numbers of rows) as the
+    full transposed convolution cropped by one ``constant_pad_nd`` with negative low pads.
+    Eager's kernel, asked for the full one, sums some rows in another order than when
+    asked for the cropped one (87 of 432 elements of a 9x8 stride-2 Conv2d's input
+    gradient differed): folded back, the call is eager's own. A zero ``pad`` (``+0.0``,
+    no interior) of the spatial dims only, read from a ``conv_transpose`` op nobody else
+    reads, whose low pads are at most 0 and whose rows map back to a ``padding`` of at
+    least 0 and an ``output_padding`` below the stride or the dilation."""
+    pad_op, operands = body[at]
+    if pad_op.name != "stablehlo.pad" or len(operands) != 2:
+        return None
+    hit = g.producer.get(operands[0])
+    if hit is None or not isinstance(hit[1], Collapsed) \
+            or hit[1].name != "torchneuron.collapsed.conv_transpose":
+        return None
+    ct = hit[1]
+    zero = g.op(operands[1], "stablehlo.constant")
+    value = zero[1].attributes.get("value") if zero is not None else None
+    splat = value.get("splat") if isinstance(value, dict) else None
+    if not isinstance(splat, (int, float)) or splat != 0 or math.copysign(1.0, splat) < 0:
+        return None
+    conv = next((op for op, _ in ct.run_ops if op.name == "stablehlo.convolution"), None)
+    if conv is None or "reversed" not in ct.attributes:
+        return None
+    dn = conv.attributes["dimension_numbers"]
+    rank = len(conv.result_types[0].shape)
+    low, high = ints(pad_op, "edge_padding_low"), ints(pad_op, "edge_padding_high")
+    interior = ints(pad_op, "interior_padding", [0] * rank)
+    keep = (dn["output_batch_dimension"], dn["output_feature_dimension"])
+    if len(low) != rank or any(interior) or any(low[d] or high[d] for d in keep):
+        return None
+    crop = [(low[d], high[d]) for d in dn["output_spatial_dimensions"]]
+    impl = _plan(conv, list(ct.attributes["reversed"]), bool(ct.attributes["direct"]), crop)
+    ids = [hit[0], at]
+    if impl is None or not g.closed(body, ids, at):
+        return None
+    run_ops = [*ct.run_ops, (pad_op, operands)]
+    made = Collapsed(name="torchneuron.collapsed.conv_transpose", results=list(pad_op.results),
+                     operands=list(ct.operands), operand_types=list(ct.operand_types),
+                     result_types=list(pad_op.result_types),
+                     attributes={**ct.attributes, "ops": [*ct.attributes["ops"], pad_op.name]},
+                     impl=impl, run_ops=run_ops)
+    return made, ids

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph
 from torchneuron.compiler.interpreter.collapse.clamp import clamp_bound
 from torchneuron.compiler.interpreter.collapse.conv_bias import conv_with_bias
+from torchneuron.compiler.interpreter.collapse.conv_transpose import conv_transpose_crops
 from torchneuron.compiler.interpreter.collapse.conv_weight import conv_weight_grad
 from torchneuron.compiler.interpreter.collapse.nan import nan_override
 from torchneuron.compiler.interpreter.collapse.norm import batch_variance
@@ -72,6 +73,7 @@ PLUGINS: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None]
 
 # tried on the whole block first: their runs take in runs of the plugins above
 EARLY: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None], ...] = (
+    conv_transpose_crops,
     max_pool_flat_index,
 )
 
