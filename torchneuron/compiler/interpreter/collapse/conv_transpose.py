@@ -26,6 +26,10 @@ elements differed). Such a convolution (``feature_group_count`` groups) runs as
 ``F.conv_transpose(groups=)`` of a weight rebuilt from the convolution's own kernel
 operand: un-reversed, and each group's block transposed to torch's
 ``(in / groups, out / groups, *k)``; moves no bits, so the result is eager's kernel's.
+
+``conv_transpose_crops`` (a collapse plug-in, tried first) then folds a zero ``pad`` with
+negative low pads after such an op (``decomp_conv``'s crop of a full transposed
+convolution) into the call's ``padding`` and ``output_padding``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ results); ``pool_flat`` the native pool with the lookup of its flat index (tried
 ``pointwise`` trees of single-use elementwise arithmetic (an optimizer's update), tried
 last, on what the others left. ``conv_weight`` is not for speed but for eager's bits: a
 convolution's weight (and bias) gradient as eager's own ``convolution_backward``;
-``conv_bias`` a convolution and its bias add as eager's ``F.conv*d(x, w, b)``. (Not to be confused with neuronc's ``fuse`` pass, which
+``conv_bias`` a convolution and its bias add as eager's ``F.conv*d(x, w, b)``;
+``conv_transpose_crops`` (tried first) a transposed convolution and the crop after it as
+one eager call. (Not to be confused with neuronc's ``fuse`` pass, which
 groups the program's ops for the cost model; a collapse changes only how the interpreter
 runs a block.)
 
