@@ -16,8 +16,10 @@ convolutions themselves:
 
 Torch-MLIR also applies a transposed convolution's ``output_padding`` to the wrong
 spatial dims when it differs between dims (``(2, 3)`` gave 23x21 for 22x22), so such a
-convolution is the full transposed convolution (no padding) cut to the output: ``padding``
-rows off the start, and zeros past the end where ``output_padding`` exceeds ``padding``.
+convolution is the full transposed convolution (no padding) cut to the output by one
+``constant_pad_nd``: ``padding`` rows off the start (a negative pad), and zeros past the
+end where ``output_padding`` exceeds ``padding`` (the interpreter folds the two back into
+one eager call, ``collapse/conv_transpose.py``).
 
 The sums run in a different order than ATen's kernels, so results agree to fp32
 rounding, not bitwise (checked against eager in tests/compiler/test_decomp_conv.py).
@@ -106,14 +108,12 @@ def convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                                     [0] * nd, groups)
     sizes = [(x.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
              + dilation[i] * (weight.shape[2 + i] - 1) + out_pad[i] + 1 for i in range(nd)]
-    extra = [max(0, padding[i] + sizes[i] - full.shape[2 + i]) for i in range(nd)]
-    if any(extra):
-        pad: list[int] = []
-        for i in reversed(range(nd)):  # constant_pad_nd lists the last dim first
-            pad += [0, extra[i]]
-        full = aten.constant_pad_nd.default(full, pad, 0.0)
-    for i in range(nd):
-        full = full.narrow(2 + i, padding[i], sizes[i])
+    # one constant_pad_nd cuts ``padding`` rows off the start and pads or cuts the end
+    # (last dim first): the interpreter folds it back into one eager transposed call
+    pad: list[int] = []
+    for i in reversed(range(nd)):
+        pad += [-padding[i], padding[i] + sizes[i] - full.shape[2 + i]]
+    full = aten.constant_pad_nd.default(full, pad, 0.0)
     if bias is not None:
         full = full + bias.reshape(1, -1, *([1] * nd))
     return full

@@ -16,7 +16,11 @@ backward (``threshold_backward``); ``clamp`` ReLU itself and one-sided clamps
 that give their third operands when the input has no NaN; a collapsed op with two
 results); ``pool_flat`` the native pool with the lookup of its flat index (tried first);
 ``pointwise`` trees of single-use elementwise arithmetic (an optimizer's update), tried
-last, on what the others left. (Not to be confused with neuronc's ``fuse`` pass, which
+last, on what the others left. ``conv_weight`` is not for speed but for eager's bits: a
+convolution's weight (and bias) gradient as eager's own ``convolution_backward``;
+``conv_bias`` a convolution and its bias add as eager's ``F.conv*d(x, w, b)``;
+``conv_transpose_crops`` (tried first) a transposed convolution and the crop after it as
+one eager call. (Not to be confused with neuronc's ``fuse`` pass, which
 groups the program's ops for the cost model; a collapse changes only how the interpreter
 runs a block.)
 
@@ -39,6 +43,9 @@ from collections.abc import Callable
 
 from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph
 from torchneuron.compiler.interpreter.collapse.clamp import clamp_bound
+from torchneuron.compiler.interpreter.collapse.conv_bias import conv_with_bias
+from torchneuron.compiler.interpreter.collapse.conv_transpose import conv_transpose_crops
+from torchneuron.compiler.interpreter.collapse.conv_weight import conv_weight_grad
 from torchneuron.compiler.interpreter.collapse.nan import nan_override
 from torchneuron.compiler.interpreter.collapse.norm import batch_variance
 from torchneuron.compiler.interpreter.collapse.pointwise import pointwise_tree
@@ -54,6 +61,8 @@ __all__ = ["Collapsed", "collapse"]
 
 
 PLUGINS: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None], ...] = (
+    conv_weight_grad,
+    conv_with_bias,
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
@@ -66,6 +75,7 @@ PLUGINS: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None]
 
 # tried on the whole block first: their runs take in runs of the plugins above
 EARLY: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None], ...] = (
+    conv_transpose_crops,
     max_pool_flat_index,
 )
 
