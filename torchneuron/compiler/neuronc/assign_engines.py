@@ -49,8 +49,8 @@ def engine_of(op: Operation) -> str:
     """Engine of one op of a program (a call of eager's kernel for an aten op: the
     activation engine if it evaluates a transcendental, else the vector engine)."""
     costed = eager_cost(op)
-    if costed is not None:
-        return "scalar" if costed["scalar"] else "vector"
+    if costed is not None:  # (a mark with no work: no instruction, as a reshape)
+        return "scalar" if costed["scalar"] else "vector" if costed["vector"] else "none"
     return engine_for(short(op.name), numel(op.result_types[0]) if op.result_types else 0)
 
 

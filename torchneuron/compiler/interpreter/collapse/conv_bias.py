@@ -16,10 +16,10 @@ that broadcast of a ``(C, 1, ...)`` tensor of the convolution's rank minus one o
 ``1..``. The collapsed op reads the input, the kernel and the bias and calls ``F.conv*d``
 with the convolution's stride, padding, dilation and groups.
 
-The program cannot tell this from a user's own ``F.conv2d(x, w) + b.view(-1, 1, 1)`` (or
-``b[:, None, None]``), which lowers to the same ops: that form, which eager computes as two
-roundings, now gets the fused kernel's bits. ``b.view(1, -1, 1, 1)`` lowers to another
-broadcast and is left alone. Every ``nn.Conv`` layer with a bias takes the first form.
+Only a convolution's own bias is taken: ``decomp/conv.py`` marks it (the identity
+``custom_call @torchneuron.conv_bias``, free for neuronc) and the broadcast must read that
+mark. A user's own ``F.conv2d(x, w) + b.view(-1, 1, 1)`` lowers to the same ops without
+it and keeps eager's two roundings (it got the fused kernel's bits before the mark).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from torchneuron.compiler.stablehlo.ir import Operation
 __all__ = ["conv_with_bias"]
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_MARK = "torchneuron.conv_bias"  # (decomp/conv.py's CONV_BIAS_TARGET: this package may not import decomp)
 _FLOATS = (torch.float32, torch.float64)
 
 
@@ -76,6 +77,15 @@ def _plan(conv: Operation, channels: int) -> OpFn | None:
     return conv_bias
 
 
+def _marked(g: _Graph, value: str) -> bool:
+    """Whether the broadcast bias is a convolution's own: ``reshape`` of the
+    ``torchneuron.conv_bias`` mark ``decomp/conv.py`` puts on it (a user's own add of a
+    reshaped tensor has no mark, and eager computes it as two roundings)."""
+    reshape = g.op(value, "stablehlo.reshape")
+    mark = g.op(reshape[2][0], "stablehlo.custom_call") if reshape and reshape[2] else None
+    return mark is not None and mark[1].attributes.get("call_target_name") == _MARK
+
+
 def conv_with_bias(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[int]] | None:
     """The convolution + bias ``add`` ending at ``body[at]`` as one op."""
     add, operands = body[at]
@@ -94,7 +104,7 @@ def conv_with_bias(g: _Graph, body: Body, at: int) -> tuple[Collapsed, list[int]
         return None
     impl = _plan(conv[1], channels)
     ids = sorted([conv[0], bc[0], at])
-    if impl is None or not g.closed(body, ids, at):
+    if impl is None or not _marked(g, bc[2][0]) or not g.closed(body, ids, at):
         return None
     outer = (conv[2][0], conv[2][1], bc[2][0])
     return _make(add, outer, [body[i] for i in ids], impl, "conv_bias"), ids
