@@ -145,7 +145,7 @@ def _ops(chunks: list[_Chunk]) -> list[tuple[Any, Any]]:
         if sigs is None:
             out.append((x, static))
         else:
-            out.extend((sig[0], sig[1][:3]) for sig in sigs[:x])
+            out.extend((sig.func, sig.static.call) for sig in sigs[:x])
     return out
 
 
@@ -287,7 +287,7 @@ class Growing:
             self.ran = {}
         if not n or n > _MAX_STEP_OPS:
             return
-        first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0][0]
+        first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0].func
         key = (n, first)
         hist = self.prev.pop(key, [])
         hist.append(chunks)
