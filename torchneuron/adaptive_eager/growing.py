@@ -95,11 +95,12 @@ ANY = _Any()
 
 
 def matches(pattern: Any, desc: Any) -> bool:
-    """Whether ``desc`` is ``pattern`` with some int in place of each ``ANY``."""
+    """Whether ``desc`` is ``pattern`` with some int in place of each ``ANY``. A named
+    tuple of a signature (``signature.Meta``, ``Call``) is a tuple like any other here."""
     if pattern is ANY:
         return type(desc) is int
-    if type(pattern) is tuple:
-        if type(desc) is not tuple or len(desc) != len(pattern):
+    if isinstance(pattern, tuple):
+        if not isinstance(desc, tuple) or len(desc) != len(pattern):
             return False
         for p, d in zip(pattern, desc, strict=True):
             if not matches(p, d):
@@ -112,10 +113,10 @@ def steady(a: Any, b: Any, c: Any) -> Any:
     """The pattern of three consecutive descriptions in which every int that changes
     changes by the same nonzero amount from ``a`` to ``b`` and from ``b`` to ``c`` (those
     ints as ``ANY``); None if anything else differs, or an int changes unsteadily."""
-    if type(a) is tuple:
+    if isinstance(a, tuple):
         if a == b == c:
             return a
-        if type(b) is not tuple or type(c) is not tuple or not len(a) == len(b) == len(c):
+        if not isinstance(b, tuple) or not isinstance(c, tuple) or not len(a) == len(b) == len(c):
             return None
         parts = []
         for x, y, z in zip(a, b, c, strict=True):
