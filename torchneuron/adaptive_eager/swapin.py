@@ -27,7 +27,7 @@ from torchneuron.adaptive_eager.lift import floats_only_differ
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.replay import MISMATCH, Replay
-from torchneuron.adaptive_eager.signature import InputRef
+from torchneuron.adaptive_eager.signature import Call, InputRef
 from torchneuron.hardware import get_core, settings
 
 __all__ = ["SwapIn"]
@@ -49,7 +49,7 @@ class SwapIn:
         self.detector = detector
 
     # --- the start ----------------------------------------------------------------------------
-    def try_start(self, func: Any, args: tuple, kwargs: dict, static: tuple,
+    def try_start(self, func: Any, args: tuple, kwargs: dict, static: Call,
                   tensors: list[torch.Tensor]) -> Any:
         """At a start point: replay the best region whose first op is this one, deferring
         the op; MISMATCH if none can."""
