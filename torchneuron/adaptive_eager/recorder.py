@@ -31,6 +31,7 @@ from torchneuron.adaptive_eager.signature import (
     Unsupported,
     ValueRef,
     ViewOut,
+    build,
     describe,
     meta_of,
 )
@@ -88,14 +89,15 @@ def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[Call, Any, list[tor
     else:
         kd, ktemp = _NO_KWARGS, {}
     desc = ("U", (("U", tuple(adesc)), kd))
-    return (Call(desc, torch.is_grad_enabled(), torch.is_autocast_enabled()), (tuple(atemp), ktemp),
-            tensors)
+    return (build(Call, (desc, torch.is_grad_enabled(), torch.is_autocast_enabled())),
+            (tuple(atemp), ktemp), tensors)
 
 
 _NO_KWARGS = ("K", ())
 _SCALAR_NAMES = {bool: "bool", int: "int", str: "str", type(None): "NoneType"}
 _SLOTS = [Slot(j) for j in range(64)]  # shared: templates only read ``Slot.j``
 _OTHER = object()
+_INPUTS = [InputRef("x", j) for j in range(256)]  # shared: the refs of a window's input slots
 
 
 def slot(j: int) -> Slot:
@@ -108,7 +110,8 @@ def _leaf(a: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
     tp = type(a)
     if tp is NeuronTensor:
         tensors.append(a)
-        return ("T", Meta(tuple(a.shape), a.stride(), a.storage_offset(), a.dtype)), slot(len(tensors) - 1)
+        return (("T", build(Meta, (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype))),
+                slot(len(tensors) - 1))
     if tp is float:
         return ("float", repr(a)), a
     name = _SCALAR_NAMES.get(tp)
@@ -166,7 +169,7 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
             raise Unsupported("an output that is not a neuron tensor")
         for j, t in enumerate(tensors):
             if t is r:
-                outs.append(SameOut("same", j))
+                outs.append(build(SameOut, ("same", j)))
                 break
         else:
             if ptrs is None:
@@ -177,10 +180,10 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
             ptr = storage.data_ptr() if storage.nbytes() else -1
             for j, p in enumerate(ptrs):
                 if p == ptr:
-                    outs.append(ViewOut("view", meta_of(r), j))
+                    outs.append(build(ViewOut, ("view", meta_of(r), j)))
                     break
             else:
-                outs.append(NewOut("new", meta_of(r), storage.nbytes()))
+                outs.append(build(NewOut, ("new", meta_of(r), storage.nbytes())))
     return struct, tuple(outs), leaves
 
 
@@ -292,10 +295,11 @@ class Segment:
             for vid in entry.vids:
                 p = self.src.get(vid)
                 if p is not None and p[0] >= base:
-                    refs.append(ValueRef("v", p[0] - base, p[1]))
+                    refs.append(build(ValueRef, ("v", p[0] - base, p[1])))
                 else:
-                    refs.append(InputRef("x", slots.setdefault(vid, len(slots))))
-            sigs.append(OpSig(entry.func, entry.static, tuple(refs), entry.outs))
+                    j = slots.setdefault(vid, len(slots))
+                    refs.append(_INPUTS[j] if j < len(_INPUTS) else InputRef("x", j))
+            sigs.append(build(OpSig, (entry.func, entry.static, tuple(refs), entry.outs)))
         return tuple(sigs), list(slots)
 
     def live_at(self, s: int, e: int) -> set[tuple[int, int]]:

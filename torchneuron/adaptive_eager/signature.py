@@ -28,7 +28,7 @@ import torch
 
 from torchneuron.device.tensor import NeuronTensor
 
-__all__ = ["Unsupported", "Slot", "Meta", "Call", "Static", "InputRef", "ValueRef", "SameOut",
+__all__ = ["Unsupported", "Slot", "build", "Meta", "Call", "Static", "InputRef", "ValueRef", "SameOut",
            "ViewOut", "NewOut", "OpSig", "describe", "undescribe", "meta_of", "rebuild",
            "region_key", "format_region"]
 
@@ -38,6 +38,12 @@ _ENUMS = (torch.dtype, torch.layout, torch.memory_format)
 
 class Unsupported(Exception):
     """The op's arguments cannot be part of a region (host tensors, generators, ...)."""
+
+
+# ``build(Record, (values...))`` is ``Record(values...)`` without the named tuple's
+# Python-level ``__new__`` (a frame and an argument tuple less: about half the cost), for
+# the records built per op while recording; elsewhere records are built by their class.
+build = tuple.__new__
 
 
 class Meta(NamedTuple):
@@ -154,7 +160,7 @@ class Slot:
 
 def meta_of(t: torch.Tensor) -> Meta:
     """(shape, stride, storage offset, dtype): what a region guards on per tensor."""
-    return Meta(tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+    return build(Meta, (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype))
 
 
 def describe(x: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
