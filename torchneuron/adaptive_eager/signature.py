@@ -168,6 +168,14 @@ def describe(x: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
 
     Tensors are appended to ``tensors`` and described by their metadata; the template
     is the structure with tensors replaced by ``Slot``s (to re-run the op later).
+
+    A description is a tagged tuple, ``(kind, ...)``: ``("T", Meta)``, ``(type name,
+    value)`` for a scalar (``repr`` for a float), ``("L" | "U", items)`` for a list or
+    tuple, ``("K", ((name, item), ...))``, ``("D", type, index)``, ``("E", name)``, and
+    ``("lifted", n)`` (``lift``). It stays a plain tagged tree, read by walkers that
+    dispatch on ``kind``: it is built for every argument of every op recorded or guarded
+    (a record class per kind would cost that loop most), and the kind, a type's name
+    for scalars, is what it means.
     """
     if isinstance(x, NeuronTensor):
         tensors.append(x)
