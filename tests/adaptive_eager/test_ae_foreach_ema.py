@@ -74,7 +74,7 @@ def test_ema_replays_inside_its_region_with_eagers_bits() -> None:
     assert s["refused_ops"] == {} and s["ops_between_regions"] == 0, ae.explain()
     replayed = [r for r in ae.regions() if r.replays > 0]
     assert replayed, ae.explain()
-    ops = {str(sig[0]) for r in replayed for sig in r.sigs}
+    ops = {str(sig.func) for r in replayed for sig in r.sigs}
     assert {"aten._foreach_mul_.Scalar", "aten._foreach_add_.List"} <= ops, ops
 
 

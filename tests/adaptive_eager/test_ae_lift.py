@@ -18,11 +18,11 @@ STEPS = 7
 
 def _sig(func: object, args: tuple, kwargs: dict | None = None) -> tuple:
     """A one-entry region signature, described as the recorder describes it."""
-    from torchneuron.adaptive_eager.signature import describe
+    from torchneuron.adaptive_eager.signature import OpSig, Static, describe
 
     tensors: list = []
     desc, _ = describe((args, kwargs or {}), tensors)
-    return ((func, (desc, True, False, "single"), (), ()),)
+    return (OpSig(func, Static(desc, True, False, "single"), (), ()),)
 
 
 def _lifts(func: object, make) -> tuple | None:  # noqa: ANN001

@@ -15,7 +15,15 @@ import torch
 import torchneuron  # noqa: F401
 from torchneuron.adaptive_eager import guard, lift, replay, signature
 from torchneuron.adaptive_eager.recorder import static_of
-from torchneuron.adaptive_eager.signature import Unsupported, describe, rebuild, region_key
+from torchneuron.adaptive_eager.signature import (
+    InputRef,
+    OpSig,
+    Static,
+    Unsupported,
+    describe,
+    rebuild,
+    region_key,
+)
 
 
 def _args() -> list[tuple[tuple, dict]]:
@@ -65,25 +73,27 @@ def test_static_of_refuses_host_tensors_like_describe() -> None:
 def test_static_of_sees_grad_mode() -> None:
     x = torch.randn(2, device="neuron")
     with torch.no_grad():
-        assert static_of(torch.ops.aten.neg.default, (x,), {})[0][1] is False
-    assert static_of(torch.ops.aten.neg.default, (x,), {})[0][1] is True
+        assert static_of(torch.ops.aten.neg.default, (x,), {})[0].grad is False
+    assert static_of(torch.ops.aten.neg.default, (x,), {})[0].grad is True
 
 
 def test_region_key_is_remembered_and_stable() -> None:
     x = torch.randn(2, device="neuron")
-    sig = (torch.ops.aten.neg.default,
-           static_of(torch.ops.aten.neg.default, (x,), {})[0] + ("single",), (("x", 0),), ())
+    sig = OpSig(torch.ops.aten.neg.default,
+                Static(*static_of(torch.ops.aten.neg.default, (x,), {})[0], "single"),
+                (InputRef("x", 0),), ())
     key = region_key((sig,))
     signature._region_keys.clear()
     assert region_key((sig,)) == key  # computed again: the same
-    other = (sig[0], sig[1][:1] + (False,) + sig[1][2:], sig[2], sig[3])  # grad mode off
+    other = sig._replace(static=sig.static._replace(grad=False))  # grad mode off
     assert region_key((other,)) != key
 
 
 def _guard_for(args: tuple, kwargs: dict) -> guard.OpGuard:
     func = torch.ops.aten.add.Tensor
     static, _template, tensors = static_of(func, args, kwargs)
-    sig = (func, static + ("single",), tuple(("x", j) for j in range(len(tensors))), (None,))
+    sig = OpSig(func, Static(*static, "single"), tuple(InputRef("x", j) for j in range(len(tensors))),
+                (None,))
     return guard._guard(0, sig, set())
 
 
@@ -140,8 +150,9 @@ def test_region_key_hashes_the_printed_signature(n: int) -> None:
     import hashlib
 
     x = torch.randn(2, device="neuron")
-    sig = (torch.ops.aten.neg.default,
-           static_of(torch.ops.aten.neg.default, (x,), {})[0] + ("single",), (("x", 0),), ())
+    sig = OpSig(torch.ops.aten.neg.default,
+                Static(*static_of(torch.ops.aten.neg.default, (x,), {})[0], "single"),
+                (InputRef("x", 0),), ())
     sigs = (sig,) * n
     signature._region_keys.clear()
     signature._sig_texts.clear()
@@ -154,8 +165,9 @@ def test_guard_takes_any_float_where_a_scalar_is_lifted() -> None:
     x = torch.randn(3, 4, device="neuron")
     func = torch.ops.aten.add.Tensor
     static, _template, tensors = static_of(func, (x, x), {"alpha": 0.5})
-    desc = ("U", (static[0][1][0], ("K", (("alpha", (lift.MARK, 0)),))))
-    sig = (func, (desc,) + static[1:] + ("single",), (("x", 0), ("x", 0)), (None,))
+    desc = ("U", (static.args[1][0], ("K", (("alpha", (lift.MARK, 0)),))))
+    sig = OpSig(func, Static(desc, static.grad, static.autocast, "single"),
+                (InputRef("x", 0), InputRef("x", 0)), (None,))
     g = guard._guard(0, sig, set())
     got: list = []
     assert guard.match(g, (x, x), {"alpha": -2.5}, [], got) is not None

@@ -13,6 +13,7 @@ import torchneuron.adaptive_eager as ae
 from tests.adaptive_eager.harness import assert_same, clone_to, run
 from torchneuron.adaptive_eager import growing
 from torchneuron.adaptive_eager.growing import ANY, Growing, matches, steady
+from torchneuron.adaptive_eager.signature import OpSig, Static
 
 aten = torch.ops.aten
 
@@ -137,7 +138,7 @@ def test_replayed_and_eager_ops_teach_too() -> None:
     g = Growing()
     for n in (3, 4, 5):
         _feed(g, _step(n))
-    fixed = tuple((f, s + ("struct",), (), ()) for f, s in _step(3)[:4])
+    fixed = tuple(OpSig(f, Static(*s, "single"), (), ()) for f, s in _step(3)[:4])
     for n in (6, 7, 8):
         g.replayed(fixed, 4)
         step = _step(n)

@@ -1,4 +1,4 @@
-"""Small units: the printable region, the state machine, reasons, settings, the
+"""Small units: the printable region, its named signature records, the state machine, reasons, settings, the
 native_dropout decomposition on non-contiguous inputs (draws in memory order)."""
 
 from __future__ import annotations
@@ -7,7 +7,19 @@ import pytest
 import torch
 
 import torchneuron.adaptive_eager as ae
+from torchneuron.adaptive_eager import signature
 from torchneuron.adaptive_eager.region import IllegalTransition, Region, State
+from torchneuron.adaptive_eager.signature import (
+    InputRef,
+    Meta,
+    NewOut,
+    OpSig,
+    SameOut,
+    Static,
+    ValueRef,
+    ViewOut,
+    region_key,
+)
 from torchneuron.compiler.decomp.dropout import native_dropout
 from torchneuron.hardware import settings
 
@@ -26,6 +38,42 @@ def test_recorded_region_prints_one_op_per_line() -> None:
         "$2: f32[] = aten.sum.default($1)"
     )
     assert region.times_seen == 2
+
+
+def _plain(x: object) -> object:
+    """``x`` with every tuple (named ones too) a plain tuple."""
+    return tuple(_plain(v) for v in x) if isinstance(x, tuple) else x
+
+
+def test_recorded_signature_is_named_records() -> None:
+    """What each op of a region reads and makes, as the recorder names it: a value made
+    earlier (op, output), an input slot in order of first use, and outputs that are new,
+    an argument itself (in place) or a view of one; the key is the plain tuples' key."""
+    x = torch.ones(2, 3).to("neuron")
+    y = torch.full((2, 3), 2.0).to("neuron")
+    with ae.enabled():
+        for _ in range(2):
+            z = x * 2 + y
+            z.add_(x)
+            z.view(-1).sum().item()
+    region = max(ae.regions(), key=len)
+    sigs = region.sigs
+    aten = torch.ops.aten
+    assert [s.func for s in sigs] == [aten.mul.Tensor, aten.add.Tensor, aten.add_.Tensor,
+                                      aten.view.default, aten.sum.default]
+    assert all(type(s) is OpSig and type(s.static) is Static for s in sigs)
+    assert sigs[0].refs == (InputRef("x", 0),) and type(sigs[0].refs[0]) is InputRef
+    assert [type(r) for r in sigs[1].refs] == [ValueRef, InputRef]
+    assert (sigs[1].refs[0].op, sigs[1].refs[0].output, sigs[1].refs[1].index) == (0, 0, 1)
+    assert sigs[2].refs == (ValueRef("v", 1, 0), InputRef("x", 0))
+    assert [type(o) for s in sigs for o in s.outs] == [NewOut, NewOut, SameOut, ViewOut, NewOut]
+    assert sigs[2].outs[0].arg == 0 and sigs[3].outs[0].arg == 0
+    view = sigs[3].outs[0].meta
+    assert type(view) is Meta and (view.shape, view.stride, view.dtype) == ((6,), (1,), torch.float32)
+    assert sigs[4].static.result == "single" and sigs[0].static.grad is torch.is_grad_enabled()
+    signature._region_keys.clear()
+    signature._sig_texts.clear()
+    assert region.key == region_key(_plain(sigs))
 
 
 def test_state_machine_rejects_illegal_transitions_and_blacklists() -> None:

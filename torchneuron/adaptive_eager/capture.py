@@ -20,7 +20,15 @@ import torch
 import torch.fx as fx
 
 from torchneuron.adaptive_eager import lift
-from torchneuron.adaptive_eager.signature import undescribe
+from torchneuron.adaptive_eager.signature import (
+    InputRef,
+    Meta,
+    NewOut,
+    OpSig,
+    SameOut,
+    ValueRef,
+    undescribe,
+)
 from torchneuron.dispatch.opfacts import op_facts
 
 __all__ = ["CaptureRefused", "Plan", "plan_region", "build_graph", "example_inputs"]
@@ -52,9 +60,9 @@ class Plan:
     """How to run a captured region and hand out its values."""
 
     n_inputs: int
-    input_metas: list[tuple]
-    roots: dict[tuple[int, int], tuple]  # value -> ("v", i, k) or ("x", slot)
-    metas: dict[tuple[int, int], tuple]  # value -> (shape, stride, offset, dtype)
+    input_metas: list[Meta]
+    roots: dict[tuple[int, int], InputRef | ValueRef]  # value -> the value or input it views
+    metas: dict[tuple[int, int], Meta]  # value -> its metadata
     outputs: list[tuple[int, int]]  # root values returned by the graph, in order
     out_index: dict[tuple[int, int], int] = field(default_factory=dict)
     root_nbytes: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -69,50 +77,51 @@ class Plan:
         self.out_index = {v: n for n, v in enumerate(self.outputs)}
 
 
-def plan_region(sigs: tuple, n_inputs: int, input_metas: list[tuple],
+def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
                 live: set[tuple[int, int]]) -> Plan:
     """Resolve each value's root and pick the graph outputs: roots of the live values."""
-    roots: dict[tuple[int, int], tuple] = {}
-    metas: dict[tuple[int, int], tuple] = {}
+    roots: dict[tuple[int, int], InputRef | ValueRef] = {}
+    metas: dict[tuple[int, int], Meta] = {}
     nbytes: dict[tuple[int, int], int] = {}
     for i, (func, _static, refs, outs) in enumerate(sigs):
         if func in _REFUSED:
             raise CaptureRefused(f"{func} depends on storage layout or changes metadata",
                                  op=str(func), reason="storage-layout")
         for k, out in enumerate(outs):
-            if out is None or out[0] == "same":
+            if out is None or isinstance(out, SameOut):
                 continue
-            metas[(i, k)] = out[1]
-            if out[0] == "new":
-                if out[1][3].is_complex:
+            metas[(i, k)] = out.meta
+            if isinstance(out, NewOut):
+                if out.meta.dtype.is_complex:
                     raise CaptureRefused(f"{func} produces complex values")
-                roots[(i, k)] = ("v", i, k)
-                nbytes[(i, k)] = out[2]
+                roots[(i, k)] = ValueRef("v", i, k)
+                nbytes[(i, k)] = out.nbytes
             else:
-                ref = refs[out[2]]
-                root = ref if ref[0] == "x" else roots[(ref[1], ref[2])]
-                root_dtype = input_metas[root[1]][3] if root[0] == "x" else metas[root[1:]][3]
-                if out[1][3] != root_dtype:
+                ref = refs[out.arg]
+                root = ref if isinstance(ref, InputRef) else roots[ref.value]
+                root_dtype = (input_metas[root.index].dtype if isinstance(root, InputRef)
+                              else metas[root.value].dtype)
+                if out.meta.dtype != root_dtype:
                     # rebuilt as ``as_strided`` of its root's buffer, it would read the
                     # root's elements as its own dtype's (view_as_complex gave zeros)
-                    raise CaptureRefused(f"{func} views a {root_dtype} value as {out[1][3]}")
+                    raise CaptureRefused(f"{func} views a {root_dtype} value as {out.meta.dtype}")
                 roots[(i, k)] = root
-    outputs = sorted({roots[v] for v in live if v in roots and roots[v][0] == "v"})
+    outputs = sorted({roots[v] for v in live if v in roots and isinstance(roots[v], ValueRef)})
     first_write: dict[int, int] = {}
     last_ref: dict[int, int] = {}
     for i, (func, _static, refs, _outs) in enumerate(sigs):
         writes = bool(op_facts(func).written)  # over-approximated: every input slot it reads
         for r in refs:  # a value viewing an input slot reads and writes that slot too
-            root = r if r[0] == "x" else roots.get((r[1], r[2]))
-            if root is not None and root[0] == "x":
-                last_ref[root[1]] = i
+            root = r if isinstance(r, InputRef) else roots.get(r.value)
+            if isinstance(root, InputRef):
+                last_ref[root.index] = i
                 if writes:
-                    first_write.setdefault(root[1], i)
+                    first_write.setdefault(root.index, i)
     try:
         lift_at, lifted = lift.sites(sigs)
     except ValueError as err:
         raise CaptureRefused(str(err)) from None
-    return Plan(n_inputs, input_metas, roots, metas, [(r[1], r[2]) for r in outputs],
+    return Plan(n_inputs, input_metas, roots, metas, [r.value for r in outputs],
                 root_nbytes=nbytes, n_ops=len(sigs), written_slots=frozenset(first_write),
                 first_write=first_write, last_ref=last_ref, lift_at=lift_at, lifted=lifted)
 
@@ -126,15 +135,15 @@ def build_graph(sigs: tuple, plan: Plan) -> fx.GraphModule:
     nodes: dict[tuple[int, int], fx.Node] = {}
     cpu = torch.device("cpu")
     for i, (func, static, refs, outs) in enumerate(sigs):
-        tensors = [inputs[r[1]] if r[0] == "x" else nodes[(r[1], r[2])] for r in refs]
-        args, kwargs = undescribe(static[0], tensors, device=cpu, lifted=scalars)
+        tensors = [inputs[r.index] if isinstance(r, InputRef) else nodes[r.value] for r in refs]
+        args, kwargs = undescribe(static.args, tensors, device=cpu, lifted=scalars)
         if i in plan.lift_at:
             node = lift.emit(g, func, args, kwargs)
         else:
             node = g.call_function(func, tuple(args), dict(kwargs))
-        struct = static[3]
+        struct = static.result
         for k, out in enumerate(outs):
-            if out is None or out[0] == "same":
+            if out is None or isinstance(out, SameOut):
                 continue
             nodes[(i, k)] = node if struct == "single" else g.call_function(
                 operator.getitem, (node, k))
@@ -145,14 +154,14 @@ def build_graph(sigs: tuple, plan: Plan) -> fx.GraphModule:
 def example_inputs(plan: Plan) -> list[torch.Tensor]:
     """Empty CPU tensors with the input slots' sizes, strides and dtypes, then a 0-d
     tensor per lifted scalar."""
-    return ([torch.empty_strided(m[0], m[1], dtype=m[3]) for m in plan.input_metas]
+    return ([torch.empty_strided(m.shape, m.stride, dtype=m.dtype) for m in plan.input_metas]
             + [torch.ones((), dtype=d) for d in plan.lifted])
 
 
-def layout_root(buffer: torch.Tensor, meta: tuple, nbytes: int) -> torch.Tensor:
+def layout_root(buffer: torch.Tensor, meta: Meta, nbytes: int) -> torch.Tensor:
     """Give a root value the exact layout eager gave it (strides, offset, storage size),
     so that views rebuilt from it with recorded offsets address the same elements."""
-    shape, stride, offset, dtype = meta
+    shape, stride, offset, dtype = meta.shape, meta.stride, meta.offset, meta.dtype
     if (offset == 0 and tuple(buffer.stride()) == tuple(stride)
             and buffer.untyped_storage().nbytes() == nbytes and buffer.dtype == dtype):
         return buffer

@@ -393,7 +393,7 @@ def _input_metas(seg: Segment, s: int, e: int, n: int) -> list[tuple]:
     metas: list[tuple | None] = [None] * n
     slots: dict[int, int] = {}
     for entry in seg.entries[s:e]:
-        tmetas = _tensor_metas(entry.static[0])
+        tmetas = _tensor_metas(entry.static.args)
         for vid, m in zip(entry.vids, tmetas, strict=True):
             p = seg.src.get(vid)
             if p is not None and p[0] >= base:

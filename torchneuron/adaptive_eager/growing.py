@@ -95,11 +95,12 @@ ANY = _Any()
 
 
 def matches(pattern: Any, desc: Any) -> bool:
-    """Whether ``desc`` is ``pattern`` with some int in place of each ``ANY``."""
+    """Whether ``desc`` is ``pattern`` with some int in place of each ``ANY``. A named
+    tuple of a signature (``signature.Meta``, ``Call``) is a tuple like any other here."""
     if pattern is ANY:
         return type(desc) is int
-    if type(pattern) is tuple:
-        if type(desc) is not tuple or len(desc) != len(pattern):
+    if isinstance(pattern, tuple):
+        if not isinstance(desc, tuple) or len(desc) != len(pattern):
             return False
         for p, d in zip(pattern, desc, strict=True):
             if not matches(p, d):
@@ -112,10 +113,10 @@ def steady(a: Any, b: Any, c: Any) -> Any:
     """The pattern of three consecutive descriptions in which every int that changes
     changes by the same nonzero amount from ``a`` to ``b`` and from ``b`` to ``c`` (those
     ints as ``ANY``); None if anything else differs, or an int changes unsteadily."""
-    if type(a) is tuple:
+    if isinstance(a, tuple):
         if a == b == c:
             return a
-        if type(b) is not tuple or type(c) is not tuple or not len(a) == len(b) == len(c):
+        if not isinstance(b, tuple) or not isinstance(c, tuple) or not len(a) == len(b) == len(c):
             return None
         parts = []
         for x, y, z in zip(a, b, c, strict=True):
@@ -145,7 +146,7 @@ def _ops(chunks: list[_Chunk]) -> list[tuple[Any, Any]]:
         if sigs is None:
             out.append((x, static))
         else:
-            out.extend((sig[0], sig[1][:3]) for sig in sigs[:x])
+            out.extend((sig.func, sig.static.call) for sig in sigs[:x])
     return out
 
 
@@ -287,7 +288,7 @@ class Growing:
             self.ran = {}
         if not n or n > _MAX_STEP_OPS:
             return
-        first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0][0]
+        first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0].func
         key = (n, first)
         hist = self.prev.pop(key, [])
         hist.append(chunks)

@@ -37,7 +37,7 @@ import torch
 from torchneuron.adaptive_eager.issued import may_raise_later
 from torchneuron.adaptive_eager.lift import MARK
 from torchneuron.adaptive_eager.recorder import slot
-from torchneuron.adaptive_eager.signature import describe
+from torchneuron.adaptive_eager.signature import Call, InputRef, NewOut, OpSig, SameOut, describe
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch.opfacts import op_facts
 
@@ -70,7 +70,7 @@ class OpGuard:
     """What the op at one position of a region must be, prepared from its signature."""
 
     func: Any
-    static: tuple  # (argument description, grad mode, autocast): what ``static_of`` gives
+    static: Call  # what ``static_of`` gives for the recorded call
     flow: tuple  # recorded dataflow per tensor argument: (i, k) a value, or an input slot
     grad: bool
     autocast: bool
@@ -106,30 +106,29 @@ def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
     return guards
 
 
-def _guard(i: int, sig: tuple, index_checked: Any,
+def _guard(i: int, sig: OpSig, index_checked: Any,
            iks: dict[tuple[int, int], tuple[int, int]] | None = None) -> OpGuard:
     """The guard of op ``i``; ``iks`` gives each value of the region one (i, k) tuple,
     its producer's and its users' alike (``dataflow`` compares them by identity)."""
     func, static, refs, outs = sig
     if iks is None:
         iks = {}
-    flow = tuple(r[1] if r[0] == "x" else iks.setdefault((r[1], r[2]), (r[1], r[2]))
+    flow = tuple(r.index if isinstance(r, InputRef) else iks.setdefault(r.value, r.value)
                  for r in refs)
-    desc = static[0]  # ("U", (("U", args), ("K", kwargs)))
-    args_desc, kwargs_desc = desc[1]
+    args_desc, kwargs_desc = static.args[1]  # ("U", (("U", args), ("K", kwargs)))
     args = tuple(_compile_top(d) for d in args_desc[1])
     kwargs = tuple((k, _compile_top(d)) for k, d in kwargs_desc[1])
     outputs: list[Output | None] = []
     for k, out in enumerate(outs):
         if out is None:
             outputs.append(None)
-        elif out[0] == "same":
-            outputs.append(Output(out[1], None, None, 0))
+        elif isinstance(out, SameOut):
+            outputs.append(Output(out.arg, None, None, 0))
         else:
-            outputs.append(Output(None, iks.setdefault((i, k), (i, k)), out[1],
-                                  out[2] if out[0] == "new" else 0))
-    g = OpGuard(func, static[:3], flow, static[1], static[2], args, kwargs,
-                op_facts(func).written, tuple(outputs), static[3], func in index_checked,
+            outputs.append(Output(None, iks.setdefault((i, k), (i, k)), out.meta,
+                                  out.nbytes if isinstance(out, NewOut) else 0))
+    g = OpGuard(func, static.call, flow, static.grad, static.autocast, args, kwargs,
+                op_facts(func).written, tuple(outputs), static.result, func in index_checked,
                 may_raise_later(func))
     if g.struct == "single" and outputs[0] is not None and outputs[0].same is None:
         g.new = outputs[0]
@@ -187,8 +186,8 @@ def _flatten(g: OpGuard) -> None:
 def _compile_leaf(d: tuple) -> tuple | None:
     kind = d[0]
     if kind == "T":
-        shape, stride, offset, dtype = d[1]
-        return (_TENSOR, shape, stride, offset, dtype)
+        m = d[1]
+        return (_TENSOR, m.shape, m.stride, m.offset, m.dtype)
     if kind == "float":
         # (kind, repr, value): a float equal to a nonzero recorded value has its repr;
         # zero (-0.0 and 0.0 are equal) and NaN are compared by repr (value None)

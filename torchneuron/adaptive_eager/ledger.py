@@ -20,6 +20,7 @@ from torchneuron.adaptive_eager.growing import Growing
 from torchneuron.adaptive_eager.recorder import Segment
 from torchneuron.adaptive_eager.refused import RefusedOps
 from torchneuron.adaptive_eager.region import Region
+from torchneuron.adaptive_eager.signature import OpSig
 
 __all__ = ["Ledger", "start_key"]
 
@@ -45,8 +46,8 @@ class Ledger:
         return self.counts["ops_recorded"] + self.counts["ops_deferred"]
 
 
-def start_key(sig: tuple) -> tuple:
+def start_key(sig: OpSig) -> tuple:
     """What a region's first op is looked up by at a start point: the overload, its
-    arguments' description and its dataflow (not its outputs, known only after it ran)."""
-    func, static, refs, _outs = sig
-    return (func, static[:3], refs)
+    arguments' description (its ``Call``) and its dataflow (not its outputs, known only
+    after it ran)."""
+    return (sig.func, sig.static.call, sig.refs)

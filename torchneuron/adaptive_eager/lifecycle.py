@@ -24,7 +24,7 @@ from torchneuron.adaptive_eager.capture import (
 from torchneuron.adaptive_eager.ledger import Ledger, start_key
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
-from torchneuron.adaptive_eager.signature import region_key
+from torchneuron.adaptive_eager.signature import InputRef, ValueRef, region_key
 from torchneuron.compiler.launch import compile_latency_ns
 from torchneuron.hardware import get_core, settings
 
@@ -87,7 +87,7 @@ class Lifecycle:
         except (CaptureRefused, Exception) as err:  # noqa: BLE001 - refused, never wrong
             region.to(State.ABORTED, Reason.CAPTURE_FAILED, f"{type(err).__name__}: {err}")
             L.reasons[Reason.CAPTURE_FAILED.value] += 1
-            L.refused.learn(err, (sig[0] for sig in region.sigs))  # an op's own: eager
+            L.refused.learn(err, (sig.func for sig in region.sigs))  # an op's own: eager
             return
         self.compile_region(region, plan, gm, core)
 
@@ -113,8 +113,10 @@ class Lifecycle:
         variants.append(new)
         L.counts["regions_detected"] += 1
         new.times_seen = new.hot_count = region.exit_positions[k]
-        n_in = 1 + max((r[1] for sig in sigs for r in sig[2] if r[0] == "x"), default=-1)
-        live = {(r[1], r[2]) for sig in region.sigs[k:] for r in sig[2] if r[0] == "v" and r[1] < k}
+        n_in = 1 + max((r.index for sig in sigs for r in sig.refs if isinstance(r, InputRef)),
+                       default=-1)
+        live = {r.value for sig in region.sigs[k:] for r in sig.refs
+                if isinstance(r, ValueRef) and r.op < k}
         live |= {v for v in plan.outputs if v[0] < k}
         log.info("region %s: side exits at op %d: its first %d ops become variant %s",
                  region.key, k, k, key)
@@ -249,7 +251,7 @@ class Lifecycle:
             region.to(State.ABORTED, Reason.COMPILE_FAILED, f"{type(err).__name__}: {err}")
             L.reasons[Reason.COMPILE_FAILED.value] += 1
             L.counts["compile_failures"] += 1
-            if L.refused.learn(err, (sig[0] for sig in region.sigs)):
+            if L.refused.learn(err, (sig.func for sig in region.sigs)):
                 log.info("%s runs eagerly between regions from now on: %s",
                          getattr(err, "op", None), getattr(err, "reason", None))
             return

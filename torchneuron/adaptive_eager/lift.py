@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from torchneuron.adaptive_eager.signature import Call, OpSig, Static
+
 __all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "skeleton", "floats_only_differ", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
            "MARK"]
 
@@ -69,9 +71,9 @@ def _top(desc: Any) -> tuple[tuple, tuple]:
     return args_d[1], kw_d[1]
 
 
-def _floats(static: tuple) -> list[tuple[tuple, str]]:
+def _floats(static: Call | Static) -> list[tuple[tuple, str]]:
     """Top-level float arguments of an entry: [(where, repr)], where ("a", p) or ("k", name)."""
-    args, kws = _top(static[0])
+    args, kws = _top(static.args)
     out = [(("a", p), d[1]) for p, d in enumerate(args) if d[0] == "float"]
     out += [(("k", k), d[1]) for k, d in kws if d[0] == "float"]
     return out
@@ -90,17 +92,17 @@ def _name(func: Any, where: tuple) -> str:
     return args[where[1]].name if where[1] < len(args) else ""
 
 
-def liftable(func: Any, where: tuple, static: tuple) -> torch.dtype | None:
+def liftable(func: Any, where: tuple, static: Call | Static) -> torch.dtype | None:
     """The dtype a float at ``where`` of this op is lifted as, or None (refused)."""
     if func not in _SCALAR and func not in _OTHER:
         return None
     name = _name(func, where)
-    args, kws = _top(static[0])
+    args, kws = _top(static.args)
     named: dict[str, Any] = {}
     for p, d in enumerate(args):
         named[_name(func, ("a", p))] = d
     named.update(dict(kws))
-    dtypes = {d[1][3] for d in named.values() if d[0] == "T"}
+    dtypes = {d[1].dtype for d in named.values() if d[0] == "T"}
     if len(dtypes) != 1:
         return None
     (dtype,) = dtypes
@@ -119,7 +121,7 @@ def _blanked(sigs: tuple) -> tuple | None:
     """``sigs`` with its float values blanked when it holds floats and every one could be
     lifted, else None."""
     skel, floats, where = _skeleton(sigs)
-    if floats and all(liftable(sigs[i][0], w, sigs[i][1]) is not None for i, w in where):
+    if floats and all(liftable(sigs[i].func, w, sigs[i].static) is not None for i, w in where):
         return skel
     return None
 
@@ -153,8 +155,13 @@ def blind_key(entry: Any) -> int:
 def _blind_key(entry: Any) -> int:
     fl = _floats(entry.static)
     subs = {w: ("float", None) for w, _ in fl if liftable(entry.func, w, entry.static) is not None}
-    static = (_replace(entry.static[0], subs),) + entry.static[1:] if subs else entry.static
+    static = _with_args(entry.static, _replace(entry.static.args, subs)) if subs else entry.static
     return hash((entry.func, static, entry.outs))
+
+
+def _with_args(static: Static, args: tuple) -> Static:
+    """``static`` with the argument description ``args``."""
+    return Static(args, static.grad, static.autocast, static.result)
 
 
 def skeleton(sigs: tuple) -> tuple:
@@ -163,7 +170,7 @@ def skeleton(sigs: tuple) -> tuple:
     return _skeleton(sigs)[0]
 
 
-def floats_only_differ(static: tuple, recorded: tuple) -> bool:
+def floats_only_differ(static: Call, recorded: Static) -> bool:
     """Whether an op's static description differs from a recorded one (``lifted`` marks
     and all) in top-level float values alone: a scalar the lifter learns to lift."""
     def blank(desc: Any) -> tuple:
@@ -171,7 +178,8 @@ def floats_only_differ(static: tuple, recorded: tuple) -> bool:
         subs = {("a", p): None for p, d in enumerate(args) if d[0] in ("float", MARK)}
         subs.update({("k", k): None for k, d in kws if d[0] in ("float", MARK)})
         return _replace(desc, subs)
-    return static[1:3] == recorded[1:3] and blank(static[0]) == blank(recorded[0])
+    return (static.grad == recorded.grad and static.autocast == recorded.autocast
+            and blank(static.args) == blank(recorded.args))
 
 
 def may_lift(sigs: tuple) -> bool:
@@ -205,7 +213,7 @@ class Lifter:
         if grew:
             mask = mask | changed
             refused = refused or any(
-                liftable(sigs[where[k][0]][0], where[k][1], sigs[where[k][0]][1]) is None
+                liftable(sigs[where[k][0]].func, where[k][1], sigs[where[k][0]].static) is None
                 for k in changed)
         self.state[skel] = (floats, mask, refused)
         if refused or not mask:
@@ -228,16 +236,15 @@ class Lifter:
 def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     skel, floats, where = [], [], []
     for i, sig in enumerate(sigs):
-        fl = _floats(sig[1])
+        fl = _floats(sig.static)
         if not fl:
             skel.append(sig)
             continue
         for w, r in fl:
             floats.append(r)
             where.append((i, w))
-        static = sig[1]
-        blank = _replace(static[0], {w: ("float", None) for w, _ in fl})
-        skel.append((sig[0], (blank,) + static[1:], sig[2], sig[3]))
+        blank = _replace(sig.static.args, {w: ("float", None) for w, _ in fl})
+        skel.append(OpSig(sig.func, _with_args(sig.static, blank), sig.refs, sig.outs))
     return tuple(skel), floats, where
 
 
@@ -247,8 +254,9 @@ def _apply(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
         by_entry.setdefault(i, {})[w] = (MARK, n)
     out = list(sigs)
     for i, subs in by_entry.items():
-        func, static, refs, outs = sigs[i]
-        out[i] = (func, (_replace(static[0], subs),) + static[1:], refs, outs)
+        sig = sigs[i]
+        out[i] = OpSig(sig.func, _with_args(sig.static, _replace(sig.static.args, subs)), sig.refs,
+                       sig.outs)
     return tuple(out)
 
 
@@ -257,7 +265,7 @@ def sites(sigs: tuple) -> tuple[dict[int, tuple], list[torch.dtype]]:
     at: dict[int, tuple] = {}
     dtypes: dict[int, torch.dtype] = {}
     for i, (func, static, _refs, _outs) in enumerate(sigs):
-        args, kws = _top(static[0])
+        args, kws = _top(static.args)
         found = [(("a", p), d[1]) for p, d in enumerate(args) if d[0] == MARK]
         found += [(("k", k), d[1]) for k, d in kws if d[0] == MARK]
         if found:
@@ -274,13 +282,13 @@ def lifted_dtypes(sigs: tuple) -> list[torch.dtype]:
     return sites(sigs)[1]
 
 
-def guard(static: tuple, static_r: tuple, found: tuple, values: dict[int, float],
+def guard(static: Call, static_r: Call, found: tuple, values: dict[int, float],
           dtypes: list[torch.dtype]) -> bool:
     """Whether a live op's static description matches a recorded one with lifted scalars:
     the same everywhere else, a float at each lifted position, finite values within the
     dtype's range (ATen raises converting a larger Scalar: eager must run to raise it).
     Stores the values."""
-    args, kws = _top(static[0])
+    args, kws = _top(static.args)
     kwd = dict(kws)
     subs, got = {}, []
     for w, n in found:
@@ -289,7 +297,7 @@ def guard(static: tuple, static_r: tuple, found: tuple, values: dict[int, float]
             return False
         subs[w] = (MARK, n)
         got.append((n, d[1]))
-    if (_replace(static[0], subs), static[1], static[2]) != static_r[:3]:
+    if (_replace(static.args, subs), static.grad, static.autocast) != static_r:
         return False
     return accept(got, values, dtypes)
 

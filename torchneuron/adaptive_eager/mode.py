@@ -32,7 +32,7 @@ from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.replay import MISMATCH
-from torchneuron.adaptive_eager.signature import Unsupported, meta_of
+from torchneuron.adaptive_eager.signature import Call, Static, Unsupported, build, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch.opfacts import op_facts
@@ -210,7 +210,7 @@ class Runtime(Ledger):
         self.counts["ops_between_regions"] += 1
         return func(*args, **kwargs)
 
-    def record(self, func: Any, args: tuple, kwargs: dict, static: tuple,
+    def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
                tensors: list[torch.Tensor]) -> Any:
         written = [(t, meta_of(t)) for t in _written(func, args, kwargs)]
         out = run_eagerly(func, args, kwargs, tensors)
@@ -227,7 +227,7 @@ class Runtime(Ledger):
         self.counts["ops_recorded"] += 1
         self.growing.saw(func, static)
         seg = self.segment
-        seg.append(func, static + (struct,), tensors, outs, leaves)
+        seg.append(func, build(Static, (*static, struct)), tensors, outs, leaves)
         n = len(seg)
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].period_key() in cut and self.detector.try_cut(n):

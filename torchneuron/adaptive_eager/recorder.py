@@ -19,7 +19,22 @@ from typing import Any
 import torch
 
 from torchneuron.adaptive_eager.lift import blind_key
-from torchneuron.adaptive_eager.signature import Slot, Unsupported, describe, meta_of
+from torchneuron.adaptive_eager.signature import (
+    Call,
+    InputRef,
+    Meta,
+    NewOut,
+    OpSig,
+    SameOut,
+    Slot,
+    Static,
+    Unsupported,
+    ValueRef,
+    ViewOut,
+    build,
+    describe,
+    meta_of,
+)
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
 
@@ -49,7 +64,7 @@ def known_vid(t: torch.Tensor) -> int | None:
     return v[0] if v is not None and v[1] == id(t) else None
 
 
-def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, Any, list[torch.Tensor]]:
+def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[Call, Any, list[torch.Tensor]]:
     """(static signature, argument template, tensor arguments) of a call; may raise
     ``Unsupported``.
 
@@ -74,13 +89,15 @@ def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, Any, list[to
     else:
         kd, ktemp = _NO_KWARGS, {}
     desc = ("U", (("U", tuple(adesc)), kd))
-    return (desc, torch.is_grad_enabled(), torch.is_autocast_enabled()), (tuple(atemp), ktemp), tensors
+    return (build(Call, (desc, torch.is_grad_enabled(), torch.is_autocast_enabled())),
+            (tuple(atemp), ktemp), tensors)
 
 
 _NO_KWARGS = ("K", ())
 _SCALAR_NAMES = {bool: "bool", int: "int", str: "str", type(None): "NoneType"}
 _SLOTS = [Slot(j) for j in range(64)]  # shared: templates only read ``Slot.j``
 _OTHER = object()
+_INPUTS = [InputRef("x", j) for j in range(256)]  # shared: the refs of a window's input slots
 
 
 def slot(j: int) -> Slot:
@@ -93,7 +110,8 @@ def _leaf(a: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
     tp = type(a)
     if tp is NeuronTensor:
         tensors.append(a)
-        return ("T", (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype)), slot(len(tensors) - 1)
+        return (("T", build(Meta, (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype))),
+                slot(len(tensors) - 1))
     if tp is float:
         return ("float", repr(a)), a
     name = _SCALAR_NAMES.get(tp)
@@ -129,8 +147,8 @@ def _storage_ptr(t: NeuronTensor) -> int:
 def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, list]:
     """(structure, output descriptions, output leaves) of an op's result.
 
-    Each output is ``None``, ``("same", j)`` (it is tensor argument j), ``("view", meta, j)``
-    (a view of argument j's storage) or ``("new", meta, storage_nbytes)``.
+    Each output is ``None``, ``SameOut`` (it is a tensor argument), ``ViewOut`` (a view of
+    a tensor argument's storage) or ``NewOut`` (a storage of its own).
     """
     tp = type(result)
     if tp is NeuronTensor or isinstance(result, torch.Tensor):
@@ -151,7 +169,7 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
             raise Unsupported("an output that is not a neuron tensor")
         for j, t in enumerate(tensors):
             if t is r:
-                outs.append(("same", j))
+                outs.append(build(SameOut, ("same", j)))
                 break
         else:
             if ptrs is None:
@@ -162,10 +180,10 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
             ptr = storage.data_ptr() if storage.nbytes() else -1
             for j, p in enumerate(ptrs):
                 if p == ptr:
-                    outs.append(("view", meta_of(r), j))
+                    outs.append(build(ViewOut, ("view", meta_of(r), j)))
                     break
             else:
-                outs.append(("new", meta_of(r), storage.nbytes()))
+                outs.append(build(NewOut, ("new", meta_of(r), storage.nbytes())))
     return struct, tuple(outs), leaves
 
 
@@ -207,7 +225,7 @@ class Entry:
     """One recorded op."""
 
     func: Any
-    static: tuple  # (argument description, grad mode, autocast, output structure)
+    static: Static
     vids: tuple[int, ...]  # the wrapper id of each tensor argument
     outs: tuple  # output descriptions (see ``outputs_of``)
     seq: int  # position in the whole stream
@@ -236,13 +254,13 @@ class Segment:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def append(self, func: Any, static: tuple, tensors: list[torch.Tensor], outs: tuple,
+    def append(self, func: Any, static: Static, tensors: list[torch.Tensor], outs: tuple,
                leaves: list) -> None:
         seq = self.seq
         self.seq += 1
         refs = []
         for k, (out, r) in enumerate(zip(outs, leaves, strict=True)):
-            if out is not None and out[0] != "same":
+            if out is not None and type(out) is not SameOut:
                 self.src[vid_of(r)] = (seq, k)
                 refs.append(weakref.ref(_alive_token(r)))
             else:
@@ -265,10 +283,10 @@ class Segment:
         """Hashes of the static signatures from ``start`` (for finding periods)."""
         return [e.period_key() for e in self.entries[start:]]
 
-    def relative(self, s: int, e: int) -> tuple[tuple, list[int]]:
-        """The signature of window ``[s, e)``: per entry (func, static, refs, outs), refs
-        ``("v", i, k)`` (output k of window entry i) or ``("x", slot)``; and the wrapper id
-        of each input slot."""
+    def relative(self, s: int, e: int) -> tuple[tuple[OpSig, ...], list[int]]:
+        """The signature of window ``[s, e)``: an ``OpSig`` per entry, whose refs are
+        ``ValueRef``s (output k of window entry i) or ``InputRef``s (input slots); and the
+        wrapper id of each input slot."""
         base = self.entries[s].seq
         slots: dict[int, int] = {}
         sigs = []
@@ -277,10 +295,11 @@ class Segment:
             for vid in entry.vids:
                 p = self.src.get(vid)
                 if p is not None and p[0] >= base:
-                    refs.append(("v", p[0] - base, p[1]))
+                    refs.append(build(ValueRef, ("v", p[0] - base, p[1])))
                 else:
-                    refs.append(("x", slots.setdefault(vid, len(slots))))
-            sigs.append((entry.func, entry.static, tuple(refs), entry.outs))
+                    j = slots.setdefault(vid, len(slots))
+                    refs.append(_INPUTS[j] if j < len(_INPUTS) else InputRef("x", j))
+            sigs.append(build(OpSig, (entry.func, entry.static, tuple(refs), entry.outs)))
         return tuple(sigs), list(slots)
 
     def live_at(self, s: int, e: int) -> set[tuple[int, int]]:

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from torchneuron.adaptive_eager.reasons import Reason
-from torchneuron.adaptive_eager.signature import format_region
+from torchneuron.adaptive_eager.signature import OpSig, format_region
 
 __all__ = ["State", "Region", "IllegalTransition"]
 
@@ -51,7 +51,7 @@ class IllegalTransition(RuntimeError):
 class Region:
     """A repeating window of the op stream, keyed by its signature."""
 
-    def __init__(self, key: str, sigs: tuple, periodic: bool = False) -> None:
+    def __init__(self, key: str, sigs: tuple[OpSig, ...], periodic: bool = False) -> None:
         self.key = key
         self.sigs = sigs
         self.periodic = periodic

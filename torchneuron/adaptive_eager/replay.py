@@ -35,7 +35,14 @@ from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import run_eagerly, static_of, vid_of
 from torchneuron.adaptive_eager.region import Region
-from torchneuron.adaptive_eager.signature import Unsupported, rebuild
+from torchneuron.adaptive_eager.signature import (
+    Call,
+    InputRef,
+    SameOut,
+    Unsupported,
+    ValueRef,
+    rebuild,
+)
 from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.compiler.prepare import index_bounds
@@ -446,7 +453,7 @@ class Replay:
         del refs[n0:]
         return False
 
-    def _lifted_match(self, static: tuple, static_r: tuple) -> bool:
+    def _lifted_match(self, static: Call, static_r: Call) -> bool:
         found = self.plan.lift_at.get(self.pos)
         return found is not None and lift.guard(static, static_r, found, self.scalars,
                                                  self.plan.lifted)
@@ -493,8 +500,8 @@ class Replay:
             return
         plan = self.plan
         live = self._live()
-        self.missing = {(root[1], root[2]) for root in (plan.roots[ik] for ik, _ in live)
-                        if root[0] == "v" and (root[1], root[2]) not in plan.out_index}
+        self.missing = {root.value for root in (plan.roots[ik] for ik, _ in live)
+                        if isinstance(root, ValueRef) and root.value not in plan.out_index}
         if self.missing:
             self._eager(Reason.LIVE_VALUE_NOT_OUTPUT)
             return
@@ -524,12 +531,12 @@ class Replay:
             roots[v] = layout_root(outs[n], plan.metas[v], plan.root_nbytes[v])
         for ik, v in live:
             root = plan.roots[ik]
-            base = inputs[root[1]] if root[0] == "x" else roots[(root[1], root[2])]
-            if root[0] == "v" and (root[1], root[2]) == ik:
+            base = inputs[root.index] if isinstance(root, InputRef) else roots[root.value]
+            if isinstance(root, ValueRef) and root.value == ik:
                 buf = base
             else:
-                shape, stride, offset, _ = plan.metas[ik]
-                buf = base.as_strided(shape, stride, offset)  # type: ignore[union-attr]
+                m = plan.metas[ik]
+                buf = base.as_strided(m.shape, m.stride, m.offset)  # type: ignore[union-attr]
             v.give(buf, self.index)  # type: ignore[arg-type]
         self.pending.clear()  # drop the weakrefs: swap_tensors refuses weakly held tensors
         self.runtime.replay_finished(self)
@@ -573,11 +580,11 @@ class Replay:
                         e.add_note(f"(raised by {func}, {detail})")
                         raise
                     raise issued.pointing_at(e, where, func, detail) from None
-                struct = sigs[i][1][3]
-                leaves = [out] if struct == "single" else list(out or ())
+                sig = sigs[i]
+                leaves = [out] if sig.static.result == "single" else list(out or ())
                 for k, o in enumerate(leaves):
-                    spec = sigs[i][3][k]
-                    if spec is None or spec[0] == "same":
+                    spec = sig.outs[k]
+                    if spec is None or isinstance(spec, SameOut):
                         continue
                     results[(i, k)] = o
                     ref = self.pending.get((i, k))

@@ -6,19 +6,31 @@ metadata, scalar values and their types, grad mode and autocast state) and its d
 slot of the region). Call sites never enter a signature, so identical blocks (the layers
 of a transformer) are the same region. Descriptions are nested tuples, hashable and free
 of object identities, so a region's key is a stable hash across processes.
+
+The records of a signature are named tuples (``OpSig``, ``Static``, ``Call``, ``Meta``,
+``InputRef``, ``ValueRef``, ``SameOut``, ``ViewOut``, ``NewOut``): read by field name, yet
+still tuples, as cheap to build, hash and compare as before. A named tuple compares equal
+to any tuple of the same values, whatever its class, so the records that share a place
+(the two references, the three outputs) keep their old leading tag (``"x"``, ``"v"``,
+``"same"``, ``"view"``, ``"new"``): without it a view of argument 0 and a new value of
+0 bytes with the same metadata would be equal. Each prints as the plain tuple it is
+(``repr``), which is the text a region key hashes: keys are those of the plain tuples
+the records replaced, so executables cached under them stay found. The argument
+descriptions inside ``Static.args`` stay tagged tuples (see ``describe``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from torchneuron.device.tensor import NeuronTensor
 
-__all__ = ["Unsupported", "Slot", "describe", "undescribe", "meta_of", "rebuild", "region_key",
-           "format_region"]
+__all__ = ["Unsupported", "Slot", "build", "Meta", "Call", "Static", "InputRef", "ValueRef", "SameOut",
+           "ViewOut", "NewOut", "OpSig", "describe", "undescribe", "meta_of", "rebuild",
+           "region_key", "format_region"]
 
 _SCALARS = (bool, int, float, str, type(None))
 _ENUMS = (torch.dtype, torch.layout, torch.memory_format)
@@ -26,6 +38,115 @@ _ENUMS = (torch.dtype, torch.layout, torch.memory_format)
 
 class Unsupported(Exception):
     """The op's arguments cannot be part of a region (host tensors, generators, ...)."""
+
+
+# ``build(Record, (values...))`` is ``Record(values...)`` without the named tuple's
+# Python-level ``__new__`` (a frame and an argument tuple less: about half the cost), for
+# the records built per op while recording; elsewhere records are built by their class.
+build = tuple.__new__
+
+
+class Meta(NamedTuple):
+    """What a region guards on per tensor (``meta_of``)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int  # storage offset, in elements
+    dtype: torch.dtype
+
+    __repr__ = tuple.__repr__  # the text region keys hash (see the module docstring)
+
+
+class Call(NamedTuple):
+    """What ``recorder.static_of`` gives for a call: what a guard compares it by."""
+
+    args: tuple  # ("U", (("U", positional descriptions), ("K", ((name, description), ...))))
+    grad: bool  # grad mode
+    autocast: bool
+
+    __repr__ = tuple.__repr__
+
+
+class Static(NamedTuple):
+    """A recorded op's static description: its ``Call`` and its result's structure."""
+
+    args: tuple
+    grad: bool
+    autocast: bool
+    result: str  # "single", "tuple", "list" or "none" (``recorder.outputs_of``)
+
+    __repr__ = tuple.__repr__
+
+    @property
+    def call(self) -> Call:
+        """The ``Call`` part: what a live call's ``static_of`` is compared with."""
+        return Call(self.args, self.grad, self.autocast)
+
+
+class InputRef(NamedTuple):
+    """A tensor argument that is the region's input ``index`` (slots in order of first use)."""
+
+    tag: str  # always "x" (see the module docstring)
+    index: int
+
+    __repr__ = tuple.__repr__
+
+
+class ValueRef(NamedTuple):
+    """A tensor argument that is output ``output`` of the region's op ``op``."""
+
+    tag: str  # always "v"
+    op: int
+    output: int
+
+    __repr__ = tuple.__repr__
+
+    @property
+    def value(self) -> tuple[int, int]:
+        """``(op, output)``: how plans and guards key a region's values."""
+        return (self.op, self.output)
+
+
+class SameOut(NamedTuple):
+    """An output that is the op's tensor argument ``arg`` itself (an in-place op)."""
+
+    tag: str  # always "same"
+    arg: int
+
+    __repr__ = tuple.__repr__
+
+
+class ViewOut(NamedTuple):
+    """An output that views the storage of the op's tensor argument ``arg``."""
+
+    tag: str  # always "view"
+    meta: Meta
+    arg: int
+
+    __repr__ = tuple.__repr__
+
+
+class NewOut(NamedTuple):
+    """An output with a storage of its own, of ``nbytes`` bytes."""
+
+    tag: str  # always "new"
+    meta: Meta
+    nbytes: int
+
+    __repr__ = tuple.__repr__
+
+
+class OpSig(NamedTuple):
+    """One op of a region: its overload, static description, the reference of each tensor
+    argument (``InputRef`` or ``ValueRef``) and what each output is (None, ``SameOut``,
+    ``ViewOut`` or ``NewOut``)."""
+
+    func: Any
+    static: Static
+    refs: tuple
+    outs: tuple
+
+    __repr__ = tuple.__repr__
 
 
 class Slot:
@@ -37,9 +158,9 @@ class Slot:
         self.j = j
 
 
-def meta_of(t: torch.Tensor) -> tuple:
+def meta_of(t: torch.Tensor) -> Meta:
     """(shape, stride, storage offset, dtype): what a region guards on per tensor."""
-    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+    return build(Meta, (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype))
 
 
 def describe(x: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
@@ -47,6 +168,14 @@ def describe(x: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
 
     Tensors are appended to ``tensors`` and described by their metadata; the template
     is the structure with tensors replaced by ``Slot``s (to re-run the op later).
+
+    A description is a tagged tuple, ``(kind, ...)``: ``("T", Meta)``, ``(type name,
+    value)`` for a scalar (``repr`` for a float), ``("L" | "U", items)`` for a list or
+    tuple, ``("K", ((name, item), ...))``, ``("D", type, index)``, ``("E", name)``, and
+    ``("lifted", n)`` (``lift``). It stays a plain tagged tree, read by walkers that
+    dispatch on ``kind``: it is built for every argument of every op recorded or guarded
+    (a record class per kind would cost that loop most), and the kind, a type's name
+    for scalars, is what it means.
     """
     if isinstance(x, NeuronTensor):
         tensors.append(x)
@@ -158,9 +287,8 @@ _SHORT = {
 }
 
 
-def _type_text(meta: tuple) -> str:
-    shape, _stride, _offset, dtype = meta
-    return f"{_SHORT.get(dtype, str(dtype).removeprefix('torch.'))}{list(shape)}"
+def _type_text(meta: Meta) -> str:
+    return f"{_SHORT.get(meta.dtype, str(meta.dtype).removeprefix('torch.'))}{list(meta.shape)}"
 
 
 def _arg_text(desc: Any, names: list[str]) -> str:
@@ -185,43 +313,38 @@ def format_region(sigs: tuple) -> str:
     """One op per line, ``$4: f32[2, 4] = aten.mm.default($3, $2)``; inputs are ``$in0``...,
     lifted scalars ``%s0``...
 
-    ``sigs`` are a region's entries ``(func, static, refs, outs)`` (see ``recorder``).
+    ``sigs`` are a region's ``OpSig``s (see ``recorder.Segment.relative``).
     """
     value_names: dict[tuple[int, int], str] = {}
     lines = []
     n = 0
-    for i, (func, static, refs, outs) in enumerate(sigs):
-        names = []
-        for ref in refs:
-            if ref[0] == "x":
-                names.append(f"$in{ref[1]}")
-            else:
-                names.append(value_names.get((ref[1], ref[2]), "$?"))
-        args_desc, kwargs_desc = static[0][1]
+    for i, sig in enumerate(sigs):
+        refs = sig.refs
+        names = [_ref_name(ref, value_names) for ref in refs]
+        args_desc, kwargs_desc = sig.static.args[1]
         text = ", ".join(x for x in (
             ", ".join(_arg_text(d, names) for d in args_desc[1]),
             _arg_text(kwargs_desc, names) if kwargs_desc[1] else "",
         ) if x)
         outs_text = []
-        for k, out in enumerate(outs):
+        for k, out in enumerate(sig.outs):
             if out is None:
                 outs_text.append("None")
                 continue
-            if out[0] == "same":
-                value_names[(i, k)] = _input_name(refs, out[1], value_names)
+            if isinstance(out, SameOut):
+                value_names[(i, k)] = _ref_name(refs[out.arg], value_names)
                 outs_text.append(value_names[(i, k)])
                 continue
             name = f"${n}"
             n += 1
             value_names[(i, k)] = name
-            outs_text.append(f"{name}: {_type_text(out[1])}")
+            outs_text.append(f"{name}: {_type_text(out.meta)}")
         lhs = ", ".join(outs_text) if outs_text else "_"
-        lines.append(f"{lhs} = {func}({text})")
+        lines.append(f"{lhs} = {sig.func}({text})")
     return "\n".join(lines)
 
 
-def _input_name(refs: tuple, j: int, value_names: dict) -> str:
-    ref = refs[j]
-    if ref[0] == "x":
-        return f"$in{ref[1]}"
-    return value_names.get((ref[1], ref[2]), "$?")
+def _ref_name(ref: InputRef | ValueRef, value_names: dict) -> str:
+    if isinstance(ref, InputRef):
+        return f"$in{ref.index}"
+    return value_names.get(ref.value, "$?")

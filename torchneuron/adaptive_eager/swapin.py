@@ -27,6 +27,7 @@ from torchneuron.adaptive_eager.lift import floats_only_differ
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.replay import MISMATCH, Replay
+from torchneuron.adaptive_eager.signature import Call, InputRef
 from torchneuron.hardware import get_core, settings
 
 __all__ = ["SwapIn"]
@@ -48,14 +49,14 @@ class SwapIn:
         self.detector = detector
 
     # --- the start ----------------------------------------------------------------------------
-    def try_start(self, func: Any, args: tuple, kwargs: dict, static: tuple,
+    def try_start(self, func: Any, args: tuple, kwargs: dict, static: Call,
                   tensors: list[torch.Tensor]) -> Any:
         """At a start point: replay the best region whose first op is this one, deferring
         the op; MISMATCH if none can."""
         L = self.ledger
         refs, seen = [], {}
         for t in tensors:
-            refs.append(("x", seen.setdefault(id(t), len(seen))))
+            refs.append(InputRef("x", seen.setdefault(id(t), len(seen))))
         cands = L.by_start.get((func, static, tuple(refs)))
         if not cands:
             return MISMATCH
@@ -203,8 +204,8 @@ class SwapIn:
             region.exit_ops[rp.pos] = rp.exit_op
             func, static = rp.exit_op
             recorded = region.sigs[rp.pos] if rp.pos < len(region) else None
-            new_float = recorded is not None and recorded[0] is func \
-                and floats_only_differ(static, recorded[1])
+            new_float = recorded is not None and recorded.func is func \
+                and floats_only_differ(static, recorded.static)
             if again and region.exit_positions[rp.pos] == 1 and not new_float \
                     and self.lifecycle.exit_variant(region, rp.pos):
                 again = False
