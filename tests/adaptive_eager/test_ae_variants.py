@@ -18,7 +18,7 @@ from torch import nn
 import torchneuron.adaptive_eager as ae
 from tests.adaptive_eager.harness import assert_same, clone_to, run, state
 
-VOCAB, SEQ, D, HEADS, LAYERS, STEPS = 32, 8, 16, 2, 4, 13
+VOCAB, SEQ, D, HEADS, LAYERS, STEPS = 32, 8, 16, 2, 3, 13
 
 
 class Block(nn.Module):
