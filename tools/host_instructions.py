@@ -25,7 +25,8 @@ Two ways to count only the measured steps (Python functions cannot be callgrind'
 
 All threads count (PyTorch runs a device's backward on a worker thread); the compile worker
 is a subprocess and is not traced. The child also reads adaptive eager's counters before
-and after the measured steps and the table says whether those steps were steady (replays,
+and after the measured steps (and how many executables came from the compile cache,
+which is off unless ``TORCHNEURON_CACHE`` is set) and the table says whether those steps were steady (replays,
 no op recorded, no compilation); figures of a non-steady run measure recording, not
 replay. The import path is the caller's: ``PYTHONPATH=/other/tree python
 tools/host_instructions.py`` measures that tree's ``torchneuron`` (and its ``tests/loops.py``).
@@ -102,6 +103,8 @@ def _child(name: str, mode: str, warmup: int, steps: int, result: str) -> None:
     if ae is not None:
         ae.disable()
     delta = {k: after[k] - before[k] for k in _COUNTERS if k in after}
+    if ae is not None:
+        delta["cache_hits_in_warmup"] = before["cache_hits"]
     Path(result).write_text(json.dumps({"torchneuron": torchneuron.__file__, "delta": delta}))
 
 
@@ -115,7 +118,11 @@ def _valgrind(args: argparse.Namespace, name: str, mode: str, steps: int, work: 
         cmd.append("--dump-before=getppid")
     cmd += [sys.executable, str(Path(__file__).resolve()), "--child", name, mode,
             str(args.warmup), str(steps), str(result)]
-    env = dict(os.environ, TORCHNEURON_COMPILE_LATENCY="0", PYTHONHASHSEED="0")
+    # the compile cache off unless the caller sets TORCHNEURON_CACHE: an executable another
+    # commit of the same version wrote for the same graph would be replayed instead of this
+    # tree's own compile
+    env = {"TORCHNEURON_CACHE": "0", **os.environ, "TORCHNEURON_COMPILE_LATENCY": "0",
+           "PYTHONHASHSEED": "0"}
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
