@@ -5,9 +5,9 @@ Why: for these ops eager's bits come from a routine no lowering reproduces on ev
 SLEEF's vector ``exp`` in the loop's body and libm's in its tail; ``erf``, ``gelu``,
 ``silu``, ``softplus``, ``acos``, the Bessel functions ... are SLEEF, libm or ``Math.h``
 routines (Torch-MLIR expands them into polynomials of its own); ``add`` with an
-``alpha`` is one fused multiply-add in the AVX2 build and two roundings in the default
-one. Which code runs depends on the vector width the CPU gives ATen's loops, so a
-lowering tuned on one machine is off in the last bits on another (the replay sweep and
+``alpha``, ``lerp``, ``addcmul`` and ``tanh_backward`` are one fused multiply-add in the
+AVX2 build and two roundings in the default one. Which code runs depends on the vector
+width the CPU gives ATen's loops, so a lowering tuned on one machine is off in the last bits on another (the replay sweep and
 the bits-per-capability tests measured 1 to 75% of float32 elements off). Refusing them
 would refuse every classifier's loss (``cross_entropy`` is ``_log_softmax``) and every
 GPT block (``gelu``).
@@ -92,6 +92,10 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
                 "elementwise", vector=4, scalar=0),
     # compare-and-select
     EagerKernel(("hardtanh_backward",), "elementwise", vector=2, scalar=0),
+    # a multiply-add of three operands, fused or not as the CPU's build of eager does it
+    # (written out, AdamW's lerp_ and addcmul_ emulated the fused form exactly in float64:
+    # 1.74x the MLP's replayed host instructions; float64 was refused where eager fuses)
+    EagerKernel(("lerp", "addcmul", "tanh_backward"), "elementwise", vector=3, scalar=0),
     # a multiply-add: the same work as the add it is
     EagerKernel(("add", "sub"), "elementwise", vector=2, scalar=0, when=_alpha_not_one),
     # a row: max, subtract, exp, sum (and log) on the row, then the output pass
