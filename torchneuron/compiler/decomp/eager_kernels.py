@@ -38,7 +38,8 @@ import torch
 
 from torchneuron.compiler.stablehlo.custom_targets import CustomCallTarget, register_target
 
-__all__ = ["EagerKernel", "EAGER_KERNELS", "eager_kernel_decompositions", "target_name"]
+__all__ = ["EagerKernel", "EAGER_KERNELS", "eager_kernel_decompositions", "functional_overloads",
+           "target_name"]
 
 aten = torch.ops.aten
 Table = dict[Any, Callable[..., Any]]
@@ -154,7 +155,7 @@ def _eager_runs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return _RUNS[key]
 
 
-def _overloads(packet: str) -> list[Any]:
+def functional_overloads(packet: str) -> list[Any]:
     """The functional overloads of ``packet`` returning only tensors (``.out`` and
     in-place ones never reach prepare: functionalization rewrote them)."""
     op = getattr(aten, packet)
@@ -220,12 +221,12 @@ def eager_kernel_decompositions(base: Table) -> Table:
     table: Table = {}
     for kernel in EAGER_KERNELS:
         for packet in kernel.packets:
-            for op in _overloads(packet):
+            for op in functional_overloads(packet):
                 table[op] = _entry(kernel, op, base.get(op))
     return table
 
 
 for _kernel in EAGER_KERNELS:
     for _packet in _kernel.packets:
-        for _op in _overloads(_packet):
+        for _op in functional_overloads(_packet):
             _register(_kernel, _op)

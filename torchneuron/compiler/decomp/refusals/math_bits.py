@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp.eager_kernels import functional_overloads
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["math_refusals", "REFUSED_REASONS", "CPU_DEPENDENT", "EAGER_BITS"]
 
-aten = torch.ops.aten
 REFUSED_REASONS = ("cpu-dependent-math", "eager-math-bits")
 
 # overload packets (every overload) whose eager bits differ between default and avx2
@@ -88,13 +88,7 @@ def math_refusals() -> dict[Any, Callable[..., Any]]:
     for packets, reason in ((CPU_DEPENDENT, "cpu-dependent-math"),
                             (EAGER_BITS, "eager-math-bits")):
         for packet in packets:
-            op = getattr(aten, packet)
             entry = _refusal(packet, reason)
-            for overload in op.overloads():
-                func = getattr(op, overload)
-                if any(a.is_out for a in func._schema.arguments):
-                    continue  # .out overloads never reach prepare
-                returns = [str(r.type) for r in func._schema.returns]
-                if returns and all(r == "Tensor" for r in returns):
-                    table[func] = entry  # (not erfc.int: a Python number's math)
+            for func in functional_overloads(packet):  # (not erfc.int: a Python number's math)
+                table[func] = entry
     return table
