@@ -63,6 +63,7 @@ class Executable:
     _loaded: Any = field(default=None, repr=False, compare=False)
     _random_specs: Any = field(default=None, repr=False, compare=False)
     _plan: Any = field(default=None, repr=False, compare=False)
+    _layouts: Any = field(default=None, repr=False, compare=False)
 
     # -- serialization -------------------------------------------------------
 
@@ -179,6 +180,7 @@ class Executable:
         if self._loaded is None:
             self._random_specs = [RandomInputSpec.from_dict(s) for s in sig["random_inputs"]]
             self._loaded = load(self._module(), self._unused_outputs())
+            self._layouts = traced_layouts(self._module(), sig)
         specs = self._random_specs
         if len(inputs) != sig["num_user_inputs"]:
             raise ExecuteError(
@@ -195,6 +197,10 @@ class Executable:
         # (``is_contiguous`` first: a third cheaper than ``contiguous`` returning self)
         args = [a.contiguous() if isinstance(a, torch.Tensor) and not a.is_contiguous() else a
                 for a in args]  # fmt: skip
+        for k, stride in self._layouts:  # inputs that keep the layout eager's BLAS reads
+            if args[k].stride() != stride:
+                args[k] = torch.empty_strided(args[k].shape, stride,
+                                              dtype=args[k].dtype).copy_(args[k])
         try:
             outs = self._loaded.run(args)
             extra_ns, traces = take_calls()  # custom calls: time beyond their plans
@@ -426,4 +432,63 @@ def matches_inputs(exe: Executable, example_inputs: Any) -> bool:
                 list(x.shape) != spec.get("shape")
                                              or str(x.dtype) != spec.get("dtype")):
             return False
+    return True
+
+
+_LAYOUT_READERS = frozenset({"stablehlo.transpose", "stablehlo.dot_general"})
+
+
+def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[int, ...]]]:
+    """(input index, strides) for each user input whose traced layout the interpreter is
+    handed instead of a contiguous copy: a dense, non-contiguous one read only by
+    ``transpose`` and ``dot_general``.
+
+    Why: BLAS takes another kernel for a transposed operand, and its bits differ. A linear
+    layer's backward multiplies by the saved ``w.t()`` transposed back: eager reads the
+    contiguous ``w``; a contiguous copy of ``w.t()`` transposed back is a transposed view,
+    and 40% of the input gradient's elements differed (batch 2, 256 -> 4). Other ops keep
+    contiguous inputs, which the interpreter's index arithmetic assumes."""
+    func = module.functions[module.entry]
+    readers: dict[str, set[str]] = {}
+
+    def scan(ops: list[Any]) -> None:
+        for op in ops:
+            for o in op.operands:
+                readers.setdefault(o, set()).add(op.name)
+            for region in op.regions:
+                scan(region)
+
+    scan(func.body)
+    kept = []
+    complex_inputs = set(sig.get("complex_inputs", ()))
+    for k, spec in enumerate(sig["inputs"][: sig["num_user_inputs"]]):
+        shape, stride = spec["shape"], tuple(spec["stride"])
+        if k in complex_inputs or k >= len(func.args) or not _dense(shape, stride) \
+                or stride == _contiguous_strides(shape):
+            continue
+        used = readers.get(func.args[k][0], set())
+        if used and used <= _LAYOUT_READERS:
+            kept.append((k, stride))
+    return kept
+
+
+def _contiguous_strides(shape: list[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _dense(shape: list[int], stride: tuple[int, ...]) -> bool:
+    """Whether the strides are a permutation of a contiguous layout's (no gaps, no
+    broadcast dims, every size above 1)."""
+    if len(shape) != len(stride) or any(size < 2 for size in shape):
+        return False
+    order = sorted(range(len(shape)), key=lambda d: stride[d])
+    step = 1
+    for d in order:
+        if stride[d] != step:
+            return False
+        step *= shape[d]
     return True

@@ -32,8 +32,7 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.decomp.registry import Lowering
-from torchneuron.compiler.stablehlo.custom_targets import CustomCallTarget, register_target
+from torchneuron.compiler.decomp.fused_bias import mark_bias, markable, marking
 
 __all__ = ["CONV_DECOMPOSITIONS"]
 
@@ -97,46 +96,20 @@ def convolution_backward(grad: torch.Tensor, inp: torch.Tensor, weight: torch.Te
     return g_in, g_w, g_b
 
 
-# A convolution's own bias, marked: ``torchneuron::conv_bias(b)`` is the identity, carried
-# to the program as ``stablehlo.custom_call @torchneuron.conv_bias`` (free for neuronc).
-# Eager adds a convolution's bias inside its kernel, and the interpreter runs the
-# convolution and the add after it as that one call (``interpreter/collapse/conv_bias``)
-# only when the added tensor is so marked: a user's own ``F.conv2d(x, w) +
-# b.view(-1, 1, 1)`` lowers to the same ops without the mark and keeps eager's two
-# roundings.
-CONV_BIAS_TARGET = "torchneuron.conv_bias"
-_LIB = torch.library.Library("torchneuron", "FRAGMENT")
-_LIB.define("conv_bias(Tensor bias) -> Tensor")
-_LIB.impl("conv_bias", lambda b: b.clone(), "CompositeExplicitAutograd")
-torch.library.register_fake("torchneuron::conv_bias", lambda b: torch.empty_like(b), lib=_LIB)
-_MARKING = Lowering()  # set while ``convolution`` traces the marked call
-
-
-def _identity(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], int, list[Any]]:
-    return [args[0].clone()], 0, []
-
-
-register_target(CustomCallTarget(
-    CONV_BIAS_TARGET, _identity, plan=None, op=torch.ops.torchneuron.conv_bias.default,
-    costed={"kind": "layout", "vector": 0, "scalar": 0}))
-
-
 def convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Any,
                 padding: Any, dilation: Any, transposed: bool, output_padding: Any,
                 groups: int) -> Any:
-    """A float convolution's bias is marked (above); transposed convolutions with
+    """A float convolution's bias is marked (``decomp/fused_bias.py``); transposed convolutions with
     ``output_padding`` differing between dims are rewritten (see the module docstring);
     everything else is traced as is."""
     nd = x.dim() - 2
     out_pad = _expand(output_padding, nd) if nd > 0 else []
     if not transposed or len(set(out_pad)) <= 1 or x.dim() != weight.dim():
-        if bias is None or _MARKING.active or not bias.is_floating_point() \
-                or torch._guards.TracingContext.try_get() is not None:
+        if not markable(bias) or torch._guards.TracingContext.try_get() is not None:
             return NotImplemented  # (AOTAutograd's trace: prepare's own trace marks it)
-        with _MARKING.inside():
-            return aten.convolution.default(
-                x, weight, torch.ops.torchneuron.conv_bias.default(bias), stride, padding,
-                dilation, transposed, output_padding, groups)
+        with marking.inside():  # the bias eager adds in its kernel (decomp/fused_bias.py)
+            return aten.convolution.default(x, weight, mark_bias(bias), stride, padding,
+                                            dilation, transposed, output_padding, groups)
     stride, padding, dilation = (_expand(v, nd) for v in (stride, padding, dilation))
     full = aten.convolution.default(x, weight, None, stride, [0] * nd, dilation, True,
                                     [0] * nd, groups)

@@ -123,9 +123,15 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
 def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
     val = node.meta.get("val")
     single = isinstance(val, torch.Tensor)
-    outs = [val] if single else list(val) if isinstance(val, (tuple, list)) else None
-    if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+    vals = [val] if single else list(val) if isinstance(val, (tuple, list)) else None
+    if not vals or not all(isinstance(o, torch.Tensor) or o is None for o in vals):
         raise _NotCarried("its outputs are not one tensor or a tuple of tensors")
+    # a backward's masked outputs are None: the carrier returns the others (its target
+    # drops the Nones), and each getitem is renumbered to its output among them
+    kept = [i for i, o in enumerate(vals) if o is not None]
+    outs = [vals[i] for i in kept]
+    if not outs:
+        raise _NotCarried("it returns no tensor")
     if len(outs) > MAX_OUTPUTS:
         raise _NotCarried(f"it has {len(outs)} outputs (at most {MAX_OUTPUTS})")
     inputs: list[fx.Node] = []
@@ -154,7 +160,7 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
     else:
         for user in list(node.users):
             if user.op == "call_function" and user.target is operator.getitem:
-                user.replace_all_uses_with(items[user.args[1]])
+                user.replace_all_uses_with(items[kept.index(user.args[1])])
                 gm.graph.erase_node(user)
             else:
                 raise _NotCarried("its tuple of outputs is used as a whole")

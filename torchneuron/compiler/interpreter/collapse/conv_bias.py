@@ -16,8 +16,8 @@ that broadcast of a ``(C, 1, ...)`` tensor of the convolution's rank minus one o
 ``1..``. The collapsed op reads the input, the kernel and the bias and calls ``F.conv*d``
 with the convolution's stride, padding, dilation and groups.
 
-Only a convolution's own bias is taken: ``decomp/conv.py`` marks it (the identity
-``custom_call @torchneuron.conv_bias``, free for neuronc) and the broadcast must read that
+Only a convolution's own bias is taken: ``decomp/fused_bias.py`` marks it (the identity
+``custom_call @torchneuron.fused_bias``, free for neuronc) and the broadcast must read that
 mark. A user's own ``F.conv2d(x, w) + b.view(-1, 1, 1)`` lowers to the same ops without
 it and keeps eager's two roundings (it got the fused kernel's bits before the mark).
 """
@@ -37,7 +37,7 @@ from torchneuron.compiler.stablehlo.ir import Operation
 __all__ = ["conv_with_bias"]
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-_MARK = "torchneuron.conv_bias"  # (decomp/conv.py's CONV_BIAS_TARGET: this package may not import decomp)
+_MARK = "torchneuron.fused_bias"  # (decomp/fused_bias.py's FUSED_BIAS_TARGET: this package may not import decomp)
 _FLOATS = (torch.float32, torch.float64)
 
 
@@ -79,7 +79,7 @@ def _plan(conv: Operation, channels: int) -> OpFn | None:
 
 def _marked(g: _Graph, value: str) -> bool:
     """Whether the broadcast bias is a convolution's own: ``reshape`` of the
-    ``torchneuron.conv_bias`` mark ``decomp/conv.py`` puts on it (a user's own add of a
+    ``torchneuron.fused_bias`` mark ``decomp/fused_bias.py`` puts on it (a user's own add of a
     reshaped tensor has no mark, and eager computes it as two roundings)."""
     reshape = g.op(value, "stablehlo.reshape")
     mark = g.op(reshape[2][0], "stablehlo.custom_call") if reshape and reshape[2] else None

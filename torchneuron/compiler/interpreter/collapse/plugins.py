@@ -18,7 +18,8 @@ results); ``pool_flat`` the native pool with the lookup of its flat index (tried
 ``pointwise`` trees of single-use elementwise arithmetic (an optimizer's update), tried
 last, on what the others left. ``conv_weight`` is not for speed but for eager's bits: a
 convolution's weight (and bias) gradient as eager's own ``convolution_backward``;
-``conv_bias`` a convolution and its bias add as eager's ``F.conv*d(x, w, b)``;
+``conv_bias`` a convolution and its bias add as eager's ``F.conv*d(x, w, b)``, and
+``addmm_bias`` a matrix product and its bias add as eager's ``torch.addmm``;
 ``conv_transpose_crops`` (tried first) a transposed convolution and the crop after it as
 one eager call. (Not to be confused with neuronc's ``fuse`` pass, which
 groups the program's ops for the cost model; a collapse changes only how the interpreter
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from torchneuron.compiler.interpreter.collapse.addmm_bias import addmm_with_bias
 from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph
 from torchneuron.compiler.interpreter.collapse.clamp import clamp_bound
 from torchneuron.compiler.interpreter.collapse.conv_bias import conv_with_bias
@@ -63,6 +65,7 @@ __all__ = ["Collapsed", "collapse"]
 PLUGINS: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None], ...] = (
     conv_weight_grad,
     conv_with_bias,
+    addmm_with_bias,
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
