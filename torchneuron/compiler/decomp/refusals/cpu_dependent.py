@@ -18,11 +18,8 @@ eager's result on every CPU by construction:
   and ``avx2`` (1 to 6 of 7,440 elements of a (2, 3, 31, 40) resize, up to 2 ulps), so no
   lowering gives eager's bits on every CPU. float32 and float64 keep their entries
   (within float32 tolerance; eager's float32 bits differ between those capabilities too).
-- ``native_layer_norm`` (and its backward) over one element: eager's float16 / bfloat16
-  output differs between ``default`` and ``avx2`` on 94 to 100 of 102 rows (``avx2``
-  gives 0.71 for a float16 row [65504], ``default`` 0), its mean of a row [inf] is NaN
-  (the lowering gave inf), and the sign of its zero outputs follows each dtype's kernel.
-  A normalisation over one element is degenerate (the bias, or NaN), so nothing is lost.
+``native_layer_norm`` over one element was refused here too (its float16 output differs
+between CPU code paths); layer norm is now eager's own kernel (``decomp/eager_kernels``).
 
 While AOTAutograd traces (``torch.compile``) a raise would escape to the user, so the
 entry returns NotImplemented there: the op stays a node and prepare's own trace refuses.
@@ -30,7 +27,6 @@ entry returns NotImplemented there: the op stays a node and prepare's own trace 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +39,7 @@ __all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
 _HALVES = (torch.float16, torch.bfloat16)
-REFUSED_REASONS = ("batch-norm-bfloat16", "upsample-half",
-                   "layer-norm-one-element", *math_bits.REFUSED_REASONS)
+REFUSED_REASONS = ("batch-norm-bfloat16", "upsample-half", *math_bits.REFUSED_REASONS)
 
 _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
     aten._native_batch_norm_legit.default: 5,
@@ -97,18 +92,6 @@ def _upsample(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
-def _layer_norm(op: Any, base: Callable[..., Any] | None, at: int) -> Callable[..., Any]:
-    def decomposition(*args: Any, **kwargs: Any) -> Any:
-        x, shape = args[at], args[at + 1]
-        if x.is_floating_point() and math.prod(shape) == 1:
-            return _refuse(op, "over one element, eager's result follows each dtype's "
-                           "kernel and, in float16 and bfloat16, the CPU's code path",
-                           "layer-norm-one-element")
-        return base(*args, **kwargs) if base is not None else NotImplemented
-
-    return decomposition
-
-
 def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
                                  ) -> dict[Any, Callable[..., Any]]:
     """Entries wrapping ``base``'s (the table built so far): the cases above refuse,
@@ -118,8 +101,5 @@ def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
         table[op] = _batch_norm(op, base.get(op))
     for op in _UPSAMPLE:
         table[op] = _upsample(op, base.get(op))
-    for op, at in ((aten.native_layer_norm.default, 0),
-                   (aten.native_layer_norm_backward.default, 1)):  # (x, normalized_shape)
-        table[op] = _layer_norm(op, base.get(op), at)
     table.update(math_bits.math_refusals())  # elementwise math (its own module)
     return table
