@@ -32,7 +32,7 @@ _OP_REASONS = frozenset({
     "tie-order", "clamp-tensor-signed-zero", "half-conv", "cpu-dependent-special-value",
     "custom-op", "embedding-renorm-float16", "adaptive-avg-half-window", "cpu-dependent-premise",
     "storage-layout",  # capture's own refusal (as_strided of DDP's buckets, set_, resize_)
-    "upsample-antialias",
+    "upsample-antialias", "conv-channels-last-grad",
     *CPU_DEPENDENT_REASONS,
 })
 _MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream

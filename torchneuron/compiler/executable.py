@@ -435,19 +435,22 @@ def matches_inputs(exe: Executable, example_inputs: Any) -> bool:
     return True
 
 
-_LAYOUT_READERS = frozenset({"stablehlo.transpose", "stablehlo.dot_general"})
+_LAYOUT_READERS = frozenset({"stablehlo.transpose", "stablehlo.dot_general", "stablehlo.convolution",
+                             "stablehlo.reshape", "func.return"})
 
 
 def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[int, ...]]]:
     """(input index, strides) for each user input whose traced layout the interpreter is
-    handed instead of a contiguous copy: a dense, non-contiguous one read only by
-    ``transpose`` and ``dot_general``.
+    handed instead of a contiguous copy: a dense, non-contiguous one read only by ops
+    whose torch calls take any layout (``_LAYOUT_READERS``).
 
-    Why: BLAS takes another kernel for a transposed operand, and its bits differ. A linear
+    Why: eager's kernels pick their algorithm by layout, and their bits differ. A linear
     layer's backward multiplies by the saved ``w.t()`` transposed back: eager reads the
     contiguous ``w``; a contiguous copy of ``w.t()`` transposed back is a transposed view,
-    and 40% of the input gradient's elements differed (batch 2, 256 -> 4). Other ops keep
-    contiguous inputs, which the interpreter's index arithmetic assumes."""
+    BLAS's other kernel, and 40% of the input gradient's elements differed (batch 2,
+    256 -> 4). A channels_last convolution made contiguous took oneDNN's other path
+    (170 of 288 outputs). Other ops keep contiguous inputs, which the interpreter's index
+    arithmetic assumes."""
     func = module.functions[module.entry]
     readers: dict[str, set[str]] = {}
 

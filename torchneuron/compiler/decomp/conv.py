@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decomp.fused_bias import mark_bias, markable, marking
+from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["CONV_DECOMPOSITIONS"]
 
@@ -64,10 +65,26 @@ def _weight_grad(inp: torch.Tensor, gout: torch.Tensor, ksize: Sequence[int],
     return r.transpose(0, 1)
 
 
+def _channels_last(t: torch.Tensor) -> bool:
+    """A tensor laid out channels-last (not also contiguous: one channel or one pixel)."""
+    return t.dim() in (4, 5) and not t.is_contiguous() and (
+        t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4
+        else t.is_contiguous(memory_format=torch.channels_last_3d))
+
+
 def convolution_backward(grad: torch.Tensor, inp: torch.Tensor, weight: torch.Tensor,
                          bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
                          transposed: bool, output_padding: Any, groups: int,
                          output_mask: Sequence[bool]) -> tuple[Any, Any, Any]:
+    if any(_channels_last(t) for t in (grad, inp, weight)):
+        if torch._guards.TracingContext.try_get() is not None:
+            return NotImplemented  # (AOTAutograd's trace: a raise would reach the user)
+        raise PrepareError(
+            "aten.convolution_backward of channels_last tensors: eager's kernel computes "
+            "it in that layout and the gradients lowered here differ in the last bits "
+            "(180 of 216 input-gradient elements of a Conv2d), so this graph runs eagerly. "
+            "Expected contiguous tensors; nothing to change in your program.",
+            op="aten.convolution_backward", reason="conv-channels-last-grad")
     nd = inp.dim() - 2
     stride, padding, dilation = (_expand(v, nd) for v in (stride, padding, dilation))
     ksize = list(weight.shape[2:])
