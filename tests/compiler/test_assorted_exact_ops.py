@@ -119,3 +119,45 @@ def test_area_resize_3d_keeps_nan_in_its_windows(dtype: torch.dtype) -> None:
         torch.testing.assert_close(got, want, equal_nan=True)
     else:
         bits_equal(got, want)
+
+
+def _nll_case() -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(5))
+    x[1, 2] = NAN
+    return x, torch.tensor([0, 2, -100, 3])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_of_a_nan_row_has_eagers_nan_bits(reduction: str) -> None:
+    """Eager scales each picked log-probability by the negated weight, which keeps a
+    NaN's sign; the lowered negation flipped it (-NaN where eager gives +NaN).
+    ``nll_loss_forward`` is eager's kernel now (decomp/eager_kernels)."""
+    x, y = _nll_case()
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(a, b, reduction=reduction)
+
+    want = fn(x, y)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron")(x.to("neuron"), y.to("neuron")).cpu()
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (got, want)
+
+
+def test_cross_entropy_target_out_of_range_raises_eagers_error() -> None:
+    """Eager's kernel raising inside the program reaches the user as eager's error."""
+    x, _ = _nll_case()
+    y = torch.tensor([0, 7, 1, 3])
+    with pytest.raises(IndexError) as want:
+        F.cross_entropy(x, y)
+    torch._dynamo.reset()
+    with pytest.raises(IndexError) as got:
+        torch.compile(F.cross_entropy, backend="neuron")(x.to("neuron"), y.to("neuron"))
+    assert str(got.value) == str(want.value)
+
+
+def test_cross_entropy_over_pixels_gives_eagers_bits() -> None:
+    """A segmentation loss (``nll_loss2d_forward``, eager's kernel) and its gradient."""
+    g = torch.Generator().manual_seed(6)
+    x, y = torch.randn(2, 3, 4, 5, generator=g), torch.randint(0, 3, (2, 4, 5), generator=g)
+    y[0, 1, 2] = -100
+    torch_compile_matches_eager(lambda a, b: F.cross_entropy(a, b), x, y, grad=True)

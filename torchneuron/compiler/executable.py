@@ -31,7 +31,7 @@ import torch
 from torchneuron.compiler import versions
 from torchneuron.compiler.errors import ExecuteError
 from torchneuron.compiler.prepare.random_ops import RandomInputSpec, draw_random_inputs
-from torchneuron.compiler.stablehlo.custom_targets import take_calls
+from torchneuron.compiler.stablehlo.custom_targets import TargetRaised, take_calls
 from torchneuron.compiler.versions import COMPILER_VERSION, FORMAT_VERSION
 
 __all__ = ["Executable", "FORMAT_VERSION", "COMPILER_VERSION", "ExecutableFormatError",
@@ -204,6 +204,9 @@ class Executable:
         try:
             outs = self._loaded.run(args)
             extra_ns, traces = take_calls()  # custom calls: time beyond their plans
+        except TargetRaised as e:  # eager's own kernel raised eager's error: the user's
+            take_calls()
+            raise e.error from None
         except Exception as e:
             take_calls()
             raise ExecuteError(

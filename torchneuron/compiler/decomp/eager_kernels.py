@@ -36,7 +36,11 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.stablehlo.custom_targets import CustomCallTarget, register_target
+from torchneuron.compiler.stablehlo.custom_targets import (
+    CustomCallTarget,
+    TargetRaised,
+    register_target,
+)
 
 __all__ = ["EagerKernel", "EAGER_KERNELS", "eager_kernel_decompositions", "functional_overloads",
            "target_name"]
@@ -107,6 +111,13 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # transformer's LayerNorm: 1333 of 4096 float32 outputs differed when lowered)
     EagerKernel(("native_layer_norm",), "reduce", vector=5, scalar=1),
     EagerKernel(("native_layer_norm_backward",), "reduce", vector=8, scalar=0),
+    # the picked log-probabilities summed: eager scales each by the negated weight, and a
+    # NaN's sign survives a multiply where the lowered negation flipped it (a NaN row of
+    # cross_entropy gave -NaN where eager gives +NaN)
+    EagerKernel(("nll_loss_forward", "nll_loss2d_forward"), "reduce", vector=2, scalar=0),
+    # the gradient scattered to the picked places (eager writes +0 at an ignored one)
+    EagerKernel(("nll_loss_backward", "nll_loss2d_backward"), "elementwise", vector=2,
+                scalar=0),
 )
 
 
@@ -189,7 +200,10 @@ def _value(v: Any) -> Any:
 
 def _run(op: Any) -> Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[Any]]]:
     def run(args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, int, list[Any]]:
-        out = op(*[_value(a) for a in args], **{k: _value(v) for k, v in kwargs.items()})
+        try:
+            out = op(*[_value(a) for a in args], **{k: _value(v) for k, v in kwargs.items()})
+        except (IndexError, RuntimeError, ValueError) as e:  # eager's error, for the user
+            raise TargetRaised(e) from e
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         return [o for o in outs if o is not None], 0, []  # (a masked gradient is not carried)
 
@@ -197,11 +211,11 @@ def _run(op: Any) -> Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[
 
 
 def _empty(v: Any) -> Any:
-    """Tensors as uninitialized ones of the same dtype and shape (values unread; a huge
+    """Tensors as zeros of the same dtype and shape (values unread but for indices; a huge
     one as an empty one of its rank, for ops whose shape checks allow it)."""
     if isinstance(v, torch.Tensor):
         shape = list(v.shape) if v.numel() <= _PROBE_ELEMENTS else [0] * v.dim()
-        return torch.empty(shape, dtype=v.dtype)
+        return torch.zeros(shape, dtype=v.dtype)  # (zeros: an index must be in range)
     return [_empty(x) for x in v] if isinstance(v, (list, tuple)) else v
 
 

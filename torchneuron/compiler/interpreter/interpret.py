@@ -68,6 +68,7 @@ from torchneuron.compiler.interpreter.collapse.base import Collapsed
 from torchneuron.compiler.interpreter.collapse.conv_transpose import conv_transposes
 from torchneuron.compiler.interpreter.collapse.plugins import collapse
 from torchneuron.compiler.stablehlo._dtypes import TORCH_DTYPES
+from torchneuron.compiler.stablehlo.custom_targets import TargetRaised
 from torchneuron.compiler.stablehlo.ir import Function, Module, Operation, TensorType
 
 __all__ = ["interpret", "load", "Loaded", "OPS", "UnsupportedStableHLOOp",
@@ -452,7 +453,7 @@ class _Interpreter:
         if gen is not None:
             try:
                 return gen.fn(env, self, check_shapes)
-            except (UnsupportedStableHLOOp, StableHLOExecutionError):
+            except (UnsupportedStableHLOOp, StableHLOExecutionError, TargetRaised):
                 raise
             except Exception as e:
                 op = gen.failed_op(e)
@@ -470,7 +471,7 @@ class _Interpreter:
             op = step.op
             try:
                 results = step.fn(op, step.fetch(env), self)
-            except (UnsupportedStableHLOOp, StableHLOExecutionError):
+            except (UnsupportedStableHLOOp, StableHLOExecutionError, TargetRaised):
                 raise
             except Exception as e:
                 raise _op_error(e, op) from e

@@ -36,8 +36,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CustomCallTarget", "register_target", "lookup_target", "target_for_op",
+__all__ = ["CustomCallTarget", "TargetRaised", "register_target", "lookup_target", "target_for_op",
            "fill_arguments", "record_call", "take_calls"]
+
+
+class TargetRaised(Exception):
+    """A target computing eager's own op raised eager's error (``IndexError: Target 7 is
+    out of bounds``): the program stops and the executable re-raises ``error`` as it is,
+    the error the user's eager program would have raised at that op."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(frozen=True)
