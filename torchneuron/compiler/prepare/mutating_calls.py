@@ -30,6 +30,7 @@ Two pieces:
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -172,20 +173,24 @@ def _functionalize_api() -> Any:
     functorch transform prepare traces with), below its layer and past the Functionalize
     key; under plain C++ functionalization, past the key."""
     from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
-    from torch._subclasses.functional_tensor import (
-        CppFunctionalizeAPI,
-        FunctorchFunctionalizeAPI,
-    )
+    from torch._subclasses.functional_tensor import CppFunctionalizeAPI
 
     interpreter = retrieve_current_functorch_interpreter()
-    if interpreter is None:
-        return CppFunctionalizeAPI()
+    return CppFunctionalizeAPI() if interpreter is None else _below_layer()(interpreter)
 
-    class Below(FunctorchFunctionalizeAPI):
+
+@functools.cache
+def _below_layer() -> type:
+    from torch._subclasses.functional_tensor import FunctorchFunctionalizeAPI
+
+    class BelowLayer(FunctorchFunctionalizeAPI):
+        """functorch's API, re-dispatching past the Functionalize key as well (the op's
+        kernel runs at that key, below the transform's layer)."""
+
         @contextlib.contextmanager
         def redispatch_to_next(self) -> Iterator[None]:
             keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
             with self.interpreter.lower(), torch._C._ExcludeDispatchKeyGuard(keys):
                 yield
 
-    return Below(interpreter)
+    return BelowLayer
