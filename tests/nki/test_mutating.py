@@ -140,3 +140,19 @@ def test_mutated_strided_view_is_refused_saying_why():
     with pytest.raises(torchneuron.compiler.CompileError, match="strided view") as info:
         torchneuron.compiler.compile_graph(f, list(_inputs()))
     assert info.value.reason == "custom-op" and info.value.op == "nkimut::accumulate_"
+
+
+def test_first_form_of_auto_functionalized_carried_too():
+    """``auto_functionalized`` (v1, export's form): each written argument its own base."""
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+    def f(acc: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return auto_functionalized(torch.ops.nkimut.accumulate_.default, acc=acc * 1, x=x,
+                                   s=0.5)[1]
+
+    acc, x = _inputs()
+    exe = torchneuron.compiler.compile_graph(f, [acc, x])
+    assert "custom_call @nki.nkimut.accumulate_" in exe.stablehlo
+    want = acc.clone()
+    accumulate_(want, x, 0.5)
+    assert torch.equal(exe.run([acc, x])[0], want)

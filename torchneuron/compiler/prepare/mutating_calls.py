@@ -134,7 +134,7 @@ def _slots(view: Any, name: str) -> Any:
 
 
 # --- functionalization of mutating custom ops in prepare's trace --------------------------------
-_FUNCTIONALIZED: set[Any] = set()
+_SEEN: set[Any] = set()  # ops of registered targets already looked at
 
 
 def functionalize_mutating_targets() -> None:
@@ -143,11 +143,11 @@ def functionalize_mutating_targets() -> None:
 
     for target in registered_targets():
         op = target.op
-        if (op is None or op in _FUNCTIONALIZED or not isinstance(op, torch._ops.OpOverload)
-                or not op._schema.is_mutable):
+        if op is None or op in _SEEN:
             continue
-        _FUNCTIONALIZED.add(op)
-        if DispatchKey.Functionalize not in op.py_kernels:
+        _SEEN.add(op)
+        if (isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable
+                and DispatchKey.Functionalize not in op.py_kernels):
             op.py_impl(DispatchKey.Functionalize)(_functionalize_kernel(op))
 
 
