@@ -156,3 +156,38 @@ def test_first_form_of_auto_functionalized_carried_too():
     want = acc.clone()
     accumulate_(want, x, 0.5)
     assert torch.equal(exe.run([acc, x])[0], want)
+
+
+@torch.no_grad()
+def _sgd(params: list[torch.Tensor]) -> None:
+    """An optimizer step whose weight update is the kernel, written through ``.t()``."""
+    for p in params:
+        if p.dim() == 2:
+            accumulate_(p.t(), p.grad.t(), -0.1)
+        else:
+            p.add_(p.grad, alpha=-0.1)
+
+
+def test_mutating_op_as_a_compiled_optimizer_step(fresh_cores):
+    """Parameters (leaves that require grad) written in place by the kernel under
+    ``no_grad``, the step compiled: eager CPU's losses and parameters, bit for bit."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(64, 128), torch.randn(256, 64)
+
+    def train(m: torch.nn.Module, xx: torch.Tensor, step: object) -> list[torch.Tensor]:
+        losses = []
+        for _ in range(3):
+            m.zero_grad()
+            loss = m(xx).square().mean()
+            loss.backward()
+            step(list(m.parameters()))  # type: ignore[operator]
+            losses.append(loss.detach().cpu())
+        return losses + [p.detach().cpu() for p in m.parameters()]
+
+    on_device = torch.nn.Linear(64, 128)
+    on_device.load_state_dict(model.state_dict())
+    before = dict(_stats.stats()["failures_by_stage"])
+    got = train(on_device.to("neuron"), x.to("neuron"), torch.compile(_sgd, backend="neuron"))
+    want = train(model, x, _sgd)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert _stats.stats()["failures_by_stage"] == before and _kernel_launches() == 0
