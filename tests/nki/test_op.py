@@ -208,4 +208,27 @@ def test_mutating_nki_op_eager_and_compiled(fresh_cores):
     out = torch.compile(f, backend="neuron")(xn2)
     torch.testing.assert_close(out.cpu(), x * 2 + 1)
     torch.testing.assert_close(xn2.cpu(), x * 2)
-    assert _kernels(get_core(0)) == {"nki.scale_inplace_kernel": 2}
+    # carried into the executable (tests/nki/test_mutating.py): no eager launch
+    assert _kernels(get_core(0)) == {"nki.scale_inplace_kernel": 1}
+
+
+@nki.nki_op("nkitest::scale_as_", mutates_args=("a",))
+def nki_scale_as_(a: torch.Tensor, s: float, dtype: torch.dtype) -> None:
+    scale_inplace_kernel(a, s)
+
+
+def test_mutating_nki_op_that_cannot_be_carried_runs_eagerly(fresh_cores):
+    """A dtype argument has no JSON form: the graph is refused (``custom-op``) and runs
+    eagerly on the device, the op through ``auto_functionalized``'s dense rule."""
+    x = torch.randn(256, 8)
+    before = _stats.stats()["failures_by_stage"].get("prepare:custom-op", 0)
+
+    def f(t):  # noqa: ANN001, ANN202
+        nki_scale_as_(t, 2.0, torch.float32)
+        return t + 1
+
+    xn = x.to("neuron")
+    out = torch.compile(f, backend="neuron")(xn)
+    assert torch.equal(out.cpu(), x * 2 + 1) and torch.equal(xn.cpu(), x * 2)
+    assert _stats.stats()["failures_by_stage"]["prepare:custom-op"] == before + 1
+    assert _kernels(get_core(0)) == {"nki.scale_inplace_kernel": 1}

@@ -14,8 +14,11 @@ stays data; this process registers, under the op's name, the code that computes 
   the kernels took another time on these values (MoE's blocks per expert depend on the
   routing).
 
-Mutating ops (``mutates_args``) register no target: functionalization wraps them in
-``auto_functionalized``, which the compiler refuses as before.
+A mutating op (``mutates_args``) registers the same target: ``run`` is the op's own
+implementation, which writes its arguments; the compiler hands it copies of the
+arguments the call writes and returns them (``custom_targets.call_target``), as
+functionalization's ``auto_functionalized`` does. An op that returns nothing has no
+outputs of its own.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def register_op_target(op: Any, impl: Callable[..., Any], qualname: str) -> None
     def run(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[torch.Tensor], int, list]:
         with collecting() as schedules:
             out = impl(*args, **kwargs)
-        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        outs = [] if out is None else [out] if isinstance(out, torch.Tensor) else list(out)
         return outs, sum(s.total_ns for s in schedules), trace_of(schedules)
 
     def plan(args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,10 @@ wrapped back. On CPU tensors the implementation runs as is (values only).
 Under ``torch.compile(backend="neuron")`` and adaptive eager the op stays one node of the
 graph (its fake implementation gives the shapes) and is carried into the executable as a
 custom call (``custom_call.py`` registers its target; README, "NKI kernels inside
-compiled programs"). A mutating op is not carried: the graph holding it runs eagerly on
+compiled programs"). A mutating op (``mutates_args``) is carried too, as
+functionalization writes it (``auto_functionalized``: the kernel runs on copies of the
+arguments it writes, which the program returns and copies back;
+``compiler/prepare/mutating_calls.py``); a graph that cannot carry it runs eagerly on
 the device, where the op runs through this same rule.
 """
 
@@ -48,10 +51,9 @@ def nki_op(name: str, fn: Callable[..., Any] | None = None, *,
         op = torch.library.custom_op(name, impl, mutates_args=mutates_args, schema=schema)
         op.register_fake(fake if fake is not None else _default_fake(impl))
         op.register_torch_dispatch(NeuronTensor, _neuron_rule(impl, name))
-        if not mutates_args:  # carried into executables as a custom call
-            from .custom_call import register_op_target
+        from .custom_call import register_op_target  # carried into executables
 
-            register_op_target(op, impl, name)
+        register_op_target(op, impl, name)
         return op
 
     return build(fn) if fn is not None else build
@@ -138,7 +140,8 @@ _mutation_rules: list[bool] = []
 
 
 def _install_mutation_rules() -> None:
-    """Let a graph run eagerly on the device call a mutating custom op (once per process).
+    """Let a graph run eagerly on the device call a mutating custom op (once per process):
+    the fallback when the compiler refuses the graph.
 
     Functionalization wraps such an op in ``auto_functionalized`` (v2), a higher-order op
     with no rule for ``NeuronTensor``: PyTorch's dense kernels (clone the mutated

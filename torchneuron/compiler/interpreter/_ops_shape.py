@@ -212,7 +212,7 @@ def tensor_from_elements(op: Operation, args: list[Any], run: Runner) -> list[An
 def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     """A registered target (``custom_targets``) on the operands, as its config says."""
     from torchneuron.compiler.stablehlo.custom_targets import (
-        fill_arguments,
+        call_target,
         lookup_target,
         record_call,
     )
@@ -227,8 +227,7 @@ def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
             "process (an nki_op registers its target when it is defined: import the module "
             "defining it before running the program)", op=op.name)
     config = _config(str(op.attributes.get("backend_config") or "{}"))
-    call_args, call_kwargs = fill_arguments(config, list(args))
-    outs, ns, trace = target.run(call_args, call_kwargs)
+    outs, ns, trace = call_target(target, config, list(args))
     if "plan" in config or ns or trace:  # (eager's own kernels are costed by neuronc)
         record_call(int(config.get("plan", {}).get("total_ns", ns)), ns, trace)
     return list(outs)

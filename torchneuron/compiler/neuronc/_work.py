@@ -3,6 +3,11 @@
 Why one place: a fused kernel's work is the sum of its ops' compute plus only its
 boundary traffic; the eager baseline is the same compute with every op paying full
 HBM traffic and a launch. Sharing the per-op rule keeps that comparison honest.
+
+Custom calls are costed in the baseline as eager runs them, not as vector ops: a call of
+eager's own kernel for an aten op by its ``costed`` form (passes over its largest
+tensor, as in a compiled kernel), and an NKI call by its plan, each of its kernels one
+eager launch timed by the kernel's own schedule (as ``nki_op`` charges them eagerly).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from ._ops import (
     value_types,
 )
 from .assign_engines import engine_of
+from .custom_calls import plan_of, planned_cost
 
 
 def op_work(op: Operation, engine: str, materialized: bool = True) -> KernelWork:
@@ -87,6 +93,15 @@ def eager_baseline(fn: Function, profile: HardwareProfile) -> EagerBaseline:
     base = EagerBaseline()
     use, types, splats = users(fn), value_types(fn), splat_values(fn.body)
     for i, op in enumerate(fn.body):
+        plan = plan_of([op])
+        if plan is not None:  # an NKI call: its kernels, one eager launch each
+            launches = len(plan.get("kernels", []))
+            base.device_ns += planned_cost(plan, profile).total_ns
+            base.launches += launches
+            base.launch_ns += launches * profile.kernel_launch_ns
+            # (its DMA bytes both ways: a schedule does not split them, as planned_work)
+            base.read_bytes += int(plan.get("hbm_bytes", 0))
+            continue
         engine = op_engine(op)
         if not is_compute(op) or engine == "none":
             continue

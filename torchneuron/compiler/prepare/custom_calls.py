@@ -17,6 +17,11 @@ refusing the whole graph:
 3. neuronc makes it a kernel of its own costed by its plan (``neuronc/custom_calls``);
 4. the interpreter runs the registered target on the call's operands.
 
+A call of an op that writes its inputs (``mutates_args``) reaches this pass as
+functionalization wrote it, ``auto_functionalized_v2(op, ...)``: it is carried the same
+way, its operands led by the bases it writes (``config["mutated"]``) and its outputs
+ending with their new values (``mutating_calls.py``).
+
 The executable stays data: it names the target and holds JSON. A node that cannot be
 carried (an output that is not a tensor, an argument JSON cannot hold, no tensor input)
 is refused as before (``custom-op``), saying why.
@@ -32,7 +37,13 @@ import torch
 import torch.fx as fx
 
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.prepare.mutating_calls import (
+    BaseSlot,
+    functionalized_call,
+    mutable_op_of,
+)
 from torchneuron.compiler.stablehlo.custom_targets import (
+    call_target,
     fill_arguments,
     lookup_target,
     target_for_op,
@@ -69,8 +80,7 @@ def _run_carrier(inputs: list[torch.Tensor], target: str, config: str) -> Any:
     found = lookup_target(target)
     if found is None:
         raise RuntimeError(f"custom call target {target!r} is not registered in this process")
-    args, kwargs = fill_arguments(json.loads(config), list(inputs))
-    outs, _, _ = found.run(args, kwargs)
+    outs, _, _ = call_target(found, json.loads(config), list(inputs))
     outs = tuple(o.clone() for o in outs)
     return outs[0] if len(outs) == 1 else outs
 
@@ -100,15 +110,16 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
     for a registered one that cannot be carried."""
     carried = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        if node.op != "call_function":
             continue
-        target = target_for_op(node.target)
+        op = node.target if isinstance(node.target, torch._ops.OpOverload) else mutable_op_of(node)
+        target = target_for_op(op) if op is not None else None
         if target is None or not _wanted(target, node):
             continue
         try:
             _carry(gm, node, target)
         except _NotCarried as e:
-            qualname = node.target.name()
+            qualname = op.name()
             raise PrepareError(
                 f"{qualname} cannot be carried into the executable as a custom call: {e}. "
                 "This graph runs eagerly on the device, where the op runs its own "
@@ -121,27 +132,40 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
 
 
 def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
-    val = node.meta.get("val")
-    single = isinstance(val, torch.Tensor)
-    vals = [val] if single else list(val) if isinstance(val, (tuple, list)) else None
+    try:
+        functionalized = functionalized_call(node)  # a mutating op (mutating_calls.py)
+    except ValueError as e:
+        raise _NotCarried(str(e)) from None
+    if functionalized is None:
+        val = node.meta.get("val")
+        single = isinstance(val, torch.Tensor)
+        vals = [val] if single else list(val) if isinstance(val, (tuple, list)) else None
+        node_args, node_kwargs, bases, skip = node.args, node.kwargs, [], 0
+    else:  # outputs: the op's, then the new values of the bases it writes
+        single, vals = False, functionalized.outputs
+        node_args, node_kwargs = (), functionalized.kwargs
+        bases, skip = functionalized.bases, functionalized.skip
     if not vals or not all(isinstance(o, torch.Tensor) or o is None for o in vals):
         raise _NotCarried("its outputs are not one tensor or a tuple of tensors")
     # a backward's masked outputs are None: the carrier returns the others (its target
     # drops the Nones), and each getitem is renumbered to its output among them
     kept = [i for i, o in enumerate(vals) if o is not None]
     outs = [vals[i] for i in kept]
+    place = {skip + i: n for n, i in enumerate(kept)}  # the node's output -> the carrier's
     if not outs:
         raise _NotCarried("it returns no tensor")
     if len(outs) > MAX_OUTPUTS:
         raise _NotCarried(f"it has {len(outs)} outputs (at most {MAX_OUTPUTS})")
-    inputs: list[fx.Node] = []
+    inputs: list[fx.Node] = list(bases)  # (operands 0..: the bases a mutating call copies)
     dtypes = target.costed is not None  # eager's kernels read {"dtype": name}; kernels do not
-    args = [_template(a, inputs, dtypes) for a in node.args]
-    kwargs = {k: _template(v, inputs, dtypes) for k, v in node.kwargs.items()}
+    args = [_template(a, inputs, dtypes) for a in node_args]
+    kwargs = {k: _template(v, inputs, dtypes) for k, v in node_kwargs.items()}
     if not inputs:
         raise _NotCarried("it has no tensor input")
     config = {"args": args, "kwargs": kwargs,
               "outputs": [[list(o.shape), str(o.dtype).removeprefix("torch.")] for o in outs]}
+    if bases:
+        config["mutated"] = list(range(len(bases)))
     if target.plan is not None:
         config["plan"] = _plan(target, config, [i.meta["val"] for i in inputs])
     if target.costed is not None:
@@ -160,7 +184,10 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
     else:
         for user in list(node.users):
             if user.op == "call_function" and user.target is operator.getitem:
-                user.replace_all_uses_with(items[kept.index(user.args[1])])
+                if user.args[1] in place:
+                    user.replace_all_uses_with(items[place[user.args[1]]])
+                elif user.users:  # (the None of an op that returns nothing)
+                    raise _NotCarried("the None it returns is used")
                 gm.graph.erase_node(user)
             else:
                 raise _NotCarried("its tuple of outputs is used as a whole")
@@ -186,6 +213,9 @@ def _value(a: Any) -> Any:
 
 def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
     """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``)."""
+    if isinstance(a, BaseSlot):  # a mutated argument: its base (operand ``index``)
+        return ({"tensor": a.index} if a.slice is None
+                else {"tensor": a.index, "slice": list(a.slice)})
     if isinstance(a, fx.Node):
         if not isinstance(a.meta.get("val"), torch.Tensor):
             raise _NotCarried(f"argument {a.name} is not a tensor")

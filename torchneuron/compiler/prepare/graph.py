@@ -49,6 +49,7 @@ from torchneuron.compiler.prepare.index_bounds import (
     lift_index_checks,
     raise_out_of_range,
 )
+from torchneuron.compiler.prepare.mutating_calls import functionalize_mutating_targets
 from torchneuron.compiler.prepare.random_ops import (
     RandomInputSpec,
     draw_random_inputs,
@@ -403,6 +404,7 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
 
     table = {**decomposition_table(), **DEVICE_MOVE_DECOMPOSITIONS}
     fake_inputs = _fake(inputs)
+    functionalize_mutating_targets()  # (custom ops that write an input: mutating_calls.py)
 
     def trace(f: Callable[..., Any]) -> fx.GraphModule:
         return make_fx(torch.func.functionalize(f, remove="mutations"), decomposition_table=table,

@@ -3,9 +3,11 @@
 A user's custom op stays one opaque node of the traced graph: its fake implementation
 gives shapes, but nothing lowers it to StableHLO, and the compile worker (a fresh
 process) cannot even unpickle a graph naming an op registered only in the user's
-process. (An op with a registered custom-call target, as every non-mutating ``nki_op``
-has, was replaced by a carrier before this check: ``custom_call.py``.) Before this check such a graph failed in the worker as a ``bad-request``;
-now prepare refuses it as ``custom-op``, naming the op, and the backend runs the graph
+process. (An op with a registered custom-call target, as every ``nki_op`` has, was
+replaced by a carrier before this check: ``custom_calls.py``; a mutating custom op is
+the op its ``auto_functionalized`` node calls.) Before this check such a graph failed in
+the worker as a ``bad-request``; now prepare refuses it as ``custom-op``, naming the
+op, and the backend runs the graph
 eagerly on the device, where the op runs its own implementation (an ``nki_op``: its
 kernels, each charged by its own schedule). PyTorch's own ``torch_nn::`` custom ops are
 traced through before this point (``decomp.custom``); the compiler's own ``torchneuron::``
@@ -17,6 +19,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.prepare.mutating_calls import mutable_op_of
 
 __all__ = ["refuse_custom_ops"]
 
@@ -34,10 +37,12 @@ def refuse_custom_ops(gm: fx.GraphModule) -> None:
     from torch._library.custom_ops import OPDEFS
 
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not hasattr(node.target, "name"):
+        # (a mutating custom op is the op an ``auto_functionalized`` node calls)
+        op = mutable_op_of(node) or node.target
+        if node.op != "call_function" or not hasattr(op, "name"):
             continue
         try:
-            qualname = node.target.name()
+            qualname = op.name()
         except Exception:  # noqa: BLE001 - not an OpOverload
             continue
         opdef = OPDEFS.get(qualname)

@@ -21,6 +21,14 @@ A target has two functions (and two optional facts, below):
   charges the difference on top of the executable's time (``take_calls``), so the device
   is charged what the kernels did.
 
+A call of an op that writes some of its inputs (``mutates_args``: functionalization made
+it ``auto_functionalized``) lists those operands in ``config["mutated"]``: ``call_target``
+runs the target on copies of them (a mutated argument that is a slice of its base is
+``{"tensor": i, "slice": [dim, start, end]}``, regenerated on the copy) and returns,
+after the op's own outputs, their new values, as PyTorch's ``auto_functionalized``
+does; the graph copies them back into the inputs (write-backs). The target itself stays
+an op that writes its arguments: it is the op's own implementation.
+
 A target that computes an aten op with eager's own kernel (``decomp/eager_kernels``) has
 no plan: its ``costed`` form (fusion kind, vector and scalar passes per element) lets
 neuronc fuse and cost the call as the op it stands for, and ``carry_if(args, kwargs)``
@@ -36,8 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CustomCallTarget", "TargetRaised", "register_target", "lookup_target", "target_for_op",
-           "fill_arguments", "record_call", "take_calls"]
+__all__ = ["CustomCallTarget", "TargetRaised", "register_target", "lookup_target",
+           "target_for_op", "registered_targets", "fill_arguments", "call_target",
+           "record_call", "take_calls"]
 
 
 class TargetRaised(Exception):
@@ -83,6 +92,11 @@ def target_for_op(op: Any) -> CustomCallTarget | None:
     return _BY_OP.get(op)
 
 
+def registered_targets() -> list[CustomCallTarget]:
+    """Every target registered in this process (the latest of each name)."""
+    return list(_TARGETS.values())
+
+
 def fill_arguments(config: dict[str, Any], tensors: list[Any]) -> tuple[list[Any], dict[str, Any]]:
     """The call's (args, kwargs): ``config["args"]`` / ``config["kwargs"]`` with each
     ``{"tensor": i}`` slot replaced by ``tensors[i]`` (the custom call's operands); other
@@ -95,10 +109,35 @@ def _fill(v: Any, tensors: list[Any]) -> Any:
     # (a module function: a nested one that calls itself is a reference cycle that keeps
     # the operands alive until the garbage collector runs, and the device's memory with them)
     if isinstance(v, dict):
-        return tensors[v["tensor"]] if "tensor" in v else v
+        if "tensor" not in v:
+            return v
+        t = tensors[v["tensor"]]
+        if "slice" in v:  # a mutated argument that is a slice of its base (call_target)
+            dim, start, end = v["slice"]
+            return t.narrow(dim, start, end - start)
+        return t
     if isinstance(v, list):
         return [_fill(x, tensors) for x in v]
     return v
+
+
+def call_target(target: CustomCallTarget, config: dict[str, Any], operands: list[Any]
+                ) -> tuple[list[Any], int, list[Any]]:
+    """Run ``target`` on a call's operands as ``config`` says: ``(outputs, ns, trace)``.
+
+    The operands are never written: a mutating call (``config["mutated"]``) runs on
+    copies (``clone`` keeps a dense operand's strides, as ``clone_preserve_strides``
+    does) and returns their new values after the op's outputs."""
+    mutated = config.get("mutated") or []
+    if mutated:
+        operands = list(operands)
+        for i in mutated:
+            operands[i] = operands[i].clone()
+    args, kwargs = fill_arguments(config, operands)
+    outs, ns, trace = target.run(args, kwargs)
+    if mutated:
+        outs = [*outs, *(operands[i] for i in mutated)]
+    return list(outs), ns, trace
 
 
 class _Calls(threading.local):
