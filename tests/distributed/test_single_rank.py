@@ -129,10 +129,11 @@ def _ns(event) -> int:
 
 
 def test_side_stream_work_runs_when_its_stream_is_ready_not_after_all_earlier_work() -> None:
-    """One set of engines (engine time is conserved) but a stream's order, not issue order:
-    a copy issued under a side stream after a long default-stream matmul, depending only
-    on work before it (FSDP2's copy-in of the next layer's shards), ends before the matmul
-    does, and the default stream's work ends exactly its duration later."""
+    """A stream's order, not issue order. After three default-stream matmuls are queued,
+    a side stream that depends only on work before them (FSDP2's copy-in of the next
+    layer's shards) copies on the DMA queues beside them, and its compute kernel runs at
+    the next kernel boundary: both end before the matmuls do. One set of engines: the
+    matmuls end exactly the compute kernel's duration later; the copy costs them nothing."""
     from torchneuron import hardware
     from torchneuron.hardware import get_core
 
@@ -143,27 +144,35 @@ def test_side_stream_work_runs_when_its_stream_is_ready_not_after_all_earlier_wo
     out = torch.empty(256, 1024, device="neuron")
     side = torch.neuron.Stream(priority=-1)
     ready = torch.neuron.current_stream().record_event()  # shard and out are ready here
-    b = a @ a @ a  # the current layer's compute, queued on the engines
+    b = a @ a @ a @ a  # the current layer's compute, queued on the engines
     computed = torch.neuron.Event(enable_timing=True)
     computed.record()
-    before = tl.device_busy_ns
     with torch.neuron.stream(side):
         side.wait_event(ready)
-        out.copy_(shard)  # the next layer's copy-in
+        out.copy_(shard)  # the next layer's copy-in: data movement only
         copied = torch.neuron.Event(enable_timing=True)
         copied.record()
-    copy_ns = tl.device_busy_ns - before
-    assert copy_ns > 0
+        assert tl.device_free_ns == _ns(computed)
+        before = tl.device_busy_ns
+        scaled = shard * 2  # compute on the engines
+        mul_ns = tl.device_busy_ns - before
+        done = torch.neuron.Event(enable_timing=True)
+        done.record()
     assert _ns(copied) < _ns(computed), "the side stream's copy waited for unrelated compute"
-    assert tl.device_free_ns == _ns(computed) + copy_ns  # the engines still did all the work
-    torch.neuron.current_stream().wait_event(copied)
-    assert torch.equal(out.cpu(), shard.cpu()) and b.shape == a.shape
+    assert _ns(done) < _ns(computed), "the side stream's kernel waited for unrelated compute"
+    assert mul_ns > 0 and tl.device_free_ns == _ns(computed) + mul_ns
+    torch.neuron.current_stream().wait_event(done)
+    assert torch.equal(out.cpu(), shard.cpu()) and torch.equal(scaled.cpu(), shard.cpu() * 2)
+    assert b.shape == a.shape
 
 
 def test_side_stream_work_after_a_collective_waits_for_it_without_holding_the_default_stream() -> None:
     """Work a side stream issues after waiting for its collective (FSDP2's post-reduce
     division on the reduce-scatter stream) starts after the collective; the default
     stream's next work does not wait for either."""
+    from torchneuron import hardware
+
+    hardware.reset()
     tl, side, charge, _ = _side_stream_all_gather(64 << 20)
     x = torch.ones(64, 64, device="neuron")
     with torch.neuron.stream(side):

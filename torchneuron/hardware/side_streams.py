@@ -15,7 +15,11 @@ FSDP2's streams at high priority) they hide behind the previous layer's compute.
 
 The rules (``SideStreams.place``):
 
-- A side-stream kernel is ready at ``max(host issued it, its stream's frontier)``. If the
+- A side-stream kernel that only moves data (a copy: its cost is DMA time and no compute
+  engine's, as FSDP2's copy-in is) runs on the core's DMA queues as soon as its stream is
+  ready, beside the compute engines' work. Assumed: the HBM bandwidth it shares with the
+  compute kernels' own loads and stores is not modelled.
+- Any other side-stream kernel is ready at ``max(host issued it, its stream's frontier)``. If the
   engines are busy then, it runs at the end of the kernel in progress and the work queued
   behind it on the compute queue finishes its duration later: engine time is conserved,
   only the order changes.
@@ -37,6 +41,15 @@ from collections import deque
 from typing import Any
 
 __all__ = ["SideStreams"]
+
+_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+
+
+def _data_movement(detail: Any) -> bool:
+    """A kernel that only moves data (a copy, ``cat``, FSDP2's copy-in / copy-out): its
+    cost has DMA time and no compute engine's."""
+    engine_ns = getattr(detail, "engine_ns", None)
+    return bool(engine_ns) and not any(engine_ns.get(e, 0) for e in _ENGINES)
 
 
 class SideStreams:
@@ -73,11 +86,14 @@ class SideStreams:
         if end > self.busy_until:
             self.busy_until = end
 
-    def place(self, tl: Any, stream_id: int, device_ns: int) -> tuple[int, int]:
+    def place(self, tl: Any, stream_id: int, device_ns: int, detail: Any = None) -> tuple[int, int]:
         """Place a kernel of ``device_ns`` issued now under side stream ``stream_id`` on
-        timeline ``tl``; return its (start, end)."""
+        timeline ``tl`` (``detail``: its ``KernelCost``, if it has one); return its
+        (start, end)."""
         ready = max(tl.host_ns, self.free.get(stream_id, 0))
-        if ready < self.busy_until:  # engines busy: next kernel boundary, the rest later
+        if _data_movement(detail):  # on the DMA queues: the engines are not involved
+            start = ready
+        elif ready < self.busy_until:  # engines busy: next kernel boundary, the rest later
             for s, e in reversed(self.recent):
                 if s <= ready < e:
                     ready = e
@@ -93,7 +109,8 @@ class SideStreams:
             self.reserved.append((start, start + device_ns))
         end = start + device_ns
         self.free[stream_id] = end
-        self.note(start, end)
+        if not _data_movement(detail):
+            self.note(start, end)
         return start, end
 
     def admit(self, start: int, device_ns: int) -> tuple[int, int]:

@@ -99,7 +99,7 @@ class Timeline:
         """``enqueue`` with a wait pending or side streams in use (``side_streams``)."""
         side = self.side
         if side is not None and self.stream:
-            start, end = side.place(self, self.stream, device_ns)
+            start, end = side.place(self, self.stream, device_ns, detail)
         else:
             self._settle(self.host_ns)
             start = self.host_ns if self.host_ns > self.device_free_ns else self.device_free_ns
