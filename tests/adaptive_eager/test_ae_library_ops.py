@@ -20,7 +20,7 @@ from torch.distributed.fsdp._fully_shard import _fsdp_collectives  # noqa: F401 
 import torchneuron.adaptive_eager as ae
 from torchneuron.hardware.settings import override
 
-STEPS = 10
+STEPS = 8
 FSDP_OPS = ("fsdp.all_gather_copy_in.default", "fsdp.split_with_sizes_copy.default",
             "fsdp.chunk_cat.default")
 
