@@ -86,8 +86,8 @@ class Stream:
         core = get_core(self.device_index)
         tl = core.timeline
         if self.stream_id:
-            if ready_ns and tl.side is not None:
-                tl.side.wait(self.stream_id, ready_ns)
+            if ready_ns:
+                tl.side_streams().wait(self.stream_id, ready_ns)
             if collective_ns:
                 collective_queue(core).wait_on(tl, self.stream_id, collective_ns)
             return

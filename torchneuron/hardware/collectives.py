@@ -283,8 +283,7 @@ class CollectiveQueue:
             return
         if end_ns > self.stream_ready.get(stream_id, 0):
             self.stream_ready[stream_id] = int(end_ns)
-        if timeline.side is not None:  # its later work (post-reduce ops) waits too
-            timeline.side.wait(stream_id, end_ns)
+        timeline.side_streams().wait(stream_id, end_ns)  # its later work waits too
 
     def pending_ns(self, stream_id: int) -> int:
         """When the collectives side stream ``stream_id`` waits for end (0: none; the

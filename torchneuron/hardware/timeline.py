@@ -123,9 +123,15 @@ class Timeline:
     def set_stream(self, stream_id: int) -> None:
         """Work issued from now on belongs to stream ``stream_id`` (0: the default one)."""
         self.stream = int(stream_id)
-        if self.stream and self.side is None:
+        if self.stream:
+            self.side_streams()
+
+    def side_streams(self) -> SideStreams:
+        """The side streams' rules, from the first use of a side stream on."""
+        if self.side is None:
             self.side = SideStreams(self.device_free_ns)
             self._slow = True
+        return self.side
 
     def stream_ready_ns(self, stream_id: int) -> int:
         """When stream ``stream_id``'s work issued so far is done on the device."""
