@@ -136,3 +136,23 @@ def test_copy_preserving_aliases_copies_each_storage_once() -> None:
     ca[1, 0] = -1.0
     assert cb[0].item() == -1.0 and b[0].item() == 4.0  # the copy aliases, the original is untouched
     torch.testing.assert_close(cc, c)
+
+
+def test_compare_outputs_skips_an_empty_buffer_nothing_writes_but_not_a_filled_one() -> None:
+    """A graph output that is (a view of) ``torch.empty`` nothing in the graph writes has
+    unspecified values in eager too (FSDP2's all-gather buffer, filled between regions):
+    not compared. Written by an op of the graph, it is compared as any output."""
+    import torch.fx as fx
+
+    aten = torch.ops.aten
+    g = fx.Graph()
+    buf = g.call_function(aten.empty.memory_format, ([4],))
+    g.output((g.call_function(aten.view.default, (buf, [2, 2])),))
+    eager, got = [torch.zeros(2, 2)], [torch.full((2, 2), 7.0)]
+    assert verify.compare_outputs("g", eager, got, graph=g) is None
+    g2 = fx.Graph()
+    buf2 = g2.call_function(aten.empty.memory_format, ([4],))
+    g2.call_function(aten.fill_.Scalar, (buf2, 1.0))
+    g2.output((buf2,))
+    eager, got = [torch.zeros(4)], [torch.full((4,), 7.0)]
+    assert verify.compare_outputs("g2", eager, got, graph=g2) is not None

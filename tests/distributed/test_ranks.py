@@ -19,7 +19,7 @@ NPROC = 2
 @pytest.fixture(scope="module")
 def outdir(tmp_path_factory: pytest.TempPathFactory):
     d = tmp_path_factory.mktemp("ranks")
-    run_ranks("collectives,ddp,ddp_adaptive,fsdp,parallel,faults", d, NPROC, torchrun=True, timeout=150)
+    run_ranks("collectives,ddp,ddp_adaptive,fsdp,fsdp_forward_overlap,parallel,faults", d, NPROC, torchrun=True, timeout=150)
     return d
 
 
@@ -85,6 +85,19 @@ def test_fsdp2_matches_gloo_on_cpu_frees_unsharded_params_and_overlaps(outdir) -
     # streams: the compute queue does not wait for all of their time (the rank that
     # arrives first also waits for the other: the lesser of the two)
     assert min(a["exposed_ns"], b["exposed_ns"]) < a["collective_ns"], (a, b)
+
+
+def test_fsdp2_forward_all_gathers_overlap_the_previous_layers_compute(outdir) -> None:
+    """Device-bound layers: FSDP2 issues layer i+1's copy-in and all-gather under its side
+    streams while layer i's matmul runs; they depend only on the shards, so the all-gather
+    runs beside the matmul and the forward waits for (almost) none of it. Before side
+    streams ordered their own work, each all-gather waited for the matmul issued before it
+    and its whole time was exposed."""
+    for rank, res in enumerate(load(outdir, "fsdp_forward_overlap", NPROC)):
+        sim = res["sim"]
+        assert sim["collectives"] == 3 and sim["collective_ns"] > 0, sim
+        assert res["compute_ns"] > 10 * sim["collective_ns"], res  # device-bound
+        assert sim["exposed_ns"] <= 0.1 * sim["collective_ns"], f"rank {rank}: {sim}"
 
 
 def test_tensor_parallel_pipeline_schedules_and_sharded_checkpoint(outdir) -> None:

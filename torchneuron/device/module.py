@@ -112,6 +112,9 @@ def synchronize(dev: Any = None) -> None:
     q = peek_collective_queue(core)
     if q is not None and q.stream_ready:  # collectives side streams still wait for
         core.wait_event(max(q.stream_ready.values()))
+    side = core.timeline.side
+    if side is not None:  # side streams' work reserved past the compute queue
+        core.wait_event(side.latest())
 
 
 def memory_allocated(dev: Any = None) -> int:

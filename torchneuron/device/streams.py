@@ -2,17 +2,18 @@
 
 Why streams at all: code written for CUDA creates side streams, makes one wait for
 another and runs work under ``with torch.cuda.stream(s):``; ported to ``neuron`` it
-must run unchanged. The simulated NeuronCore has **one in-order queue** per core
-(what a single NeuronCore executes in order), so every stream of a device is a
-handle on that queue for compute: ``wait_stream`` / ``wait_event`` have no compute to
-wait for (earlier work already precedes later work), ``synchronize`` waits for the whole
-queue, and ``query`` says whether the host has caught up with it. Compute is
-therefore never reordered, which is always a valid schedule of the CUDA program.
-The one thing a side stream holds apart is a wait for a collective (the core's
-collective queue, ``hardware.collectives``): a collective waited for under a side stream
-(FSDP2's all-gather and reduce-scatter streams) delays the compute queue only where
-the default stream waits for that stream or an event recorded on it, so it overlaps
-the compute issued in between, as on CUDA.
+must run unchanged, and FSDP2 relies on its side streams to overlap its collectives with
+compute. A NeuronCore has one set of compute engines, so streams do not add compute
+throughput: every kernel, whatever its stream, takes its time on the one compute queue.
+What a stream changes is *when* its work may run: only after that stream's earlier work
+and what it waited for (``wait_stream``, ``wait_event``, a collective's ``Work.wait``),
+not after everything issued before it. The timeline places a side stream's kernels by
+those dependencies, at kernel boundaries, and delays the default stream's later work by
+their duration (``hardware.side_streams``); a collective issued under a side stream
+starts when that stream's inputs are ready (``distributed.clock.arrival_ns``), so
+FSDP2's all-gather of the next layer overlaps the current layer's compute, as on CUDA.
+A collective waited for under a side stream delays the compute queue only where the
+default stream waits for that stream or an event recorded on it.
 """
 
 from __future__ import annotations
@@ -56,28 +57,44 @@ class Stream:
     def synchronize(self) -> None:
         core = get_core(self.device_index)
         core.synchronize()
+        end = core.timeline.stream_ready_ns(self.stream_id)
         q = peek_collective_queue(core)
-        if q is not None and q.pending_ns(self.stream_id):
-            core.wait_event(q.pending_ns(self.stream_id))
+        if q is not None:
+            end = max(end, q.pending_ns(self.stream_id))
+        if end:
+            core.wait_event(end)
 
     def wait_event(self, event: Any) -> None:
-        """Later work waits for ``event``: compute already does (one in-order queue); a
-        collective the event's stream waited for is waited for now (``_wait``)."""
-        self._wait(getattr(event, "_pending_ns", 0))
+        """Later work waits for ``event``: for the work its stream had issued when it was
+        recorded, and for the collectives that stream waited for (``_wait``)."""
+        self._wait(getattr(event, "_pending_ns", 0), getattr(event, "_ready_ns", 0))
 
     def wait_stream(self, stream: Stream) -> None:
-        """Later work waits for ``stream``'s: compute already does; collectives ``stream``
-        waits for are waited for now (``_wait``)."""
-        q = peek_collective_queue(get_core(self.device_index))
-        if q is not None:
-            self._wait(q.pending_ns(stream.stream_id))
+        """Later work waits for the work ``stream`` has issued so far and the
+        collectives it waits for (``_wait``)."""
+        core = get_core(self.device_index)
+        q = peek_collective_queue(core)
+        pending = q.pending_ns(stream.stream_id) if q is not None else 0
+        self._wait(pending, core.timeline.stream_ready_ns(stream.stream_id))
 
-    def _wait(self, end_ns: int) -> None:
-        """This stream waits for a collective ending at ``end_ns`` (the default stream:
-        the compute queue; a side stream passes it on to those that wait for it)."""
-        if end_ns:
-            core = get_core(self.device_index)
-            collective_queue(core).wait_on(core.timeline, self.stream_id, end_ns)
+    def _wait(self, collective_ns: int, ready_ns: int = 0) -> None:
+        """This stream waits for a collective ending at ``collective_ns`` and for device
+        work ending at ``ready_ns`` (0: none). The default stream: the compute queue
+        waits (a wait that delays its next work is counted as exposed collective time);
+        a side stream's later work starts after both, and a collective is passed on to
+        those that wait for it."""
+        core = get_core(self.device_index)
+        tl = core.timeline
+        if self.stream_id:
+            if ready_ns:
+                tl.side_streams().wait(self.stream_id, ready_ns)
+            if collective_ns:
+                collective_queue(core).wait_on(tl, self.stream_id, collective_ns)
+            return
+        end = max(collective_ns, ready_ns)
+        if end > tl.device_free_ns:
+            # a side stream's work past the compute queue waits for a collective itself
+            collective_queue(core).wait_on(tl, 0, end)
 
     def record_event(self, event: Any = None) -> Any:
         event = Event() if event is None else event
@@ -109,6 +126,7 @@ def current_stream(device: Any = None) -> Stream:
 def set_stream(s: Stream | None) -> None:
     if s is not None:
         _current[s.device_index] = s
+        get_core(s.device_index).timeline.set_stream(s.stream_id)
 
 
 class StreamContext:
@@ -144,15 +162,22 @@ class Event:
         self._ns: int | None = None
         self._index: int | None = None
         self._pending_ns = 0  # collectives its stream waited for end then
+        self._ready_ns = 0  # its stream's work issued before it ends then (device side)
 
     def record(self, stream: Any = None) -> None:
-        self._index = current_device()
+        self._index = current_device() if stream is None else stream.device_index
         core = get_core(self._index)
         core.notify_sync("event")
-        self._ns = core.record_event()
+        sid = current_stream(self._index).stream_id if stream is None else stream.stream_id
+        tl = core.timeline
+        if sid:  # a side stream's event marks that stream's work, not the whole queue
+            self._ready_ns = tl.stream_ready_ns(sid)
+            self._ns = max(tl.host_ns, self._ready_ns)
+        else:
+            self._ns = core.record_event()
+            self._ready_ns = tl.device_free_ns
         q = peek_collective_queue(core)
         if q is not None:
-            sid = current_stream(self._index).stream_id if stream is None else stream.stream_id
             self._pending_ns = q.pending_ns(sid)
             self._ns = max(self._ns, self._pending_ns)
 
@@ -168,9 +193,9 @@ class Event:
             core.timeline.wait_event(self._ns)
 
     def wait(self, stream: Any = None) -> None:
-        """Device-side wait: compute is in order on our single queue; a collective the
-        event's stream waited for is waited for by ``stream`` (default: the current one)."""
-        if self._pending_ns:
+        """Device-side wait: ``stream`` (default: the current one) waits for the work and
+        the collectives the event marks (``Stream.wait_event``)."""
+        if self._pending_ns or self._ready_ns:
             (stream if stream is not None else current_stream(self._index)).wait_event(self)
 
     def elapsed_time(self, end_event: Event) -> float:

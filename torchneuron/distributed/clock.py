@@ -55,12 +55,15 @@ class Charge:
 
 def arrival_ns(index: int) -> int:
     """When this rank's core can start a collective: its host has issued it (a dispatch is
-    charged under "collective"), its compute queue has produced the inputs, its collective
-    queue has finished the previous collective."""
+    charged under "collective"), the current stream's work has produced the inputs (the
+    default stream: the whole compute queue; a side stream: its own work and what it
+    waited for, ``hardware.side_streams``), its collective queue has finished the
+    previous collective."""
     core = get_core(index)
     tl = core.timeline
     tl.host(core.profile.host_dispatch_ns, "collective")
-    return max(tl.host_ns, tl.device_free_ns, collective_queue(core).free_ns)
+    return max(tl.host_ns, tl.stream_ready_ns(current_stream(index).stream_id),
+               collective_queue(core).free_ns)
 
 
 def signature(op: str, nbytes: int, dtype: torch.dtype | None) -> int:

@@ -256,13 +256,15 @@ class CollectiveQueue:
         return end
 
     def join(self, timeline: Any, end_ns: int) -> None:
-        """The compute queue of ``timeline`` waits for a collective ending at ``end_ns``;
-        what it could not hide (the end past both the compute queue and the host) is
-        counted as exposed."""
-        ready = max(timeline.device_free_ns, timeline.host_ns)
-        if end_ns > ready:
-            self.exposed_ns += end_ns - ready
-        timeline.device_wait(end_ns)
+        """The compute queue of ``timeline`` waits for a collective ending at ``end_ns``.
+        Exposed is what the wait delays the compute queue's next work by (or the host,
+        if it looks at the device first): the end past both the compute queue and the
+        moment the host issues that work (``Timeline.device_wait``). The host's
+        dispatch of the ops after the wait hides a collective as compute does."""
+        timeline.device_wait(end_ns, self._exposed)
+
+    def _exposed(self, ns: int) -> None:
+        self.exposed_ns += ns
 
     def wait_on(self, timeline: Any, stream_id: int, end_ns: int) -> None:
         """Stream ``stream_id`` of the core waits for a collective ending at ``end_ns``.
@@ -272,13 +274,16 @@ class CollectiveQueue:
         where it uses their results (``wait_event`` / ``wait_stream``). The default stream
         (id 0) is the compute queue: it joins now. A side stream has no compute queue of
         its own (compute issued under it runs on the one compute queue, in issue order);
-        it remembers the end, and whoever waits for the stream (or an event recorded on
-        it) waits for the collective then. That is what lets the next layer's compute run
+        it remembers the end, its later work starts after it (``hardware.side_streams``),
+        and whoever waits for the stream (or an event recorded on it) waits for the
+        collective then. That is what lets the next layer's compute run
         while this layer's collective is on the collective queue."""
         if stream_id == 0:
             self.join(timeline, end_ns)
-        elif end_ns > self.stream_ready.get(stream_id, 0):
+            return
+        if end_ns > self.stream_ready.get(stream_id, 0):
             self.stream_ready[stream_id] = int(end_ns)
+        timeline.side_streams().wait(stream_id, end_ns)  # its later work waits too
 
     def pending_ns(self, stream_id: int) -> int:
         """When the collectives side stream ``stream_id`` waits for end (0: none; the

@@ -302,6 +302,11 @@ def aten_kernel_work(
         return KernelWork(hbm_read_bytes=nbytes)
     if not launches_kernel(func):
         return None
+    if name == "all_gather_copy_in":
+        # FSDP2's copy of a rank's shards into its slice of the all-gather buffer: a copy
+        # (DMA only) of the shards' bytes, not the whole buffer it returns a view of
+        nbytes = sum(_nbytes(t) for t in _tensors(args[0]))
+        return KernelWork(hbm_read_bytes=nbytes, hbm_write_bytes=nbytes)
     outs = list(_tensors(out))
     if not outs and _is_inplace(func) and args:
         outs = list(_tensors(args[0]))  # _foreach_add_ & co. return None but write self

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .compile_queue import CompileQueue
+from .side_streams import SideStreams
 
 __all__ = ["Timeline", "TimelineEntry", "TimelineObserver"]
 
@@ -49,6 +50,14 @@ class Timeline:
         self.trace: deque[TimelineEntry] = deque(maxlen=max(0, trace_limit))
         # Observers (torchneuron.profiler) see every interval; they never change time.
         self.observers: list[TimelineObserver] = []
+        # the stream whose work is being issued (0: the default stream; the device layer's
+        # ``torch.neuron.stream`` sets it) and, once a side stream was used, its rules
+        self.stream = 0
+        self.side: SideStreams | None = None
+        # a pending wait of the compute queue (``device_wait``): (free before, until,
+        # callback told the part that delays the next work), settled by the next work
+        self._gate: tuple[int, int, Callable[[int], None]] | None = None
+        self._slow = False  # side streams in use or a wait pending: ``_enqueue_slow``
 
     def host(self, ns: int, category: str) -> int:
         """Charge ``ns`` of host-side cost under ``category``; return the new host time."""
@@ -70,6 +79,8 @@ class Timeline:
         device_ns = int(device_ns)
         if device_ns < 0:
             raise ValueError(f"device time must be >= 0 ns, got {device_ns}")
+        if self._slow:
+            return self._enqueue_slow(device_ns, label, detail)
         # (conditional, not ``max``: this runs once per eager op)
         start = self.host_ns if self.host_ns > self.device_free_ns else self.device_free_ns
         if self.enqueued and start > self.device_free_ns:
@@ -83,6 +94,63 @@ class Timeline:
         if self.observers:
             self.emit("device", label, start, end, detail)
         return start, end
+
+    def _enqueue_slow(self, device_ns: int, label: str, detail: Any) -> tuple[int, int]:
+        """``enqueue`` with a wait pending or side streams in use (``side_streams``)."""
+        side = self.side
+        if side is not None and self.stream:
+            start, end = side.place(self, self.stream, device_ns, detail)
+        else:
+            self._settle(self.host_ns)
+            start = self.host_ns if self.host_ns > self.device_free_ns else self.device_free_ns
+            pushed = 0
+            if side is not None and side.reserved:
+                start, pushed = side.admit(start, device_ns)
+            if self.enqueued and start > self.device_free_ns:
+                self.device_idle_ns += start - self.device_free_ns
+            end = start + device_ns + pushed
+            self.device_free_ns = end
+            if side is not None:
+                side.note(start, end)
+        self.device_busy_ns += device_ns
+        self.enqueued += 1
+        if self.trace.maxlen:
+            self.trace.append((label, start, end))
+        if self.observers:
+            self.emit("device", label, start, end, detail)
+        return start, end
+
+    def set_stream(self, stream_id: int) -> None:
+        """Work issued from now on belongs to stream ``stream_id`` (0: the default one)."""
+        self.stream = int(stream_id)
+        if self.stream:
+            self.side_streams()
+
+    def side_streams(self) -> SideStreams:
+        """The side streams' rules, from the first use of a side stream on."""
+        if self.side is None:
+            self.side = SideStreams(self.device_free_ns)
+            self._slow = True
+        return self.side
+
+    def stream_ready_ns(self, stream_id: int) -> int:
+        """When stream ``stream_id``'s work issued so far is done on the device."""
+        if stream_id and self.side is not None:
+            return self.side.ready(stream_id)
+        return 0 if stream_id else self.device_free_ns
+
+    def _settle(self, issue_ns: int) -> None:
+        """Settle a pending wait: work issued (or a host looking) at ``issue_ns`` would
+        have started at ``max(issue_ns, free before)``; the wait delayed it by what its
+        end lies past that, and only that is reported to the wait's callback."""
+        gate = self._gate
+        if gate is not None:
+            before, until, on_delay = gate
+            self._gate = None
+            self._slow = self.side is not None
+            delay = until - (issue_ns if issue_ns > before else before)
+            if delay > 0:
+                on_delay(delay)
 
     def launch(
         self, dispatch_ns: int, launch_ns: int, device_ns: int, label: str = "", detail: Any = None
@@ -135,10 +203,14 @@ class Timeline:
 
     def record_event(self) -> int:
         """Timestamp at which all work enqueued so far has completed."""
+        if self._gate is not None:
+            self._settle(self.host_ns)
         return max(self.host_ns, self.device_free_ns)
 
     def wait_event(self, t: int) -> int:
         """Host blocks until time ``t`` (an event's timestamp); return the new host time."""
+        if self._gate is not None:
+            self._settle(self.host_ns)
         t = int(t)
         if t > self.host_ns:
             self.host_wait_ns += t - self.host_ns
@@ -147,12 +219,22 @@ class Timeline:
             self.host_ns = t
         return self.host_ns
 
-    def device_wait(self, t: int) -> int:
+    def device_wait(self, t: int, on_delay: Callable[[int], None] | None = None) -> int:
         """Later device work waits until ``t`` (another queue's event, e.g. a collective's
         end: ``Work.wait()`` makes the compute queue wait as a CUDA stream waits); the
-        host does not block. Returns when the device queue is free."""
+        host does not block. Returns when the device queue is free.
+
+        ``on_delay(ns)``: told, when the next work is issued (or the host looks at the
+        device), by how much the wait delayed it. Why then and not now: a wait the host
+        issues work after anyway (it is still dispatching the next ops when the
+        collective ends) delays nothing, though the queue had nothing left to hide it."""
         t = int(t)
         if t > self.device_free_ns:
+            if on_delay is not None:
+                gate = self._gate
+                before = self.device_free_ns if gate is None else gate[0]
+                self._gate = (before, t if gate is None else max(t, gate[1]), on_delay)
+                self._slow = True
             self.device_free_ns = t
         return self.device_free_ns
 

@@ -55,7 +55,7 @@ from torchneuron.compiler.prepare.random_ops import (
     draw_random_inputs,
     legalize_random_ops,
 )
-from torchneuron.compiler.prepare.refuse_custom_ops import refuse_custom_ops
+from torchneuron.compiler.prepare.refuse_custom_ops import refuse_custom_ops, refuse_foreign_ops
 from torchneuron.compiler.prepare.rewrites import (
     _extract_write_backs,
     _fold_0d_reductions,
@@ -190,6 +190,8 @@ def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
              ) -> PreparedGraph:
     if example_inputs is None:
         example_inputs = _inputs_from_meta(fn_or_gm)
+    if isinstance(fn_or_gm, fx.GraphModule):
+        refuse_foreign_ops(fn_or_gm)
     example = list(example_inputs)
     tensor_pos = [i for i, a in enumerate(example) if isinstance(a, torch.Tensor)]
     if any(example[i].layout != torch.strided for i in tensor_pos):

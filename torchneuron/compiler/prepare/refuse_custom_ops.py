@@ -16,12 +16,16 @@ helper ops (``decomp.extremes``, ``decomp.fmod``) are lowered and pass.
 
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.prepare.mutating_calls import mutable_op_of
 
-__all__ = ["refuse_custom_ops"]
+__all__ = ["refuse_custom_ops", "refuse_foreign_ops"]
+
+# Namespaces of ops the compiler lowers, traces through or carries (``_ours``)
+_KNOWN_NAMESPACES = frozenset({"aten", "prims", "torch_nn", "torchneuron"})
 
 
 def _ours(qualname: str, opdef: object) -> bool:
@@ -52,3 +56,39 @@ def refuse_custom_ops(gm: fx.GraphModule) -> None:
                 "neuron compiler cannot carry it into an executable, so this graph runs "
                 "eagerly on the device, where the op runs its own implementation",
                 op=qualname, reason="custom-op")
+
+
+def refuse_foreign_ops(gm: fx.GraphModule) -> None:
+    """Raise ``PrepareError(reason="custom-op")`` before tracing if ``gm`` calls an op of a
+    namespace the compiler does not know that ``torch.library.Library.define`` made (not
+    a ``custom_op``: those are checked after tracing, by ``refuse_custom_ops``).
+
+    Why before tracing: FSDP2's ``fsdp::`` ops, which adaptive eager records between its
+    collectives, failed later and without naming themselves. ``fsdp::chunk_cat`` and
+    ``fsdp::split_with_sizes_copy`` write into an ``out`` argument, which
+    functionalization refuses ("trace-failed"); ``fsdp::all_gather_copy_in`` writes its
+    output buffer with no alias annotation in its schema, traces as if functional, and the
+    worker, a fresh process that never imported FSDP, could not unpickle it
+    ("bad-request"). Either way every region holding one failed, for good, and FSDP2
+    under adaptive eager ran the root module's forward and loss eagerly on more than one
+    rank. Named, the refusal is learned by adaptive eager: the op runs between regions
+    (``adaptive_eager.refused``), and a ``torch.compile`` graph holding it runs eagerly,
+    where the op runs its own implementation."""
+    from torch._library.custom_ops import OPDEFS
+
+    from torchneuron.compiler.stablehlo.custom_targets import target_for_op
+
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target.namespace in _KNOWN_NAMESPACES or target_for_op(target) is not None:
+            continue
+        qualname = target.name()
+        if qualname in OPDEFS:
+            continue
+        raise PrepareError(
+            f"{qualname} is an op of the {target.namespace!r} library, which the neuron "
+            "compiler neither lowers nor can load in its worker: this graph runs eagerly "
+            "on the device, where the op runs its own implementation",
+            op=qualname, reason="custom-op")
