@@ -129,12 +129,11 @@ def resolve_steps(steps: int | str | None, quick: bool) -> int | str:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The running code's version (an editable install's metadata keeps the version it
+    was installed at)."""
+    from torchneuron import __version__
 
-    try:
-        return version("torchneuron")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def main(argv: list[str] | None = None) -> int:
