@@ -1,8 +1,9 @@
-"""Antialiased bilinear resizing is refused (decomp_resample): eager's bits differ between
-CPU code paths, and the matrix lowering that was here matched them only within tolerance
-(a replay-sweep MISMATCH, issue 22). Every form (down- and upsampling, align_corners,
+"""Antialiased bilinear resizing is eager's own kernel inside the program
+(decomp/eager_kernels): eager's bits differ between CPU code paths, and the matrix
+lowering that was here matched them only within tolerance (a replay-sweep MISMATCH,
+issue 22); it was then refused. Every form (down- and upsampling, align_corners,
 explicit scales, sizes from scale factors, ``F.interpolate(antialias=True)`` as users
-call it) raises a typed refusal, and torch.compile gives eager's bits."""
+call it) now compiles to eager's bits."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchneuron.compiler import CompileError, compile_graph
+from torchneuron.compiler import compile_graph
 
 aten = torch.ops.aten
 
@@ -31,8 +32,7 @@ _CASES: dict[str, Callable[[torch.Tensor], Any]] = {
 
 
 @pytest.mark.parametrize("name", list(_CASES))
-def test_antialiased_bilinear_is_refused(name: str) -> None:
+def test_antialiased_bilinear_compiles_to_eagers_bits(name: str) -> None:
     x = torch.randn(2, 3, 10, 20, generator=torch.Generator().manual_seed(1))
-    with pytest.raises(CompileError) as err:
-        compile_graph(_CASES[name], [x], name=name)
-    assert err.value.reason == "upsample-antialias", err.value
+    [got] = compile_graph(_CASES[name], [x], name=name).run([x])
+    assert torch.equal(got, _CASES[name](x))

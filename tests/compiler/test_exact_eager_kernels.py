@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron
+from tests.compiler.exact import torch_compile_matches_eager
 from torchneuron import adaptive_eager
 from torchneuron.compiler import CompileError, compile_graph
 from torchneuron.compiler.decomp.eager_kernels import EAGER_KERNELS
@@ -126,9 +127,14 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
     tested = {*UNARY, *BINARY, "log_sigmoid_forward", "special_ndtri", "add", "sub",
               "_log_softmax", "_softmax", "special_ndtr", "hardtanh_backward",
               "lerp", "addcmul", "native_layer_norm", "nll_loss_forward",
-              "nll_loss2d_forward"}  # (lerp, addcmul: test_exact_lerp.py,
+              "nll_loss2d_forward", "_native_batch_norm_legit_functional",
+              "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+              "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
+              "upsample_bicubic2d", "_upsample_bilinear2d_aa",
+              "_upsample_bicubic2d_aa"}  # (lerp, addcmul: test_exact_lerp.py,
     # test_exact_addcmul.py; native_layer_norm: test_exact_linear.py; nll_loss*:
-    # test_assorted_exact_ops.py)
+    # test_assorted_exact_ops.py; batch norm: test_exact_batch_norm.py; the resizes:
+    # test_interpolate_exact.py, test_decomp_resample.py and below)
     listed = {p for k in EAGER_KERNELS for p in k.packets}
     assert set(CPU_DEPENDENT) | set(EAGER_BITS) <= listed
     for packet in listed:
@@ -155,18 +161,13 @@ def test_torch_compile_gives_eagers_bits(name: str) -> None:
     assert _bits_equal(got, want), f"{int((got != want).sum())} of {want.numel()} differ"
 
 
-def test_antialiased_resize_is_refused_and_gives_eagers_bits() -> None:
+def test_antialiased_resize_and_its_gradient_give_eagers_bits() -> None:
+    """Refused before (eager's bits differ between CPU code paths)."""
     def fn(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, size=(5, 7), mode="bilinear", antialias=True)
 
     x = torch.randn(2, 3, 13, 17, generator=torch.Generator().manual_seed(0))
-    with pytest.raises(CompileError) as err:
-        compile_graph(fn, [x])
-    assert err.value.reason == "upsample-antialias"
-    want = fn(x)
-    torch._dynamo.reset()
-    got = torch.compile(fn, backend="neuron")(x.to("neuron")).cpu()
-    assert torch.equal(got, want), f"{int((got != want).sum())} of {want.numel()} differ"
+    torch_compile_matches_eager(fn, x, grad=True)
 
 
 def _mlp_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:

@@ -5,7 +5,7 @@ Before: PyTorch's decomposition interpolated as ``t0 + (t1 - t0) * w``, so an in
 next to a finite value gave NaN and inf in other places than eager's ``t0 * w0 + t1 *
 w1`` (a (1, 1, 2, 4) input with inf and -inf, ``align_corners=True``); half-precision
 resizes were 1-4 ulps off, and eager's own half-precision bits differ between CPU code
-paths, so they are refused (``upsample-half``).
+paths: they were refused, and are eager's own kernel now (decomp/eager_kernels).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import torchneuron  # noqa: F401
 from tests.compiler.exact import INF, NAN, bits_equal
-from torchneuron.compiler import CompileError, compile_graph, stats
+from torchneuron.compiler import compile_graph, stats
 
 
 def _special_2x4() -> torch.Tensor:
@@ -77,19 +77,19 @@ def test_bilinear_gradient_still_compiles() -> None:
 
 
 @pytest.mark.parametrize("dtype,mode", [(torch.float16, "bilinear"), (torch.bfloat16, "bicubic")])
-def test_half_resize_is_refused_and_gives_eagers_bits(dtype: torch.dtype, mode: str) -> None:
+def test_half_resize_gives_eagers_bits(dtype: torch.dtype, mode: str) -> None:
+    """Eager's own kernel inside the program, forward and backward (it was refused)."""
     g = torch.Generator().manual_seed(0)
     nd = {"linear": 1, "bilinear": 2, "trilinear": 3, "bicubic": 2}[mode]
     x = torch.randn(2, 3, *[5] * nd, generator=g).to(dtype)
     fn = lambda t: F.interpolate(t, size=[7] * nd, mode=mode) * 2  # noqa: E731
-    with pytest.raises(CompileError) as info:
-        compile_graph(fn, [x])
-    assert info.value.reason == "upsample-half" and info.value.stage == "prepare"
+    [got] = compile_graph(fn, [x]).run([x])
+    bits_equal(got, fn(x))
     torch._dynamo.reset()
     xd = x.to("neuron").requires_grad_()
     got = torch.compile(fn, backend="neuron")(xd)
     bits_equal(got.detach().cpu(), fn(x))
-    got.float().sum().backward()  # the refused forward's gradient runs eagerly too
+    got.float().sum().backward()  # (the backward is eager's kernel too)
     xc = x.clone().requires_grad_()
     fn(xc).float().sum().backward()
     bits_equal(xd.grad.cpu(), xc.grad)

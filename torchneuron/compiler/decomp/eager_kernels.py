@@ -72,6 +72,29 @@ def _alpha_not_one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return alpha != 1 and any(t.is_floating_point() for t in out)
 
 
+def _input_of(at: int, dtypes: tuple[torch.dtype, ...]) -> Callable[[tuple[Any, ...],
+                                                                     dict[str, Any]], bool]:
+    """A call whose tensor at position ``at`` has one of ``dtypes``."""
+    def when(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return len(args) > at and isinstance(args[at], torch.Tensor) and args[at].dtype in dtypes
+
+    return when
+
+
+def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Every tensor of the call in one dtype. PyTorch's fake batch norm types a bfloat16
+    input's running statistics float32 and its CPU kernel keeps their dtype: with one
+    dtype the kernel's are the exact widening of the declared, with mixed ones the graph
+    would round eager's float32 statistics to bfloat16."""
+    dtypes = {a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+    return len(dtypes) == 1
+
+
+_HALVES = (torch.float16, torch.bfloat16)
+_UPSAMPLE = tuple(f"{name}{grad}" for name in (
+    "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
+    "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa") for grad in ("", "_backward"))
+
 _CHEBYSHEV = tuple(f"special_{s}chebyshev_polynomial_{k}" for s in ("", "shifted_") for k in "tuvw")
 
 EAGER_KERNELS: tuple[EagerKernel, ...] = (
@@ -118,6 +141,21 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # the gradient scattered to the picked places (eager writes +0 at an ignored one)
     EagerKernel(("nll_loss_backward", "nll_loss2d_backward"), "elementwise", vector=2,
                 scalar=0),
+    # a channel's batch statistics summed in the order of eager's vector loop (lowered,
+    # a CNN's running means and every gradient differed in the last bits; bfloat16's,
+    # summed in float32, matched no fixed order and was refused), the normalization,
+    # and in training the running statistics' update; eval mode's scale and shift too
+    EagerKernel(("_native_batch_norm_legit_functional", "_native_batch_norm_legit",
+                 "_native_batch_norm_legit_no_training"), "reduce", vector=6, scalar=1,
+                when=_one_dtype),
+    EagerKernel(("native_batch_norm_backward",), "reduce", vector=8, scalar=0,
+                when=_one_dtype),
+    # half-precision resizes (their bits differ between ATen's CPU code paths: refused)
+    # and every antialiased one (a filter per output pixel, as eager computes it); the
+    # backward too, or training would expose its lowering. Four taps read and a
+    # weighted sum per output element
+    EagerKernel(_UPSAMPLE[:8], "elementwise", vector=4, scalar=0, when=_input_of(0, _HALVES)),
+    EagerKernel(_UPSAMPLE[8:], "elementwise", vector=6, scalar=0),
 )
 
 
@@ -171,15 +209,16 @@ def _eager_runs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def functional_overloads(packet: str) -> list[Any]:
-    """The functional overloads of ``packet`` returning only tensors (``.out`` and
-    in-place ones never reach prepare: functionalization rewrote them)."""
+    """The functional overloads of ``packet`` returning only tensors (``.out``, in-place
+    and mutating ones never reach prepare: functionalization rewrote them)."""
     op = getattr(aten, packet)
     found = []
     for name in op.overloads():
         func = getattr(op, name)
         schema = func._schema
-        if any(a.is_out for a in schema.arguments) or schema.name.endswith("_"):
-            continue
+        if any(a.is_out or (a.alias_info is not None and a.alias_info.is_write)
+               for a in schema.arguments) or schema.name.endswith("_"):
+            continue  # (``_native_batch_norm_legit`` writes its running statistics)
         returns = [str(r.type) for r in schema.returns]
         if returns and all(r == "Tensor" for r in returns):
             found.append(func)

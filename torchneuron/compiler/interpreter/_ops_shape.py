@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.interpreter._registry import Runner, ints, out_dtype, out_shape, register
-from torchneuron.compiler.stablehlo._dtypes import dense_to_tensor
+from torchneuron.compiler.stablehlo._dtypes import TORCH_DTYPES, dense_to_tensor
 from torchneuron.compiler.stablehlo.ir import Operation
 
 
@@ -230,7 +230,19 @@ def custom_call(op: Operation, args: list[Any], run: Runner) -> list[Any]:
     outs, ns, trace = call_target(target, config, list(args))
     if "plan" in config or ns or trace:  # (eager's own kernels are costed by neuronc)
         record_call(int(config.get("plan", {}).get("total_ns", ns)), ns, trace)
-    return list(outs)
+    return [_declared(o, t) for o, t in zip(outs, op.result_types, strict=True)]
+
+
+def _declared(out: torch.Tensor, declared: Any) -> torch.Tensor:
+    """``out`` in its declared dtype when that is a wider float (exact). PyTorch's fake
+    ``_native_batch_norm_legit_functional`` gives a bfloat16 input's new running
+    statistics in float32, its CPU kernel in bfloat16; the graph converts them back."""
+    want = TORCH_DTYPES.get(declared.dtype)
+    if want is None or out.dtype == want or not (out.dtype.is_floating_point
+                                                 and want.is_floating_point) \
+            or torch.finfo(want).bits <= torch.finfo(out.dtype).bits:
+        return out
+    return out.to(want)
 
 
 @functools.lru_cache(maxsize=1024)

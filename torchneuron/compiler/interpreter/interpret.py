@@ -11,8 +11,8 @@ Why ``load`` then ``run``: an executable runs the same program every training st
 (``unused_outputs``: ``Executable``'s outputs that are views of its inputs) are dropped;
 ``_simplify`` turns no-op ops into aliases; ``collapse/`` replaces runs of ops that are one
 torch call (max-pooling forward, ``collapse.window`` and ``collapse.pool``, and backward;
-ReLU's backward, ``collapse.relu``; ReLU and one-sided clamps, ``collapse.clamp``) or a few
-(BatchNorm's batch variance, ``collapse.norm``), or whose result is known when no NaN is
+ReLU's backward, ``collapse.relu``; ReLU and one-sided clamps, ``collapse.clamp``), or whose
+result is known when no NaN is
 present (max-pooling's NaN override, ``collapse.nan``), or that form a tree of single-use
 elementwise arithmetic (an optimizer's update, ``collapse.pointwise``) by one op; ``_absorb``
 drops broadcasts that torch's implicit broadcasting does and folds transposes into the

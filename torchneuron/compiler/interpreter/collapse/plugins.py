@@ -9,8 +9,7 @@ of iotas with the saved index and a scatter-add. On the CNN training loop these 
 took more wall time than the rest of the executable. Here, once per block, each such
 run is recognised and replaced by one ``Collapsed`` op computing the run's results from
 strided views of the input (one compare and two selects per window position, no
-copies; forward) or with one ``scatter_add_`` (backward): ``window``. ``norm`` adds
-BatchNorm's batch variance (the same torch calls, in one step); ``relu`` ReLU's
+copies; forward) or with one ``scatter_add_`` (backward): ``window``. ``relu`` ReLU's
 backward (``threshold_backward``); ``clamp`` ReLU itself and one-sided clamps
 (``relu`` / ``clamp_min`` / ``clamp_max``); ``nan`` max-pooling's NaN override (two selects
 that give their third operands when the input has no NaN; a collapsed op with two
@@ -49,7 +48,6 @@ from torchneuron.compiler.interpreter.collapse.conv_bias import conv_with_bias
 from torchneuron.compiler.interpreter.collapse.conv_transpose import conv_transpose_crops
 from torchneuron.compiler.interpreter.collapse.conv_weight import conv_weight_grad
 from torchneuron.compiler.interpreter.collapse.nan import nan_override
-from torchneuron.compiler.interpreter.collapse.norm import batch_variance
 from torchneuron.compiler.interpreter.collapse.pointwise import pointwise_tree
 from torchneuron.compiler.interpreter.collapse.pool_flat import max_pool_flat_index
 from torchneuron.compiler.interpreter.collapse.relu import relu_backward
@@ -69,7 +67,6 @@ PLUGINS: tuple[Callable[[_Graph, Body, int], tuple[Collapsed, list[int]] | None]
     _max_pool_forward,
     _max_pool_backward,
     _one_hot_lookup,
-    batch_variance,
     relu_backward,
     clamp_bound,
     nan_override,
