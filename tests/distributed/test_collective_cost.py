@@ -31,10 +31,24 @@ def test_algorithm_by_size() -> None:
 def test_levels_and_latency() -> None:
     chip = collective_cost("all_reduce", 1024, list(range(8)), TRN2)
     inst = collective_cost("all_reduce", 1024, list(range(16)), TRN2)
-    efa = collective_cost("all_reduce", 1024, [0, 128], TRN2)
-    assert (chip.level, inst.level, efa.level) == ("chip", "instance", "efa")
-    assert chip.ns < inst.ns < efa.ns
+    ultra = collective_cost("all_reduce", 1024, [0, 128], TRN2)  # two instances of one
+    efa = collective_cost("all_reduce", 1024, [0, 512], TRN2)  # two UltraServers
+    assert (chip.level, inst.level, ultra.level, efa.level) == (
+        "chip", "instance", "ultraserver", "efa")
+    assert chip.ns < inst.ns and ultra.ns < efa.ns
     assert collective_cost("all_reduce", 1024, [3], TRN2).ns == 0
+
+
+def test_an_ultraservers_chips_share_its_256_gbs_per_chip() -> None:
+    """Two whole instances: within one UltraServer each chip's 256 GB/s across it is
+    shared by its 8 ranks (32 GB/s each); in two UltraServers EFA's 400 GB/s per
+    instance is shared by the instance's 128 ranks, far slower."""
+    group = list(range(256))
+    c = collective_cost("all_gather", 2**30, group, TRN2)
+    assert c.level == "ultraserver" and c.bandwidth == TRN2.ultraserver_bw_per_chip / 8
+    far = collective_cost("all_gather", 2**30, [*range(128), *range(512, 640)], TRN2)
+    assert far.level == "efa" and far.bandwidth == TRN2.efa_bw_per_instance / 128
+    assert c.ns < far.ns
 
 
 def test_bus_bandwidth_approaches_the_link_bandwidth() -> None:

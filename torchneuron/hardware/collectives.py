@@ -21,6 +21,8 @@ Sources (AWS Neuron SDK documentation, awsdocs-neuron.readthedocs-hosted.com):
   a 4x4 2D torus per trn2.48xlarge, 256 GB/s per chip across a Trn2 UltraServer, EFAv3
   3.2 Tbps per instance.
 - [T3]  "Trainium3 Architecture": NeuronSwitch, 2.56 TB/s per chip.
+- [US]  EC2 Trn2 UltraServers: four trn2.48xlarge instances (64 Trainium2 chips) joined
+  by NeuronLink, 256 GB/s per chip between the instances ([T2]'s figure).
 - [CC]  "Neuron collective communication": per-hop latency about 1-2 us within an instance,
   about 15 us per EFA hop; algorithm thresholds 1 MB and 56 MB.
 
@@ -65,6 +67,9 @@ class Topology:
     instance_alpha_ns: int  # per hop between chips of an instance: 2 us ([CC]'s high end)
     efa_bw_per_instance: int  # EFAv3 3.2 Tbps = 400 GB/s per instance [T2]
     efa_alpha_ns: int  # per EFA hop: about 15 us [CC]
+    instances_per_ultraserver: int  # 4 per Trn2 UltraServer [US]; trn3: **assumed** 4
+    ultraserver_bw_per_chip: int  # 256 GB/s per chip across it [T2]; trn3: **assumed**
+    ultraserver_alpha_ns: int  # **assumed**: per hop between instances of it, as within one
     mesh_max_bytes: int = 1 * _MB  # Mesh below 1 MB [CC]
     rdh_max_bytes: int = 56 * _MB  # recursive doubling/halving up to 56 MB, Ring above [CC]
 
@@ -79,7 +84,7 @@ class Topology:
         return "\n".join(lines)
 
 
-ASSUMED_TOPOLOGY_FIELDS: tuple[str, ...] = ("chip_bw", "chip_alpha_ns")
+ASSUMED_TOPOLOGY_FIELDS: tuple[str, ...] = ("chip_bw", "chip_alpha_ns", "ultraserver_alpha_ns")
 
 TOPOLOGIES: dict[str, Topology] = {
     "trn2": Topology(
@@ -92,6 +97,9 @@ TOPOLOGIES: dict[str, Topology] = {
         instance_alpha_ns=2_000,
         efa_bw_per_instance=400_000_000_000,
         efa_alpha_ns=15_000,
+        instances_per_ultraserver=4,
+        ultraserver_bw_per_chip=256_000_000_000,
+        ultraserver_alpha_ns=2_000,
     ),
     "trn3": Topology(
         name="trn3",
@@ -103,6 +111,9 @@ TOPOLOGIES: dict[str, Topology] = {
         instance_alpha_ns=2_000,
         efa_bw_per_instance=400_000_000_000,
         efa_alpha_ns=15_000,
+        instances_per_ultraserver=4,  # assumed, as trn2's
+        ultraserver_bw_per_chip=2_560_000_000_000,  # assumed: NeuronSwitch's [T3] across it
+        ultraserver_alpha_ns=2_000,
     ),
 }
 
@@ -177,7 +188,7 @@ class CollectiveCost:
     nbytes: int
     ranks: int
     algorithm: str
-    level: str  # "chip", "instance" or "efa": the slowest level the group spans
+    level: str  # "chip", "instance", "ultraserver" or "efa": the slowest level it spans
     bandwidth: float  # B, bytes/s per rank
     alpha_ns: int
     ns: int
@@ -198,12 +209,17 @@ def _span(global_ranks: list[int], topo: Topology) -> tuple[str, float, int]:
     per_instance = topo.cores_per_chip * topo.chips_per_instance
     chips: dict[int, int] = {}
     instances: dict[int, int] = {}
+    per_ultraserver = per_instance * topo.instances_per_ultraserver
+    ultraservers = {r // per_ultraserver for r in global_ranks}
     for r in global_ranks:
         chips[r // topo.cores_per_chip] = chips.get(r // topo.cores_per_chip, 0) + 1
         instances[r // per_instance] = instances.get(r // per_instance, 0) + 1
-    if len(instances) > 1:  # EFA shared by the instance's ranks in the group
+    if len(ultraservers) > 1:  # EFA shared by the instance's ranks in the group
         bw = min(topo.chip_bw, topo.efa_bw_per_instance / max(instances.values()))
         return "efa", bw, topo.efa_alpha_ns
+    if len(instances) > 1:  # the UltraServer's NeuronLink, shared by the chip's ranks
+        bw = min(topo.chip_bw, topo.ultraserver_bw_per_chip / max(chips.values()))
+        return "ultraserver", bw, topo.ultraserver_alpha_ns
     if len(chips) > 1:  # NeuronLink shared by the chip's ranks in the group
         bw = min(topo.chip_bw, topo.link_bw_per_chip / max(chips.values()))
         return "instance", bw, topo.instance_alpha_ns
