@@ -125,7 +125,9 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
     (the backward ops in test_training_step_gradients_are_eagers_bits)."""
     tested = {*UNARY, *BINARY, "log_sigmoid_forward", "special_ndtri", "add", "sub",
               "_log_softmax", "_softmax", "special_ndtr", "hardtanh_backward",
-              "lerp", "addcmul"}  # (lerp, addcmul: test_exact_lerp.py, test_exact_addcmul.py)
+              "lerp", "addcmul", "nll_loss_forward", "nll_loss2d_forward"}
+    # (lerp, addcmul: test_exact_lerp.py, test_exact_addcmul.py; the nll_loss forwards:
+    # test_exact_nll_loss_and_bf16_norm_grad.py)
     listed = {p for k in EAGER_KERNELS for p in k.packets}
     assert set(CPU_DEPENDENT) | set(EAGER_BITS) <= listed
     for packet in listed:

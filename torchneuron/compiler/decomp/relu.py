@@ -141,3 +141,17 @@ def leaky_relu(x: torch.Tensor, negative_slope: float = 0.01) -> Any:
         return NotImplemented
     y = x.to(torch.float32) if x.dtype in _HALVES else x
     return torch.where(y > 0, y, y * negative_slope).to(x.dtype)
+
+
+@_register(aten.threshold_backward.default)
+def threshold_backward(grad: torch.Tensor, x: torch.Tensor, threshold: Bound) -> Any:
+    """ReLU's gradient in float16 / bfloat16: ``where(x <= threshold, 0, grad)`` as
+    PyTorch's own decomposition, with the zero a full tensor (``_splat``: the 0-d constant
+    of a half dtype failed the whole region's lowering, "requires the ml_dtypes package").
+    Eager compares in float32; ReLU's threshold 0 compares the same in any float dtype
+    (other thresholds, which the half dtype may round, and other dtypes keep the entry
+    before)."""
+    if (grad.dtype not in _HALVES or x.dtype != grad.dtype or not _exact_float(x, threshold)
+            or threshold != 0):
+        return NotImplemented
+    return torch.where(x <= threshold, _splat(grad, 0), grad)
