@@ -61,6 +61,9 @@ def run(rp: Replay) -> None:
                                                          strict=True)
              if t._buffer is not b}
     ext_buf = {id(t): b for t, b in zip(rp.ext, rp.ext_buffers, strict=True)}
+    # a view in inference mode takes eager dispatch's own path (its wrapper is made
+    # outside inference mode, a composite one decomposed): the facts are not for it
+    inference = torch.is_inference_mode_enabled()
     with no_modes():
         start = 0
         for i, func in enumerate(rp.funcs):
@@ -69,7 +72,7 @@ def run(rp: Replay) -> None:
             start = end
             f = facts[i]
             try:
-                if f is not _UNSEEN and f is not None:
+                if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
                     tensors = [bufs[r] if type(r) is tuple else ext_buf[id(r)]
                                for r in refs]
                     args, kwargs = rebuild_call(rp.templates[i], tensors)
