@@ -60,7 +60,8 @@ def run(rp: Replay) -> None:
     moved = {id(t): wrap_buffer(b, index) for t, b in zip(rp.ext, rp.ext_buffers,
                                                          strict=True)
              if t._buffer is not b}
-    ext_buf = {id(t): b for t, b in zip(rp.ext, rp.ext_buffers, strict=True)}
+    # the buffer eager dispatch would unwrap from each input (as the general path below)
+    ext_buf = {id(t): moved.get(id(t), t)._buffer for t in rp.ext}
     # a view in inference mode takes eager dispatch's own path (its wrapper is made
     # outside inference mode, a composite one decomposed): the facts are not for it
     inference = torch.is_inference_mode_enabled()
