@@ -3,6 +3,7 @@
     python tools/host_instructions.py                       # res_mlp, transformer_lm, cnn
     python tools/host_instructions.py --loops cnn --warmup 25 --steps 5 --out cg.json
     python tools/host_instructions.py --method subtract     # two runs, totals subtracted
+    python tools/host_instructions.py --loops zoo:mlp,zoo:gpt --modes eager,recording,first_tier
 
 Why: wall and process time on a shared 2-core machine swing between runs, so the README's
 host cost of replay against eager (and issue 21's "not above today's" check of a
@@ -28,7 +29,13 @@ is a subprocess and is not traced. The child also reads adaptive eager's counter
 and after the measured steps (and how many executables came from the compile cache,
 which is off unless ``TORCHNEURON_CACHE`` is set) and the table says whether those steps were steady (replays,
 no op recorded, no compilation); figures of a non-steady run measure recording, not
-replay. The import path is the caller's: ``PYTHONPATH=/other/tree python
+replay. Two more modes measure what adaptive eager costs before it replays its compiled program
+(issue 20): ``recording`` (no region ever becomes hot: ``ae_hot_threshold`` out of reach,
+every step recorded) and ``first_tier`` (the default compile latency model, so the
+compiled program is not in yet and replays run the recorded eager kernels; the table says
+``first tier`` when every measured replay was). A loop ``zoo:NAME`` is the bench zoo's
+model ``NAME`` (``torchneuron.bench.zoo``; its step's output is read back with ``.cpu()``,
+as the bench does) instead of a loop of ``tests/loops.py``. The import path is the caller's: ``PYTHONPATH=/other/tree python
 tools/host_instructions.py`` measures that tree's ``torchneuron`` (and its ``tests/loops.py``).
 A run takes minutes per loop and mode; it is a measurement, not part of ``make test``.
 ``--keep DIR`` keeps the callgrind files for ``callgrind_annotate``.
@@ -48,6 +55,7 @@ from pathlib import Path
 
 LOOPS = ("res_mlp", "transformer_lm", "cnn")
 MODES = ("eager", "adaptive")
+ALL_MODES = (*MODES, "recording", "first_tier")
 # the counters read around the measured steps (adaptive eager's stats())
 _COUNTERS = ("replays", "first_tier_replays", "ops_recorded", "compilations", "side_exits",
              "ops_between_regions")
@@ -80,28 +88,43 @@ def _child(name: str, mode: str, warmup: int, steps: int, result: str) -> None:
     import torch
 
     import torchneuron
-
-    sys.path.append(str(Path(torchneuron.__file__).resolve().parents[1]))  # its tests/
-    from tests import loops
+    from torchneuron.hardware import settings
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     ae = None
-    if mode == "adaptive":
+    if mode != "eager":
         import torchneuron.adaptive_eager as ae
-    loop = loops.make_loop(name, "eager")
-    if ae is not None:
-        ae.enable()
-    for _ in range(warmup):
-        loop.step()
-    before = ae.stats() if ae is not None else {}
-    os.getppid()  # marker: callgrind dumps here (--dump-before=getppid)
-    for _ in range(steps):
-        loop.step()
-    os.getppid()  # marker
-    after = ae.stats() if ae is not None else {}
-    if ae is not None:
-        ae.disable()
+    overrides: dict = {"recording": {"ae_hot_threshold": 10**9},
+                       "first_tier": {"compile_latency": True}}.get(mode, {})
+    with settings.override(**overrides):
+        if name.startswith("zoo:"):
+            from torchneuron.bench import zoo
+
+            task = zoo.get(name[4:]).build("neuron")
+            count = iter(range(10**9))
+
+            def step() -> None:
+                out = task.step(next(count))
+                if isinstance(out, torch.Tensor):
+                    out.cpu()
+        else:
+            sys.path.append(str(Path(torchneuron.__file__).resolve().parents[1]))  # its tests/
+            from tests import loops
+
+            step = loops.make_loop(name, "eager").step
+        if ae is not None:
+            ae.enable()
+        for _ in range(warmup):
+            step()
+        before = ae.stats() if ae is not None else {}
+        os.getppid()  # marker: callgrind dumps here (--dump-before=getppid)
+        for _ in range(steps):
+            step()
+        os.getppid()  # marker
+        after = ae.stats() if ae is not None else {}
+        if ae is not None:
+            ae.disable()
     delta = {k: after[k] - before[k] for k in _COUNTERS if k in after}
     if ae is not None:
         delta["cache_hits_in_warmup"] = before["cache_hits"]
@@ -147,6 +170,12 @@ def measure(args: argparse.Namespace, name: str, mode: str, work: Path) -> dict:
     delta = res["delta"]
     if mode == "eager":
         steady = "eager"
+    elif mode == "recording":
+        steady = "recording" if delta.get("ops_recorded") and not delta.get("replays") \
+            else "NOT RECORDING"
+    elif mode == "first_tier":
+        steady = "first tier" if delta.get("replays", 0) > 0 and delta.get(
+            "first_tier_replays") == delta["replays"] else "NOT FIRST TIER"
     elif delta.get("replays", 0) > 0 and not delta.get("ops_recorded") \
             and not delta.get("compilations"):
         steady = "replaying"
@@ -159,18 +188,22 @@ def measure(args: argparse.Namespace, name: str, mode: str, work: Path) -> dict:
 
 def table(rows: list[dict]) -> str:
     """The table: per loop and mode the instructions of the measured steps, and per loop
-    replay / eager."""
-    lines = [f"{'loop':<16}{'mode':<10}{'instructions':>16}  {'state':<12}adaptive eager"]
+    each other mode / eager."""
+    lines = [f"{'loop':<16}{'mode':<12}{'instructions':>16}  {'state':<15}adaptive eager"]
     by = {(r["loop"], r["mode"]): r for r in rows}
     for r in rows:
         ae = " ".join(f"{k}={v}" for k, v in r["ae"].items())
-        lines.append(f"{r['loop']:<16}{r['mode']:<10}{r['instructions'] / 1e6:>15.2f}M"
-                     f"  {r['steady']:<12}{ae}")
+        lines.append(f"{r['loop']:<16}{r['mode']:<12}{r['instructions'] / 1e6:>15.2f}M"
+                     f"  {r['steady']:<15}{ae}")
     for name in dict.fromkeys(r["loop"] for r in rows):
-        e, a = by.get((name, "eager")), by.get((name, "adaptive"))
-        if e and a:
-            lines.append(f"{name:<16}replay / eager {a['instructions'] / 1e6:.2f}M / "
-                         f"{e['instructions'] / 1e6:.2f}M = {a['instructions'] / e['instructions']:.3f}x")
+        e = by.get((name, "eager"))
+        for mode, what in (("adaptive", "replay"), ("recording", "recording"),
+                           ("first_tier", "first tier")):
+            a = by.get((name, mode))
+            if e and a:
+                lines.append(f"{name:<16}{what} / eager {a['instructions'] / 1e6:.2f}M / "
+                             f"{e['instructions'] / 1e6:.2f}M = "
+                             f"{a['instructions'] / e['instructions']:.3f}x")
     return "\n".join(lines)
 
 
@@ -181,7 +214,8 @@ def main(argv: list[str]) -> int:
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--loops", default=",".join(LOOPS), help="comma-separated loop names")
-    p.add_argument("--modes", default=",".join(MODES), help="eager, adaptive or both")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma-separated, of " + ", ".join(ALL_MODES))
     p.add_argument("--warmup", type=int, default=25)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--method", choices=("marker", "subtract"), default="marker")
@@ -197,8 +231,8 @@ def main(argv: list[str]) -> int:
     try:
         for name in args.loops.split(","):
             for mode in args.modes.split(","):
-                if mode not in MODES:
-                    raise SystemExit(f"unknown mode {mode!r}; expected one of {MODES}")
+                if mode not in ALL_MODES:
+                    raise SystemExit(f"unknown mode {mode!r}; expected one of {ALL_MODES}")
                 rows.append(measure(args, name, mode, work))
                 print(table(rows[-1:]).splitlines()[1], file=sys.stderr, flush=True)
                 if args.out:

@@ -133,7 +133,7 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
               "upsample_bicubic2d", "_upsample_bilinear2d_aa",
               "_upsample_bicubic2d_aa"}  # (lerp, addcmul: test_exact_lerp.py,
     # test_exact_addcmul.py; native_layer_norm: test_exact_linear.py; nll_loss*:
-    # test_assorted_exact_ops.py; batch norm: test_exact_batch_norm.py; the resizes:
+    # test_assorted_exact_ops.py, test_exact_nll_loss_and_bf16_norm_grad.py; batch norm: test_exact_batch_norm.py; the resizes:
     # test_interpolate_exact.py, test_decomp_resample.py and below)
     listed = {p for k in EAGER_KERNELS for p in k.packets}
     assert set(CPU_DEPENDENT) | set(EAGER_BITS) <= listed

@@ -35,8 +35,7 @@ from torchneuron.adaptive_eager.replay import MISMATCH
 from torchneuron.adaptive_eager.signature import Call, Static, Unsupported, build, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
 from torchneuron.device.tensor import NeuronTensor
-from torchneuron.dispatch.opfacts import op_facts
-from torchneuron.dispatch.oprecord import record
+from torchneuron.dispatch.oprecord import OpRecord, record
 from torchneuron.hardware import get_core, settings
 
 __all__ = ["AdaptiveEagerMode", "Runtime"]
@@ -70,13 +69,13 @@ def _device_index(args: tuple, kwargs: dict) -> int | None:
 
 def _is_read(func: Any, args: tuple, kwargs: dict) -> bool:
     """Ops that hand device values to the host (or take host data): region boundaries."""
-    facts = op_facts(func)
-    if facts.returns_host_values or not facts.returns_tensors_only:
+    rec = record(func)
+    if rec.reads:
         return True
     dev = kwargs.get("device")
     if dev is not None and torch.device(dev).type != "neuron":
         return True
-    return func is aten.copy_.default and not isinstance(args[0], NeuronTensor)
+    return rec.is_copy and not isinstance(args[0], NeuronTensor)
 
 
 def _described(func: Any, args: tuple, kwargs: dict) -> tuple | None:
@@ -87,9 +86,10 @@ def _described(func: Any, args: tuple, kwargs: dict) -> tuple | None:
         return None
 
 
-def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+def _written(written: tuple, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The neuron tensors among the arguments at ``written`` (``OpRecord.written``)."""
     out = []
-    for pos, name in op_facts(func).written:
+    for pos, name in written:
         v = args[pos] if pos < len(args) else kwargs.get(name)
         for t in (v if isinstance(v, (list, tuple)) else (v,)):
             if isinstance(t, NeuronTensor):
@@ -149,7 +149,9 @@ class Runtime(Ledger):
                         if reason is Reason.GUARD_MISMATCH:
                             rp.exit_op = _described(func, args, kwargs)
                         rp.side_exit(reason)
-            if composite_view or _is_read(func, args, kwargs):
+            rec = record(func)
+            if composite_view or rec.reads or (kwargs and _is_read(func, args, kwargs)) or (
+                    func is _COPY and not isinstance(args[0], NeuronTensor)):
                 # (``reshape``, ``mT``, ``to`` of a normal tensor in inference mode: eager
                 # decomposes them as the CPU does, so their views are recorded as views)
                 self.detector.end_segment()
@@ -172,7 +174,7 @@ class Runtime(Ledger):
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
                     return out
-            return self.record(func, args, kwargs, static, tensors)
+            return self.record(func, args, kwargs, static, tensors, rec)
 
     def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
@@ -211,15 +213,16 @@ class Runtime(Ledger):
         return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
-               tensors: list[torch.Tensor]) -> Any:
-        written = [(t, meta_of(t)) for t in _written(func, args, kwargs)]
+               tensors: list[torch.Tensor], rec: OpRecord) -> Any:
+        written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)] \
+            if rec.written else None
         out = run_eagerly(func, args, kwargs, tensors)
         try:
             struct, outs, leaves = outputs_of(out, tensors)
         except Unsupported:
             self.detector.end_segment()
             return out
-        if any(meta_of(t) != m for t, m in written):  # a metadata-changing write
+        if written and any(meta_of(t) != m for t, m in written):  # a metadata-changing write
             self.detector.end_segment()
             return out
         core = get_core(self.index)
@@ -228,7 +231,7 @@ class Runtime(Ledger):
         self.growing.saw(func, static)
         seg = self.segment
         seg.append(func, build(Static, (*static, struct)), tensors, outs, leaves)
-        n = len(seg)
+        n = len(seg.entries)
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].period_key() in cut and self.detector.try_cut(n):
             return out

@@ -76,6 +76,14 @@ def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[Call, Any, list[tor
     tensors: list[torch.Tensor] = []
     adesc, atemp = [], []
     for a in args:
+        tp = type(a)
+        if tp is NeuronTensor:  # ``_leaf``, inline for the commonest argument
+            j = len(tensors)
+            tensors.append(a)
+            adesc.append(("T", build(Meta, (tuple(a.shape), a.stride(), a.storage_offset(),
+                                            a.dtype))))
+            atemp.append(_SLOTS[j] if j < _N_SLOTS else Slot(j))
+            continue
         d, t = _arg(a, tensors)
         adesc.append(d)
         atemp.append(t)
@@ -96,6 +104,7 @@ def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[Call, Any, list[tor
 _NO_KWARGS = ("K", ())
 _SCALAR_NAMES = {bool: "bool", int: "int", str: "str", type(None): "NoneType"}
 _SLOTS = [Slot(j) for j in range(64)]  # shared: templates only read ``Slot.j``
+_N_SLOTS = len(_SLOTS)
 _OTHER = object()
 _INPUTS = [InputRef("x", j) for j in range(256)]  # shared: the refs of a window's input slots
 
@@ -140,10 +149,6 @@ def _arg(a: Any, tensors: list[torch.Tensor]) -> tuple[Any, Any]:
     return describe(a, tensors)
 
 
-def _storage_ptr(t: NeuronTensor) -> int:
-    return t._buffer.untyped_storage().data_ptr()  # type: ignore[union-attr]
-
-
 def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, list]:
     """(structure, output descriptions, output leaves) of an op's result.
 
@@ -173,7 +178,7 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
                 break
         else:
             if ptrs is None:
-                ptrs = [_storage_ptr(t) for t in tensors]  # type: ignore[arg-type]
+                ptrs = [t._buffer.untyped_storage().data_ptr() for t in tensors]  # type: ignore[union-attr]
             storage = r._buffer.untyped_storage()
             # (an empty storage's pointer is null, as an empty input's is: a new empty
             # result, of any dtype, is no view of an input)
@@ -265,7 +270,11 @@ class Segment:
                 refs.append(weakref.ref(_alive_token(r)))
             else:
                 refs.append(None)
-        self.entries.append(Entry(func, static, tuple(vid_of(t) for t in tensors), outs, seq))
+        vids = []
+        for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
+            v = t.__dict__.get("_ae_vid")
+            vids.append(v[0] if v is not None and v[1] == id(t) else vid_of(t))
+        self.entries.append(Entry(func, static, tuple(vids), outs, seq))
         self.wrefs.append(tuple(refs))
 
     def clear(self) -> None:

@@ -67,6 +67,7 @@ class Region:
         self.detail = ""
         self.plan: Any = None
         self.guards: Any = None  # per-op guards, prepared at its first replay (``guard``)
+        self.rerun_facts: list | None = None  # per op, for its deferred runs (``replay``)
         self.executable: Any = None
         self.graph: Any = None  # the captured FX graph (the verify reference)
         self.verified = False  # checked, no more checks due (ae_verify_replays off)

@@ -21,33 +21,29 @@ arguments, exactly as eager would have run them, and pending tensors get those r
 
 from __future__ import annotations
 
-import contextlib
 import math
 import weakref
 from typing import Any, Protocol
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
-from torchneuron.adaptive_eager import dataflow, issued, lift
+from torchneuron.adaptive_eager import dataflow, deferred, issued, lift
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
-from torchneuron.adaptive_eager.recorder import run_eagerly, static_of, vid_of
+from torchneuron.adaptive_eager.recorder import static_of, vid_of
 from torchneuron.adaptive_eager.region import Region
 from torchneuron.adaptive_eager.signature import (
     Call,
     InputRef,
-    SameOut,
     Unsupported,
     ValueRef,
-    rebuild,
 )
 from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.compiler.prepare import index_bounds
 from torchneuron.device import buffers
-from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of, wrap_buffer
+from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
 from torchneuron.hardware import get_core
 
 __all__ = ["Replay", "ReplayOwner", "MISMATCH"]
@@ -165,13 +161,6 @@ def _indices_in_range(func: Any, args: tuple) -> bool:
 
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
-
-
-def _no_modes() -> contextlib.AbstractContextManager:
-    """Run below dispatch modes (already so inside the mode's own ``__torch_dispatch__``)."""
-    if torch._C._len_torch_dispatch_stack() == 0:
-        return contextlib.nullcontext()
-    return _disable_current_modes()
 
 
 def _guards(region: Region) -> list[OpGuard]:
@@ -510,7 +499,7 @@ class Replay:
             self._eager(Reason.ALIASED_INPUTS)
             return
         try:
-            with _no_modes():
+            with deferred.no_modes():
                 outs = run_checked(self.region,
                                    inputs + lift.scalar_inputs(plan.lifted, self.scalars),
                                    lambda a: launch(self.region.executable, a, self.core,
@@ -553,42 +542,5 @@ class Replay:
         self._run_deferred()
 
     def _run_deferred(self) -> None:
-        """Run the deferred ops eagerly, in order, with their recorded arguments, and give
-        the pending values still held their results."""
-        results: dict[tuple[int, int], torch.Tensor] = {}
-        sigs = self.region.sigs
-        # an input whose wrapper got another buffer after its first use: the ops deferred
-        # before that ran, in eager, on the buffer it had then
-        moved = {id(t): wrap_buffer(b, self.index) for t, b in zip(self.ext, self.ext_buffers,
-                                                             strict=True)
-                 if t._buffer is not b}
-        with _no_modes():
-            start = 0
-            for i, func in enumerate(self.funcs):
-                end = self.ref_ends[i]
-                tensors = [results[r] if type(r) is tuple else moved.get(id(r), r)
-                           for r in self.refs[start:end]]
-                start = end
-                args, kwargs = rebuild(self.templates[i], tensors)
-                try:
-                    out = run_eagerly(func, args, kwargs, tensors)  # (factories as eager)
-                except Exception as e:
-                    detail = (f"deferred by adaptive eager as op {i} of region "
-                              f"{self.region.key}, run eagerly at its side exit")
-                    where = self.issued.get(i)
-                    if where is None:
-                        e.add_note(f"(raised by {func}, {detail})")
-                        raise
-                    raise issued.pointing_at(e, where, func, detail) from None
-                sig = sigs[i]
-                leaves = [out] if sig.static.result == "single" else list(out or ())
-                for k, o in enumerate(leaves):
-                    spec = sig.outs[k]
-                    if spec is None or isinstance(spec, SameOut):
-                        continue
-                    results[(i, k)] = o
-                    ref = self.pending.get((i, k))
-                    v = ref() if ref is not None else None
-                    if v is not None and v.result is None:
-                        v.give(o._buffer, self.index)
-        self.pending.clear()
+        """Run the deferred ops eagerly, in order (``deferred.run``)."""
+        deferred.run(self)

@@ -29,7 +29,7 @@ import torch
 from torchneuron.device.tensor import NeuronTensor
 
 __all__ = ["Unsupported", "Slot", "build", "Meta", "Call", "Static", "InputRef", "ValueRef", "SameOut",
-           "ViewOut", "NewOut", "OpSig", "describe", "undescribe", "meta_of", "rebuild",
+           "ViewOut", "NewOut", "OpSig", "describe", "undescribe", "meta_of", "rebuild", "rebuild_call",
            "region_key", "format_region"]
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -212,6 +212,23 @@ def rebuild(template: Any, tensors: list[Any]) -> Any:
     if isinstance(template, dict):
         return {k: rebuild(v, tensors) for k, v in template.items()}
     return template
+
+
+def rebuild_call(template: tuple, tensors: list[Any]) -> tuple[tuple, dict]:
+    """``rebuild`` of a call's ``(args, kwargs)`` template, without a call per leaf for
+    the arguments aten ops take (slots and scalars at the top level): every deferred op of
+    a replay is rebuilt so when it runs."""
+    atemp, ktemp = template
+    args = tuple([tensors[a.j] if type(a) is Slot
+                  else rebuild(a, tensors) if type(a) in _NESTED else a for a in atemp])
+    if not ktemp:
+        return args, {}
+    return args, {k: tensors[a.j] if type(a) is Slot
+                  else rebuild(a, tensors) if type(a) in _NESTED else a
+                  for k, a in ktemp.items()}
+
+
+_NESTED = (list, tuple, dict)
 
 
 def undescribe(desc: Any, tensors: list[Any], device: Any = None,

@@ -42,7 +42,7 @@ class OpRecord:
 
     __slots__ = ("func", "facts", "name", "written", "fused", "host_results", "cross_device",
                  "is_copy", "plain", "keeps_metadata", "op", "fast", "kernel", "host_reason",
-                 "is_view", "composite", "device_rule")  # fmt: skip
+                 "is_view", "composite", "device_rule", "reads")  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -87,6 +87,9 @@ class OpRecord:
         # a custom op's own rule for neuron tensors (``register_torch_dispatch``, e.g. an
         # ``nki_op``): what the dispatcher would call, so callers of ``run_op`` call it too
         self.device_rule = _device_rule(func)
+        # hands values to the host whatever its arguments (a read: adaptive eager's
+        # region boundary)
+        self.reads = self.facts.returns_host_values or not self.facts.returns_tensors_only
 
 
 def _device_rule(func: Any) -> Any:

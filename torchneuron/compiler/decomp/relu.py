@@ -141,3 +141,19 @@ def leaky_relu(x: torch.Tensor, negative_slope: float = 0.01) -> Any:
         return NotImplemented
     y = x.to(torch.float32) if x.dtype in _HALVES else x
     return torch.where(y > 0, y, y * negative_slope).to(x.dtype)
+
+
+@_register(aten.threshold_backward.default)
+def threshold_backward(grad: torch.Tensor, x: torch.Tensor, threshold: Bound) -> Any:
+    """ReLU's gradient: PyTorch's own decomposition, ``where(x <= threshold, 0, grad)``;
+    in float16 / bfloat16 with the zero a full tensor (``_splat``: the 0-d constant of a
+    half dtype failed the whole region's lowering, "requires the ml_dtypes package").
+    Eager compares in float32; ReLU's threshold 0 compares the same in any float dtype
+    (a half-dtype threshold other than 0, which the dtype may round, keeps the 0-d zero)."""
+    if (grad.dtype in _HALVES and x.dtype == grad.dtype and _exact_float(x, threshold)
+            and threshold == 0):
+        return torch.where(x <= threshold, _splat(grad, 0), grad)
+    return _CORE_THRESHOLD_BACKWARD(grad, x, threshold)
+
+
+_CORE_THRESHOLD_BACKWARD = torch._decomp.decomposition_table[aten.threshold_backward.default]

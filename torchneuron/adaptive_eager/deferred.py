@@ -1,0 +1,138 @@
+"""The deferred ops of a replay run eagerly: at a first-tier replay's end, or at a side exit.
+
+They run in order, with their recorded arguments, exactly as eager would have run them,
+and the pending values still held get their results. An op eager dispatch ran on its fast
+path the first time (``dispatch.rerun.facts_of``, kept per region op in
+``Region.rerun_facts``) runs again on plain buffers with those facts
+(``dispatch.rerun.rerun``): the same kernel, the same charge and the same memory
+accounting, without unwrapping its arguments, keying their metadata (the guards checked
+it) and making a wrapper per result. That is the first tier's per-op host cost, which is
+what makes it worth replaying before the compiled program is in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from torchneuron.adaptive_eager import issued
+from torchneuron.adaptive_eager.recorder import run_eagerly
+from torchneuron.adaptive_eager.signature import SameOut, rebuild_call
+from torchneuron.device import buffers
+from torchneuron.device.tensor import wrap_buffer
+from torchneuron.dispatch.rerun import facts_of, rerun
+
+if TYPE_CHECKING:
+    from torchneuron.adaptive_eager.replay import Replay
+
+__all__ = ["run", "no_modes"]
+
+
+def no_modes() -> contextlib.AbstractContextManager:
+    """Run below dispatch modes (already so inside the mode's own ``__torch_dispatch__``)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        return contextlib.nullcontext()
+    return _disable_current_modes()
+
+
+def run(rp: Replay) -> None:
+    """Run the deferred ops eagerly, in order, with their recorded arguments, and give
+    the pending values still held their results.
+
+    An op eager dispatch ran on its fast path the first time (``rerun.facts_of``, kept
+    per region op) runs again on plain buffers with those facts (``rerun.rerun``):
+    the same kernel, charge and memory accounting, without unwrapping, keying and a
+    wrapper per result. Its values stay buffers; an op that takes the general path
+    gets wrappers for them (made once per value)."""
+    bufs: dict[tuple[int, int], torch.Tensor] = {}  # every value's buffer
+    wrapped: dict[tuple[int, int], torch.Tensor] = {}  # values as neuron tensors
+    held: list[_Held] = []  # account the buffers no wrapper holds, as eager's would
+    sigs = rp.region.sigs
+    facts = rp.region.rerun_facts
+    if facts is None or len(facts) != len(sigs):
+        facts = rp.region.rerun_facts = [_UNSEEN] * len(sigs)
+    index = rp.index
+    # an input whose wrapper got another buffer after its first use: the ops deferred
+    # before that ran, in eager, on the buffer it had then
+    moved = {id(t): wrap_buffer(b, index) for t, b in zip(rp.ext, rp.ext_buffers,
+                                                         strict=True)
+             if t._buffer is not b}
+    # the buffer eager dispatch would unwrap from each input (as the general path below)
+    ext_buf = {id(t): moved.get(id(t), t)._buffer for t in rp.ext}
+    # a view in inference mode takes eager dispatch's own path (its wrapper is made
+    # outside inference mode, a composite one decomposed): the facts are not for it
+    inference = torch.is_inference_mode_enabled()
+    with no_modes():
+        start = 0
+        for i, func in enumerate(rp.funcs):
+            end = rp.ref_ends[i]
+            refs = rp.refs[start:end]
+            start = end
+            f = facts[i]
+            try:
+                if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
+                    tensors = [bufs[r] if type(r) is tuple else ext_buf[id(r)]
+                               for r in refs]
+                    args, kwargs = rebuild_call(rp.templates[i], tensors)
+                    out = rerun(f, args, kwargs, tensors, index)
+                    wrap = False
+                else:
+                    tensors = [_wrapped(r, bufs, wrapped, index) if type(r) is tuple
+                               else moved.get(id(r), r) for r in refs]
+                    args, kwargs = rebuild_call(rp.templates[i], tensors)
+                    if f is _UNSEEN:
+                        facts[i] = facts_of(func, args, kwargs)
+                    out = run_eagerly(func, args, kwargs, tensors)  # (factories as eager)
+                    wrap = True
+            except Exception as e:
+                detail = (f"deferred by adaptive eager as op {i} of region "
+                          f"{rp.region.key}, run eagerly at its side exit")
+                where = rp.issued.get(i)
+                if where is None:
+                    e.add_note(f"(raised by {func}, {detail})")
+                    raise
+                raise issued.pointing_at(e, where, func, detail) from None
+            sig = sigs[i]
+            leaves = [out] if sig.static.result == "single" else list(out or ())
+            for k, o in enumerate(leaves):
+                spec = sig.outs[k]
+                if spec is None or isinstance(spec, SameOut):
+                    continue
+                if wrap:
+                    wrapped[(i, k)] = o
+                    b = o._buffer
+                else:
+                    b = o
+                    h = _Held()
+                    buffers.track(h, b, index)
+                    held.append(h)
+                bufs[(i, k)] = b
+                ref = rp.pending.get((i, k))
+                v = ref() if ref is not None else None
+                if v is not None and v.result is None:
+                    v.give(b, index)
+    rp.pending.clear()
+
+
+def _wrapped(ik: tuple[int, int], bufs: dict, wrapped: dict, index: int) -> torch.Tensor:
+    """Value ``ik`` of this run as a neuron tensor (for an op on the general path)."""
+    t = wrapped.get(ik)
+    if t is None:
+        t = wrapped[ik] = wrap_buffer(bufs[ik], index)
+    return t
+
+
+
+_UNSEEN = object()  # an op's rerun facts not asked yet (``Region.rerun_facts``)
+
+
+
+class _Held:
+    """Holds the memory accounting of one buffer a rerun op made (``buffers.track``), as
+    the wrapper eager dispatch would have made for it, until the run of the deferred ops
+    ends."""
+
+    __slots__ = ("_memory_token",)
