@@ -85,7 +85,8 @@ def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Every tensor of the call in one dtype. PyTorch's fake batch norm types a bfloat16
     input's running statistics float32 and its CPU kernel keeps their dtype: with one
     dtype the kernel's are the exact widening of the declared, with mixed ones the graph
-    would round eager's float32 statistics to bfloat16."""
+    would round eager's float32 statistics to bfloat16. (The backward's fake and kernel
+    agree on every mix.)"""
     dtypes = {a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
     return len(dtypes) == 1
 
@@ -148,8 +149,7 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     EagerKernel(("_native_batch_norm_legit_functional", "_native_batch_norm_legit",
                  "_native_batch_norm_legit_no_training"), "reduce", vector=6, scalar=1,
                 when=_one_dtype),
-    EagerKernel(("native_batch_norm_backward",), "reduce", vector=8, scalar=0,
-                when=_one_dtype),
+    EagerKernel(("native_batch_norm_backward",), "reduce", vector=8, scalar=0),
     # half-precision resizes (their bits differ between ATen's CPU code paths: refused)
     # and every antialiased one (a filter per output pixel, as eager computes it); the
     # backward too, or training would expose its lowering. Four taps read and a
