@@ -73,17 +73,17 @@ from moduleinfo_sweep import _tensors as _module_tensors
 from opinfo_device import (
     _Copier,
     _first_line,
-    _Mover,
     _RandomOpSpy,
     _run,
-    _samples,
     _tensors,
     _time_limit,
     find_ops,
     op_id,
     unspecified_reason,
 )
-from special_sweep import DTYPES, HALF_VARIANTS, _is_elementwise, compare, inject
+from replay_special import RUN_DTYPES, RUN_VARIANTS, Injector, cases
+from replay_special import made as made_in
+from special_sweep import DTYPES, _is_elementwise, compare
 from special_sweep import is_elementwise_or_reduction as _elementwise_or_reduction
 
 __all__ = ["VERDICTS", "check_module", "check_op", "main", "sweep_settings"]
@@ -93,9 +93,6 @@ DEFAULT_SAMPLES = 6
 TIMEOUT_S = 300
 SEED = 0
 EXACT = os.environ.get("REPLAY_SWEEP_EXACT") == "1"  # (--exact) last-bit differences fail
-# (--dtypes, --variants) the dtypes of the ops' samples and the special values written in
-RUN_DTYPES = ["float32"]
-RUN_VARIANTS = ["plain"]
 # most severe first: an op takes the first verdict any of its samples has
 VERDICTS = ("MISMATCH", "ERROR", "NOT-REPLAYED", "REFUSED", "PASS")
 
@@ -255,44 +252,6 @@ def _verdict(counts: collections.Counter[str]) -> str:
     return next((v for v in VERDICTS if counts[v]), "no-samples")
 
 
-class _Injector:
-    """A sample's float tensors with ``variant``'s special values written in (as
-    ``tools/special_sweep.py`` writes them; aliases stay aliases)."""
-
-    def __init__(self, variant: str) -> None:
-        self.variant = variant
-        self.memo: dict[int, torch.Tensor] = {}
-
-    def __call__(self, x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        if id(x) not in self.memo:
-            k = len(self.memo)
-            self.memo[id(x)] = inject(x.detach().cpu(), self.variant, k).to(x.device)
-        return self.memo[id(x)]
-
-
-def _made(op: Any, dtype: torch.dtype) -> list[Any]:
-    """The op's samples in ``dtype``, made on ``neuron`` (as ``opinfo_device._samples``)."""
-    if dtype == torch.float32:
-        return _samples(op, False)
-    made = list(op.sample_inputs("neuron", dtype, requires_grad=False))
-    if made:
-        return made
-    torch.manual_seed(SEED)
-    to_device = _Mover()
-    return [s.transform(to_device) for s in op.sample_inputs("cpu", dtype, requires_grad=False)]
-
-
-def _cases(dname: str) -> list[str]:
-    """The special-value variants run in dtype ``dname`` (as ``tools/special_sweep.py``)."""
-    dtype = DTYPES[dname]
-    if not dtype.is_floating_point:
-        return [v for v in RUN_VARIANTS if v in ("plain", "int")]
-    return [v for v in RUN_VARIANTS if v != "int"
-            and (dtype in (torch.float32, torch.float64) or v in HALF_VARIANTS)]
-
-
 def check_op(op: Any, samples: int = DEFAULT_SAMPLES, timeout: int = 0) -> dict[str, Any]:
     """Every variant of up to ``samples`` samples of ``op`` under replay, per dtype of
     ``RUN_DTYPES`` and special-value variant of ``RUN_VARIANTS`` (float32, plain: the
@@ -317,15 +276,15 @@ def check_op(op: Any, samples: int = DEFAULT_SAMPLES, timeout: int = 0) -> dict[
             for dname in dnames:
                 try:
                     torch.manual_seed(SEED)
-                    made = _made(op, DTYPES[dname])
+                    made = made_in(op, DTYPES[dname])
                 except Exception as e:  # noqa: BLE001 - (sparse CSR samples): not counted
                     res["reason"] = f"no {dname} samples on the device: {_first_line(e)}"
                     continue
                 chosen = _select(made, samples)
-                for special in _cases(dname):
+                for special in cases(dname):
                     for i, sample in enumerate(chosen):
                         if special != "plain":
-                            sample = sample.transform(_Injector(special))
+                            sample = sample.transform(Injector(special))
                         tag = f"{dname}/{special}/" if labelled else ""
                         for label, fn in variants:
                             got = _op_sample(fn, sample, exact)
