@@ -36,7 +36,13 @@ Usage::
 
     python tools/replay_sweep.py ops [--only add,mm] [--limit N] [--samples K] [--jobs J]
         [--json out.json] [--skip done.json ...] [--merge a.json ...] [--exact] [-v]
+        [--elementwise] [--dtypes float32,float16,...] [--variants plain,nan,inf,...]
     python tools/replay_sweep.py modules [--only nn.Linear] [--limit N] [--samples K] ...
+
+``--dtypes`` and ``--variants`` run the ops' samples in other dtypes than float32 and
+with ``tools/special_sweep.py``'s special values (NaN, +-inf, -0 and subnormals, the
+dtype's maximum, halfway values) written into their float tensors: the special-value
+sweep under replay. ``--elementwise`` keeps OpInfo's elementwise and reduction ops.
 
 The results so far are rewritten to ``out.json.partial`` after each op; ``--skip`` resumes
 an interrupted sweep from it (what it holds is counted, not run again).
@@ -69,14 +75,16 @@ from opinfo_device import (
     _first_line,
     _RandomOpSpy,
     _run,
-    _samples,
     _tensors,
     _time_limit,
     find_ops,
     op_id,
     unspecified_reason,
 )
-from special_sweep import _is_elementwise, compare
+from replay_special import RUN_DTYPES, RUN_VARIANTS, Injector, cases
+from replay_special import made as made_in
+from special_sweep import DTYPES, _is_elementwise, compare
+from special_sweep import is_elementwise_or_reduction as _elementwise_or_reduction
 
 __all__ = ["VERDICTS", "check_module", "check_op", "main", "sweep_settings"]
 
@@ -245,41 +253,52 @@ def _verdict(counts: collections.Counter[str]) -> str:
 
 
 def check_op(op: Any, samples: int = DEFAULT_SAMPLES, timeout: int = 0) -> dict[str, Any]:
-    """Every variant of up to ``samples`` float32 samples of ``op`` under replay."""
+    """Every variant of up to ``samples`` samples of ``op`` under replay, per dtype of
+    ``RUN_DTYPES`` and special-value variant of ``RUN_VARIANTS`` (float32, plain: the
+    default)."""
     res: dict[str, Any] = {"name": op_id(op), "status": "skipped", "samples": {}, "first": {}}
     reason = unspecified_reason(op)
-    if reason is None and torch.float32 not in op.supported_dtypes("cpu"):
-        reason = "no float32"
+    supported = op.supported_dtypes("cpu")
+    dnames = [d for d in RUN_DTYPES if DTYPES[d] in supported]
+    if reason is None and not dnames:
+        reason = "no " + " or ".join(RUN_DTYPES)
     if reason is not None:
         res["reason"] = reason
         return res
     counts: collections.Counter[str] = collections.Counter()
     exact = _is_elementwise(op)
-    try:
-        torch.manual_seed(SEED)
-        made = _samples(op, False)
-    except Exception as e:  # noqa: BLE001 - (sparse CSR samples): none to run, not counted
-        res["reason"] = f"no samples on the device: {_first_line(e)}"
-        return res
+    labelled = RUN_DTYPES != ["float32"] or RUN_VARIANTS != ["plain"]
     try:
         with _time_limit(timeout):
-            chosen = _select(made, samples)
             variants = [("fn", op.op)]
             if op.inplace_variant is not None:
                 variants.append(("inplace", op.inplace_variant))
-            for i, sample in enumerate(chosen):
-                for label, fn in variants:
-                    got = _op_sample(fn, sample, exact)
-                    if got is None:
-                        continue
-                    verdict, detail, last_bit = got
-                    if last_bit is not None:
-                        counts["LAST-BIT"] += 1
-                        res["first"].setdefault("LAST-BIT", f"{label}#{i}: {last_bit}")
-                        verdict = "MISMATCH" if EXACT else verdict
-                        detail = last_bit if EXACT else detail
-                    counts[verdict] += 1
-                    res["first"].setdefault(verdict, f"{label}#{i}: {detail}")
+            for dname in dnames:
+                try:
+                    torch.manual_seed(SEED)
+                    made = made_in(op, DTYPES[dname])
+                except Exception as e:  # noqa: BLE001 - (sparse CSR samples): not counted
+                    res["reason"] = f"no {dname} samples on the device: {_first_line(e)}"
+                    continue
+                chosen = _select(made, samples)
+                for special in cases(dname):
+                    for i, sample in enumerate(chosen):
+                        if special != "plain":
+                            sample = sample.transform(Injector(special))
+                        tag = f"{dname}/{special}/" if labelled else ""
+                        for label, fn in variants:
+                            got = _op_sample(fn, sample, exact)
+                            if got is None:
+                                continue
+                            verdict, detail, last_bit = got
+                            if last_bit is not None:
+                                counts["LAST-BIT"] += 1
+                                res["first"].setdefault("LAST-BIT",
+                                                        f"{tag}{label}#{i}: {last_bit}")
+                                verdict = "MISMATCH" if EXACT else verdict
+                                detail = last_bit if EXACT else detail
+                            counts[verdict] += 1
+                            res["first"].setdefault(verdict, f"{tag}{label}#{i}: {detail}")
     except Exception as e:  # noqa: BLE001 - never let one op stop the sweep
         counts["ERROR"] += 1
         res["first"].setdefault("ERROR", f"harness: {_first_line(e)} "
@@ -397,9 +416,10 @@ def check_module(info: Any, samples: int = DEFAULT_SAMPLES, timeout: int = 0) ->
 # --- driver ------------------------------------------------------------------------------
 
 
-def _names(suite: str, only: str, limit: int) -> list[str]:
+def _names(suite: str, only: str, limit: int, elementwise: bool = False) -> list[str]:
     wanted = [n for n in only.split(",") if n] or None
-    names = ([op_id(o) for o in find_ops(wanted)] if suite == "ops"
+    names = ([op_id(o) for o in find_ops(wanted)
+              if not elementwise or _elementwise_or_reduction(o)] if suite == "ops"
              else [m.name for m in find_modules(wanted)])
     names = list(dict.fromkeys(names))
     return names[:limit] if limit else names
@@ -515,11 +535,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", nargs="+", default=[], help="only report these JSON files")
     p.add_argument("--exact", action="store_true", help="a last-bit difference of an "
                    "elementwise op is a MISMATCH (default: counted as LAST-BIT)")
+    p.add_argument("--elementwise", action="store_true", help="ops: only OpInfo's "
+                   "elementwise and reduction ops (ufunc and reduction OpInfos)")
+    p.add_argument("--dtypes", default="float32", help="ops: the samples' dtypes")
+    p.add_argument("--variants", default="plain", help="ops: special values written into "
+                   "the samples (tools/special_sweep.py's: plain,nan,inf,zero,big,round,int)")
     p.add_argument("-v", "--verbose", action="store_true", help="print each as it ends")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
-    names = _names(a.suite, a.only, a.limit)
+    RUN_DTYPES[:] = a.dtypes.split(",")
+    RUN_VARIANTS[:] = a.variants.split(",")
+    names = _names(a.suite, a.only, a.limit, a.elementwise)
     results: dict[str, dict[str, Any]] = {}
     for path in a.skip + a.merge:
         with open(path) as fh:
@@ -532,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         _worker(a.suite, names, a.samples, a.timeout)
         return 0
     t0 = time.perf_counter()
-    flags = ["--samples", str(a.samples), "--timeout", str(a.timeout)]
+    flags = ["--samples", str(a.samples), "--timeout", str(a.timeout),
+             "--dtypes", a.dtypes, "--variants", a.variants]
     env = dict(os.environ)
     cache = tempfile.mkdtemp(prefix="replay-sweep-cache-")  # verdicts of this run only
     env["TORCHNEURON_CACHE_DIR"] = cache
@@ -551,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
             t.join()
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    ordered = {n: results[n] for n in _names(a.suite, a.only, a.limit) if n in results}
+    ordered = {n: results[n] for n in _names(a.suite, a.only, a.limit, a.elementwise)
+               if n in results}
     summary = report(a.suite, ordered, time.perf_counter() - t0)
     if a.json:
         with open(a.json, "w") as fh:

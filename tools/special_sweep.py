@@ -22,9 +22,13 @@ eager did not), ``overflow`` (a reduction or matmul on the ``big`` variant: +-ma
 overflow or cancel depending on the summation order, which is not reproduced), ``zero-sign``,
 ``ulp`` (elementwise within tolerance, not bit-equal).
 
-    python tools/special_sweep.py [--only a,b] [--shard I/N] [--samples K]
+    python tools/special_sweep.py [--only a,b] [--elementwise] [--shard I/N] [--samples K]
         [--dtypes float32,...] [--variants plain,nan,...] [--json out.json]
         [--merge a.json ...] [--all] [-v]
+
+``--elementwise`` keeps only OpInfo's elementwise and reduction ops (its ``UnaryUfuncInfo``,
+``BinaryUfuncInfo`` and ``ReductionOpInfo`` entries, and ``ELEMENTWISE`` below), the
+scope of issue 22's sweep over every such op.
 
 Families covered elsewhere (tests/compiler/test_special_values*.py, test_max_min_dim.py,
 test_fmod_remainder.py, test_pool_nan.py, and the exact-ops helper's pow / relu / clamp /
@@ -171,6 +175,13 @@ def _is_elementwise(op: Any) -> bool:
     from torch.testing._internal.opinfo.core import BinaryUfuncInfo, UnaryUfuncInfo
 
     return isinstance(op, (UnaryUfuncInfo, BinaryUfuncInfo)) or op.name in ELEMENTWISE
+
+
+def is_elementwise_or_reduction(op: Any) -> bool:
+    """The ``--elementwise`` selection: OpInfo's ufunc and reduction classes."""
+    from torch.testing._internal.opinfo.core import ReductionOpInfo
+
+    return _is_elementwise(op) or isinstance(op, ReductionOpInfo)
 
 
 def _compiled(fn: Any, tensors: list[torch.Tensor]) -> tuple[Any, int, int]:
@@ -351,6 +362,8 @@ def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", "--ops", default="", help="comma-separated OpInfo names")
+    ap.add_argument("--elementwise", action="store_true",
+                    help="only elementwise and reduction ops (ufunc and reduction OpInfos)")
     ap.add_argument("--shard", default="", help="I/N: every N-th op starting at I")
     ap.add_argument("--samples", type=int, default=3,
                     help="samples per op and dtype, spread over OpInfo's list (0: all)")
@@ -377,7 +390,10 @@ def main(argv: list[str] | None = None) -> int:
         dtypes, variants = args.dtypes.split(","), args.variants.split(",")
         results = {}
         t0 = time.time()
-        for op in _select(cmi.op_db, args.only, args.shard):
+        ops = cmi.op_db
+        if args.elementwise:
+            ops = [op for op in ops if is_elementwise_or_reduction(op)]
+        for op in _select(ops, args.only, args.shard):
             key = op_id(op)
             if op.name in UNSPECIFIED or op.name.startswith(("empty", "new_empty")) \
                     or op.has_nondeterministic_output:

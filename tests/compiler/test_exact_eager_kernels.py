@@ -51,7 +51,7 @@ UNARY: dict[str, tuple[Callable[..., torch.Tensor], tuple[float, float]]] = {
     "bessel_y0": (S.bessel_y0, (0.1, 9)), "bessel_y1": (S.bessel_y1, (0.1, 9)),
     "airy_ai": (S.airy_ai, (-5, 5)), "erfcx": (S.erfcx, (-9, 9)),
     "i0e": (S.i0e, (-9, 9)), "i1": (S.i1, (-9, 9)), "i1e": (S.i1e, (-9, 9)),
-    "log_ndtr": (S.log_ndtr, (-9, 9)),
+    "log_ndtr": (S.log_ndtr, (-9, 9)), "entr": (S.entr, (-1, 9)),
     "ndtri": (S.ndtri, (0, 1)), "spherical_bessel_j0": (S.spherical_bessel_j0, (-9, 9)),
     "modified_bessel_i0": (S.modified_bessel_i0, (-9, 9)),
     "modified_bessel_i1": (S.modified_bessel_i1, (-9, 9)),
@@ -131,10 +131,11 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
               "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
               "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
               "upsample_bicubic2d", "_upsample_bilinear2d_aa",
-              "_upsample_bicubic2d_aa"}  # (lerp, addcmul: test_exact_lerp.py,
+              "_upsample_bicubic2d_aa", "logit"}  # (lerp, addcmul: test_exact_lerp.py,
     # test_exact_addcmul.py; native_layer_norm: test_exact_linear.py; nll_loss*:
-    # test_assorted_exact_ops.py, test_exact_nll_loss_and_bf16_norm_grad.py; batch norm: test_exact_batch_norm.py; the resizes:
-    # test_interpolate_exact.py, test_decomp_resample.py and below)
+    # test_assorted_exact_ops.py, test_exact_nll_loss_and_bf16_norm_grad.py; batch norm:
+    # test_exact_batch_norm.py; the resizes: test_interpolate_exact.py,
+    # test_decomp_resample.py and below; half logit: test_special_values_sweep4.py)
     listed = {p for k in EAGER_KERNELS for p in k.packets}
     assert set(CPU_DEPENDENT) | set(EAGER_BITS) <= listed
     for packet in listed:

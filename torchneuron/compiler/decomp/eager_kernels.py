@@ -114,11 +114,15 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # a transcendental and the gradient's (or second operand's) product
     EagerKernel(("gelu_backward", "silu_backward", "softplus_backward", "mish_backward",
                  "log_sigmoid_backward", "xlogy", "special_xlog1py", "special_zeta",
-                 "logaddexp"),
+                 "logaddexp", "special_entr"),
                 "elementwise", vector=2, scalar=1),
     # polynomials of a degree given per element: a few multiply-adds
     EagerKernel(("special_hermite_polynomial_h", "special_hermite_polynomial_he", *_CHEBYSHEV),
                 "elementwise", vector=4, scalar=0),
+    # half-precision logit: eager rounds to the half type after each of its steps
+    # (x / (1 - x), then log), where the lowering kept float32 between them (float16
+    # logit(0.4700) gave -0.12024, eager -0.12079; bfloat16 off by 2 ulps); float32 lowers
+    EagerKernel(("logit",), "elementwise", vector=2, scalar=1, when=_input_of(0, _HALVES)),
     # compare-and-select
     EagerKernel(("hardtanh_backward",), "elementwise", vector=2, scalar=0),
     # a multiply-add of three operands, fused or not as the CPU's build of eager does it

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -125,12 +126,37 @@ def angle(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(x), x, torch.where(x < 0, math.pi, 0.0).to(x.dtype))
 
 
+@_register(aten.round.decimals)
+def round_decimals(x: torch.Tensor, *, decimals: int = 0) -> Any:
+    """ATen's order: ``nearbyint(x / 10**-d) * 10**-d`` for negative ``d``, ``nearbyint(x *
+    10**d) / 10**d`` for positive, in float32 for half types. PyTorch's reference multiplies
+    by ``10**-d`` instead, which is inexact: float32's max rounded to 3.4028233e38 at
+    ``decimals=-3`` where eager keeps 3.4028235e38."""
+    if decimals == 0 or abs(decimals) > 300 or not x.is_floating_point():
+        return NotImplemented
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    ten = 10.0 ** abs(decimals)
+    if wide == torch.float32:  # (ATen casts the power to the op's math type)
+        try:
+            ten = struct.unpack("f", struct.pack("f", ten))[0]
+        except OverflowError:
+            ten = math.inf
+    a = x.to(wide)
+    r = torch.round(a / ten) * ten if decimals < 0 else torch.round(a * ten) / ten
+    return r.to(x.dtype)
+
+
 @_register(aten.frexp.Tensor)
 def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mantissa in [0.5, 1) and exponent. The scale 2**e is applied in two halves: for the
+    dtype's largest numbers 2**e itself overflows (float32's max has e = 128), and x / inf
+    gave a mantissa of 0 where eager gives 0.99999994; each half is a power of two in
+    range, so both divisions are exact."""
     ax = torch.abs(x)
     safe = torch.where((ax == 0) | ~torch.isfinite(ax), 1.0 + 0 * x, ax)
     e = torch.floor(torch.log2(safe)) + 1
-    m = x / torch.pow(2.0, e)
+    half = torch.floor(e / 2)
+    m = x / torch.pow(2.0, half) / torch.pow(2.0, e - half)
     fix_hi, fix_lo = torch.abs(m) >= 1, (torch.abs(m) < 0.5) & (m != 0)
     e = torch.where(fix_hi, e + 1, torch.where(fix_lo, e - 1, e))
     m = torch.where(fix_hi, m / 2, torch.where(fix_lo, m * 2, m))
