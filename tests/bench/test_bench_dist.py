@@ -1,12 +1,6 @@
 """``torchneuron-bench --nproc 2 --parallel ddp,fsdp``: ranks started by torchrun, as a user
 runs it (one bench run of three steps, eager, for the file), and the command's argument
-checks (in-process, no launch).
-
-The run trains the zoo's MLP, not the default GPT (the launcher, records and figures
-are the same for every training workload): its ranks start and step in about two thirds
-of the GPT's wall time, and DDP's all-reduce and FSDP2's all-gathers / reduce-scatters
-still overlap compute (what the figures below check). DDP and FSDP2 numerics against
-gloo on CPU are ``tests/distributed/test_ranks.py``'s."""
+checks (in-process, no launch)."""
 
 from __future__ import annotations
 
@@ -30,7 +24,7 @@ def dist_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
         [sys.executable, "-m", "torchneuron.bench", "--no-progress", "--nproc", "2",
-         "--parallel", "ddp,fsdp", "--models", "mlp", "--modes", "eager", "--steps", "3", "--timeout", "240",
+         "--parallel", "ddp,fsdp", "--modes", "eager", "--steps", "3", "--timeout", "240",
          "--out", str(out)], capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -43,7 +37,7 @@ def test_one_record_per_parallelism_and_rank_count(dist_run: Path) -> None:
     for r in recs:
         assert list(r) == list(DIST_FIELDS)
         assert r["status"] == "ok", (r["reason"], r["traceback"])
-        assert r["model"] == "mlp" and r["steps"] == 3 and len(r["step_ms"]) == 3
+        assert r["model"] == "gpt" and r["steps"] == 3 and len(r["step_ms"]) == 3
         assert len(r["steady_ms_per_rank"]) == r["nproc"]
         assert r["steady_ms"] == max(r["steady_ms_per_rank"])
         assert r["max_abs_diff_vs_eager"] == 0
