@@ -48,8 +48,10 @@ def _paths() -> list[tuple[str, dict[str, str]]]:
 
 
 # The files run in this many processes per path, so pytest-xdist's workers share them
-# (in one process they were the suite's longest test: about 4 minutes on 2 loaded cores).
-CHUNKS = 3
+# (in one process they were the suite's longest test: about 4 minutes on 2 loaded cores);
+# one per worker of `make test`'s two: each process pays its own start-up (torch, Dynamo,
+# the lowering worker) before its first test.
+CHUNKS = 2
 
 
 def _chunk(i: int) -> list[str]:
