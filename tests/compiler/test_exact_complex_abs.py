@@ -42,6 +42,7 @@ def test_eager_complex128_abs_depends_on_the_loop() -> None:
     assert not torch.equal(z.abs()[6:], alone[6:])
 
 
+@pytest.mark.same_on_every_cpu
 def test_complex128_abs_is_refused_and_runs_eagerly() -> None:
     z = _values(torch.complex128)
     try:

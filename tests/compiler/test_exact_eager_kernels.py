@@ -115,12 +115,14 @@ def test_every_op_compiles_to_eagers_bits() -> None:
     assert not bad, f"differing elements per op: {bad}"
 
 
+@pytest.mark.same_on_every_cpu
 def test_complex_values_are_still_refused() -> None:
     with pytest.raises(CompileError) as err:
         compile_graph(torch.acos, [torch.randn(8, dtype=torch.complex64)], name="acos")
     assert err.value.reason in REASONS and err.value.stage == "prepare", err.value
 
 
+@pytest.mark.same_on_every_cpu
 def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
     """The lists name real ops (a typo would carry nothing) and each is tested above
     (the backward ops in test_training_step_gradients_are_eagers_bits)."""

@@ -34,6 +34,7 @@ def test_eager_float64_hypot_depends_on_the_loop() -> None:
     assert not torch.equal(in_block[4:], alone[4:])
 
 
+@pytest.mark.same_on_every_cpu
 def test_float64_hypot_is_refused_with_its_reason() -> None:
     a, b = _operands()
     with pytest.raises(CompileError) as info:

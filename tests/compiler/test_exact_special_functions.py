@@ -83,6 +83,7 @@ def test_integer_input_gives_eagers_bits() -> None:
         assert g.dtype == w.dtype and _bits_equal(g, w)
 
 
+@pytest.mark.same_on_every_cpu
 def test_unbounded_kernels_are_refused_not_approximated() -> None:
     """igamma's series and continued fraction run up to 2000 trips: it runs eagerly
     (zeta, unbounded only for negative q, is regrouped there: decomp_zeta)."""

@@ -56,6 +56,7 @@ EXACT: dict[str, Callable[[torch.Tensor], Any]] = {
 }
 
 
+@pytest.mark.same_on_every_cpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_tie_ordering_ops_are_refused_and_run_eagerly(case: str, dtype: torch.dtype) -> None:

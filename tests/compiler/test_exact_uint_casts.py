@@ -43,6 +43,7 @@ def test_float_to_wide_unsigned_is_exact_or_refused(dtype: torch.dtype,
         matches_eager(fn, x[:5].clone(), refused_ok=True)
 
 
+@pytest.mark.same_on_every_cpu
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_float_to_uint32_is_refused_with_its_reason(dtype: torch.dtype) -> None:
     with pytest.raises(CompileError) as info:
@@ -50,6 +51,7 @@ def test_float_to_uint32_is_refused_with_its_reason(dtype: torch.dtype) -> None:
     assert info.value.reason == "float-to-uint32" and info.value.stage == "prepare"
 
 
+@pytest.mark.same_on_every_cpu
 def test_copy_of_floats_into_uint32_input_is_refused() -> None:
     u = torch.zeros(len(SPECIAL), dtype=torch.uint32)
     f = torch.tensor(SPECIAL, dtype=torch.float32)

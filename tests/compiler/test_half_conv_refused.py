@@ -32,6 +32,7 @@ def _inputs(case: str, dtype: torch.dtype) -> list[torch.Tensor]:
     return [x, w, b]
 
 
+@pytest.mark.same_on_every_cpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_half_conv_is_refused_and_torch_compile_gives_eagers_bits(case: str,
@@ -61,6 +62,7 @@ def test_half_conv_training_gradients_equal_eagers() -> None:
     assert torch.equal(dev.weight.grad.cpu(), cpu.weight.grad)
 
 
+@pytest.mark.same_on_every_cpu
 def test_float32_conv_still_compiles() -> None:
     x, w, b = _inputs("conv2d", torch.float32)
     (got,) = compile_graph(CASES["conv2d"][0], [x, w, b]).run([x, w, b])

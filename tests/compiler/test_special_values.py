@@ -103,6 +103,7 @@ _INT_CASES: dict[str, Callable[[torch.Tensor], Any]] = {
 }
 
 
+@pytest.mark.same_on_every_cpu
 @pytest.mark.parametrize("dtype", (torch.uint8, torch.int8, torch.int32, torch.bool))
 @pytest.mark.parametrize("case", sorted(_INT_CASES))
 def test_integer_and_bool_extremes_match_eager(case: str, dtype: torch.dtype) -> None:
@@ -112,6 +113,7 @@ def test_integer_and_bool_extremes_match_eager(case: str, dtype: torch.dtype) ->
     _matches_eager(_INT_CASES[case], x, refused_ok=case == "cummax1" and dtype == torch.bool)
 
 
+@pytest.mark.same_on_every_cpu
 @pytest.mark.parametrize("op", (torch.max, torch.min))
 def test_max_of_empty_is_refused_as_eager_raises(op: Callable[..., Any]) -> None:
     _matches_eager(lambda a: op(a), torch.zeros(0, 3))
@@ -148,6 +150,7 @@ def _int_pair(dtype: torch.dtype, zero: bool) -> tuple[torch.Tensor, torch.Tenso
     return a.to(dtype), b.to(dtype)
 
 
+@pytest.mark.same_on_every_cpu
 @pytest.mark.parametrize("dtype", _INTS)
 @pytest.mark.parametrize("zero", (False, True), ids=("nonzero", "zero-divisor"))
 def test_integer_floor_division_matches_eager(dtype: torch.dtype, zero: bool) -> None:
@@ -228,6 +231,7 @@ def test_float_floor_and_trunc_division_match_eager(dtype: torch.dtype) -> None:
     _matches_eager(torch.trunc, a / 7)
 
 
+@pytest.mark.same_on_every_cpu
 @pytest.mark.parametrize("op", (torch.cummax, torch.cummin))
 def test_int64_cummax_cummin_compare_exactly(op: Callable[..., Any]) -> None:
     """int64 values past 2**53 (the fill was a Python float, so the rows compared in float)."""
