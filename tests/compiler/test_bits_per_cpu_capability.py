@@ -66,14 +66,11 @@ def test_bit_for_bit_files_pass_at_every_cpu_capability(chunk: int) -> None:
     assert BIT_FILES and all(_chunk(i) for i in range(CHUNKS)), "no bit-for-bit test files"
     failed = []
     for name, env in _paths():
-        # lowered in the test process: the same lowering, without a worker process to
-        # start and each graph's round trip to it (a chunk took 66 s, now 54 s, idle)
-        env = {**env, "PYTHONPATH": str(ROOT), "TORCHNEURON_COMPILE_LATENCY": "0",
-               "TORCHNEURON_COMPILE_IN_PROCESS": "1"}
+        env = {**env, "PYTHONPATH": str(ROOT), "TORCHNEURON_COMPILE_LATENCY": "0"}
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-             "-x", "-m", "not same_on_every_cpu", *_chunk(chunk)], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=1800)
+             "-x", "-m", "not same_on_every_cpu", *_chunk(chunk)], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=1800)
         if run.returncode != 0:
             failed.append(f"--- at {name}:\n" + run.stdout[-4000:])
     assert not failed, "\n".join(failed)
