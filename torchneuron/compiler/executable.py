@@ -454,6 +454,8 @@ def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[in
     256 -> 4). A channels_last convolution made contiguous took oneDNN's other path
     (170 of 288 outputs). Other ops keep contiguous inputs, which the interpreter's index
     arithmetic assumes."""
+    from torch._prims_common import make_contiguous_strides_for
+
     func = module.functions[module.entry]
     readers: dict[str, set[str]] = {}
 
@@ -470,20 +472,12 @@ def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[in
     for k, spec in enumerate(sig["inputs"][: sig["num_user_inputs"]]):
         shape, stride = spec["shape"], tuple(spec["stride"])
         if k in complex_inputs or k >= len(func.args) or not _dense(shape, stride) \
-                or stride == _contiguous_strides(shape):
+                or stride == tuple(make_contiguous_strides_for(shape)):
             continue
         used = readers.get(func.args[k][0], set())
         if used and used <= _LAYOUT_READERS:
             kept.append((k, stride))
     return kept
-
-
-def _contiguous_strides(shape: list[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _dense(shape: list[int], stride: tuple[int, ...]) -> bool:
