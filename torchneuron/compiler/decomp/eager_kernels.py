@@ -125,6 +125,14 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     EagerKernel(("logit",), "elementwise", vector=2, scalar=1, when=_input_of(0, _HALVES)),
     # compare-and-select
     EagerKernel(("hardtanh_backward",), "elementwise", vector=2, scalar=0),
+    # compare-and-select whose bits depend on the element's place in ATen's loop: the
+    # scalar tail of softshrink computes ``x * 0`` (-0.0 at a negative x inside the band),
+    # the vector body masks (+0.0); the shrinks' backward gives the gradient at NaN in the
+    # tail and 0 in the body. Where the tail starts is the CPU's vector width (AVX2 and
+    # AVX-512 differ), so only eager's own kernel gives eager's bits on every CPU
+    EagerKernel(("softshrink",), "elementwise", vector=2, scalar=0),
+    EagerKernel(("softshrink_backward", "hardshrink_backward"), "elementwise", vector=2,
+                scalar=0),
     # a multiply-add of three operands, fused or not as the CPU's build of eager does it
     # (written out, AdamW's lerp_ and addcmul_ emulated the fused form exactly in float64:
     # 1.74x the MLP's replayed host instructions; float64 was refused where eager fuses)
@@ -139,6 +147,11 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # transformer's LayerNorm: 1333 of 4096 float32 outputs differed when lowered)
     EagerKernel(("native_layer_norm",), "reduce", vector=5, scalar=1),
     EagerKernel(("native_layer_norm_backward",), "reduce", vector=8, scalar=0),
+    # variance and standard deviation: a float32 reduction over every element takes the
+    # mean in float32 in the order of eager's vector loop (+-3.4e38 and 1e30 overflow it
+    # to inf or NaN depending on that order: eager gave NaN, the lowering inf), the others
+    # Welford in double. A mean pass, the squared deviations and their sum
+    EagerKernel(("var", "std", "var_mean", "std_mean"), "reduce", vector=4, scalar=0),
     # the picked log-probabilities summed: eager scales each by the negated weight, and a
     # NaN's sign survives a multiply where the lowered negation flipped it (a NaN row of
     # cross_entropy gave -NaN where eager gives +NaN)

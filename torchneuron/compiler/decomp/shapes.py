@@ -10,8 +10,12 @@ Each entry here rewrites only those cases into the same op on shapes the lowerin
   what ATen's kernel does (``expand_outplace`` / TensorIterator); only when all operands
   share a dtype, since expanding a 0-d operand would change type promotion;
 - 0-d ``cumsum``, ``_softmax`` (whose lowering hangs Torch-MLIR until the worker times
-  out), ``_log_softmax`` and ``linalg_vector_norm`` run on a 1-element view; 0-d ``max.dim`` / ``min.dim`` are the value
-  itself and index 0 (the only element);
+  out) and ``_log_softmax`` run on a 1-element view; 0-d ``max.dim`` / ``min.dim`` are the
+  value itself and index 0 (the only element);
+- ``linalg_vector_norm`` over dims that all have size 1 (a 0-d tensor included) is
+  ``abs`` (``x != 0`` for ord 0), as ATen's kernel computes it before any reduction: the
+  lowered ``sum(|x| ** ord) ** (1 / ord)`` overflowed, ``vector_norm(tensor(3.4e38),
+  ord=6)`` gave inf where eager gives 3.4e38 (tools/special_sweep.py, ``big``);
 - ``_cdist_forward`` with an empty result or no features is zeros of the result's shape
   (PyTorch's decomposition fails to trace the p=inf norm over an empty dim);
 - ``copysign.Scalar`` divides through a 0-d tensor, as ``copysign.Tensor`` lowers.
@@ -90,9 +94,17 @@ def _vector_norm(prev: Callable[..., Any] | None) -> Callable[..., Any]:
 
     def fn(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,
            dtype: torch.dtype | None = None) -> Any:
-        if x.dim() != 0:
+        if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+            dims = list(range(x.dim()))
+        else:
+            dims = [d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)]
+        if any(x.shape[d] != 1 for d in dims if x.dim()):
             return _call(op, prev, x, ord, dim, keepdim, dtype=dtype)
-        return op(x.reshape(1), ord, None, False, dtype=dtype).reshape(())
+        one = x if dtype is None else x.to(dtype)
+        if not keepdim and dims and x.dim():
+            one = one.squeeze(dims)
+        out = torch.abs(one)
+        return (one != 0).to(out.dtype) if ord == 0 else out
 
     return fn
 

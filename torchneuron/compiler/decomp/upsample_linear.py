@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch._C import DispatchKey
 
+from torchneuron.compiler.decomp import autograd_kernels
 from torchneuron.compiler.decomp.registry import registrar
 from torchneuron.compiler.decomp.resample import area_pixel_scale
 from torchneuron.compiler.prepare.trace_lock import TRACE_LOCK
@@ -184,7 +185,8 @@ _depth = [0]  # nesting of eager_resample_kernels (under TRACE_LOCK)
 
 @contextlib.contextmanager
 def eager_resample_kernels() -> Iterator[None]:
-    """While a trace runs: the resampling ops' Python kernels are ours (see above).
+    """While a trace runs: the resampling ops' Python kernels are ours (see above), and
+    the ops of ``decomp.autograd_kernels`` have none.
     Holds ``TRACE_LOCK`` (the kernels are process-wide, so no other torchneuron trace may
     see them half swapped); re-entrant, since prepare runs inside AOTAutograd's compile."""
     with TRACE_LOCK:
@@ -212,7 +214,8 @@ def _swapped() -> Iterator[None]:
             op._dispatch_cache.clear()
     _depth[0] = 1
     try:
-        yield
+        with autograd_kernels.undecomposed():  # softshrink's, likewise (its own module)
+            yield
     finally:
         _depth[0] = 0
         for op, key, fn in saved:
