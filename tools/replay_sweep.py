@@ -34,7 +34,8 @@ input gradients of the sum of the outputs, and the buffers after the step.
 
 Usage::
 
-    python tools/replay_sweep.py ops [--only add,mm] [--limit N] [--samples K] [--jobs J]
+    python tools/replay_sweep.py ops [--only add,mm] [--start I|name] [--limit N]
+        [--samples K] [--jobs J]
         [--json out.json] [--skip done.json ...] [--merge a.json ...] [--exact] [-v]
         [--elementwise] [--dtypes float32,float16,...] [--variants plain,nan,inf,...]
     python tools/replay_sweep.py modules [--only nn.Linear] [--limit N] [--samples K] ...
@@ -416,12 +417,25 @@ def check_module(info: Any, samples: int = DEFAULT_SAMPLES, timeout: int = 0) ->
 # --- driver ------------------------------------------------------------------------------
 
 
-def _names(suite: str, only: str, limit: int, elementwise: bool = False) -> list[str]:
+def _names(suite: str, only: str, limit: int, elementwise: bool = False,
+           start: str = "") -> list[str]:
+    """The names to run, in OpInfo's (ModuleInfo's) order; ``start`` (an index, 0-based,
+    or a name) drops the entries before it, so a sweep that stopped can go on from there
+    without its results file."""
     wanted = [n for n in only.split(",") if n] or None
     names = ([op_id(o) for o in find_ops(wanted)
               if not elementwise or _elementwise_or_reduction(o)] if suite == "ops"
              else [m.name for m in find_modules(wanted)])
     names = list(dict.fromkeys(names))
+    if start:
+        if start.isdigit():
+            at = int(start)
+        elif start in names:
+            at = names.index(start)
+        else:
+            raise SystemExit(f"--start {start!r}: no such {suite[:-1]} in the selection; "
+                             "expected an index or one of its names (see --limit 0 -v)")
+        names = names[at:]
     return names[:limit] if limit else names
 
 
@@ -524,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated names (op or op.variant; "
                    "nn.Linear or Linear)")
     p.add_argument("--limit", type=int, default=0, help="only the first N")
+    p.add_argument("--start", default="", help="begin at this entry: an index into the "
+                   "selection (0-based) or a name (with --limit: the N from there)")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
                    help=f"samples per op or module, spread evenly (0: all; default "
                    f"{DEFAULT_SAMPLES})")
@@ -546,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     RUN_DTYPES[:] = a.dtypes.split(",")
     RUN_VARIANTS[:] = a.variants.split(",")
-    names = _names(a.suite, a.only, a.limit, a.elementwise)
+    names = _names(a.suite, a.only, a.limit, a.elementwise, a.start)
     results: dict[str, dict[str, Any]] = {}
     for path in a.skip + a.merge:
         with open(path) as fh:
@@ -579,8 +595,8 @@ def main(argv: list[str] | None = None) -> int:
             t.join()
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    ordered = {n: results[n] for n in _names(a.suite, a.only, a.limit, a.elementwise)
-               if n in results}
+    ordered = {n: results[n] for n in _names(a.suite, a.only, a.limit, a.elementwise,
+                                             a.start) if n in results}
     summary = report(a.suite, ordered, time.perf_counter() - t0)
     if a.json:
         with open(a.json, "w") as fh:
