@@ -9,9 +9,8 @@ body gives +0.0 (and its scalar tail -0.0: which one depends on the CPU's vector
 While a trace runs, ``undecomposed()`` takes those kernels away, so the C++ Autograd
 kernel records ``aten.softshrink`` (and its derivative, ``aten.softshrink_backward``)
 and the table's entry (``decomp.eager_kernels``) keeps the node for eager's own kernel.
-hardshrink's forward still decomposes (in the table: eager's bits), but its gradient is
-now ``aten.hardshrink_backward``, eager's kernel, where the derivative of the reference's
-``where`` gave the gradient at NaN inputs that eager's vector body gives as 0.
+hardshrink likewise: the derivative of its reference's ``where`` gave the gradient at a
+NaN input, which eager's vector body gives as 0 (``aten.hardshrink_backward`` now).
 
 Entered by ``decomp.upsample_linear.eager_resample_kernels`` (which holds
 ``TRACE_LOCK``, since the kernels are process-wide). Imports torch only.

@@ -129,8 +129,9 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # scalar tail of softshrink computes ``x * 0`` (-0.0 at a negative x inside the band),
     # the vector body masks (+0.0); the shrinks' backward gives the gradient at NaN in the
     # tail and 0 in the body. Where the tail starts is the CPU's vector width (AVX2 and
-    # AVX-512 differ), so only eager's own kernel gives eager's bits on every CPU
-    EagerKernel(("softshrink",), "elementwise", vector=2, scalar=0),
+    # AVX-512 differ), so only eager's own kernel gives eager's bits on every CPU.
+    # hardshrink's forward with them (lowered, its bfloat16 zero needed ml_dtypes: refused)
+    EagerKernel(("softshrink", "hardshrink"), "elementwise", vector=2, scalar=0),
     EagerKernel(("softshrink_backward", "hardshrink_backward"), "elementwise", vector=2,
                 scalar=0),
     # a multiply-add of three operands, fused or not as the CPU's build of eager does it
