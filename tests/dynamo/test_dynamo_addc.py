@@ -20,6 +20,7 @@ import torch
 import torchneuron.compiler as tc
 from tests.compiler.exact import bits_equal
 
+_DIVIDE_ADD = torch.addcdiv
 CASES: dict[str, Callable[..., torch.Tensor]] = {
     "addcmul_": lambda x, a, b: x.addcmul_(a, b, value=0.37),
     "addcdiv_": lambda x, a, b: x.addcdiv_(a, b, value=-0.37),
@@ -27,6 +28,9 @@ CASES: dict[str, Callable[..., torch.Tensor]] = {
     "addcmul": lambda x, a, b: torch.addcmul(x, a, b, value=0.37),
     "users_own": lambda x, a, b: torch.addcdiv(x, a, b, value=0.3) + a / b * 0.3
     + torch.add(x, torch.mul(torch.div(a, b), 0.3)),
+    # called under another name, as OpInfo calls it (its line does not say addcdiv)
+    "renamed": lambda x, a, b: _DIVIDE_ADD(x, a, b, value=3.14),
+    "users_chain": lambda x, a, b: torch.add(x, torch.mul(torch.div(a, b), 3.14)),
 }
 
 

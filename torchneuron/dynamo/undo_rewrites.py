@@ -14,7 +14,8 @@ always); its own config notes "this can affect numerics for non-inductor backend
 - ``torch.addcdiv(x, t1, t2, value=v)`` -> ``x + (t1 / t2) * v``: back to one
   ``torch.addcdiv``. Only Dynamo's own chain is undone (``torch.div``, ``torch.mul`` by
   a number, ``torch.add``, one after another, each used once by the next, from a source
-  line that calls ``addcdiv``); a user's ``x + a / b * v`` traces as operators.
+  line that calls ``addcdiv`` or from one call expression: ``torch.addcdiv`` under
+  another name, as OpInfo calls it); a user's ``x + a / b * v`` traces as operators.
 - ``x.add_(y, alpha=t)`` with a tensor ``t`` -> ``fma(y, t, x)``. Eager reads ``t`` and
   fuses ``x + t * y`` into one rounding. The graph runs eagerly with eager's own
   ``add(x, y, alpha=t.item())`` in the prim's place (the caller counts why: the
@@ -115,8 +116,8 @@ def _undo_addcdiv(gm: fx.GraphModule) -> str | None:
         if not _chained(div, torch.div, mul, between):
             continue
         trace = add.meta.get("stack_trace") or ""
-        if "addcdiv" not in trace or any((n.meta.get("stack_trace") or "") != trace
-                                         for n in (mul, div)):
+        if not ("addcdiv" in trace or _one_expression(trace)) \
+                or any((n.meta.get("stack_trace") or "") != trace for n in (mul, div)):
             continue
         value = mul.args[1]
         with gm.graph.inserting_before(add):
@@ -132,6 +133,16 @@ def _undo_addcdiv(gm: fx.GraphModule) -> str | None:
         for n in (add, mul, div):
             gm.graph.erase_node(n)
     return eager_only
+
+
+def _one_expression(trace: str) -> bool:
+    """Whether a stack trace ends in a caret line (Python marks the span of the
+    expression that made the node). Three nodes with that same trace, carets included,
+    come from one call: ``torch.addcdiv`` called through another name (OpInfo's
+    ``op(*args)``, ``f = torch.addcdiv``), where a user's own ``torch.add(x,
+    torch.mul(torch.div(a, b), v))`` marks a different span for each of its calls."""
+    lines = [ln.strip() for ln in trace.splitlines() if ln.strip()]
+    return bool(lines) and set(lines[-1]) <= {"^", "~"}
 
 
 def _chained(node: Any, target: Any, user: fx.Node, between: fx.Node | None = None) -> bool:
