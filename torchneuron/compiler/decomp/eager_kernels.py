@@ -282,14 +282,42 @@ def _entry(kernel: EagerKernel, op: Any, base: Callable[..., Any] | None) -> Cal
     return decomposition
 
 
+def _writing_batch_norm(base: Callable[..., Any] | None) -> Callable[..., Any]:
+    """``_native_batch_norm_legit`` (the overload that writes its running statistics) as
+    its functional overload, eager's kernel, and two ``copy_`` into the statistics.
+
+    Why: a graph adaptive eager captured holds ``native_batch_norm``, the op the device
+    ran; the python dispatcher turns it into this overload below functionalization, where
+    PyTorch's entry spelled it out as ``var_mean`` and arithmetic (a CNN's replayed
+    region gave outputs, running variances and so every later gradient off in the last
+    bits from the first replay on). The copies are written back by prepare's retrace
+    (``_mutates_intermediates``), as PyTorch's entry's were; the call then reaches the
+    functional overload's entry, which keeps it as eager's kernel."""
+    functional = aten._native_batch_norm_legit_functional.default
+    kernel = next(k for k in EAGER_KERNELS if functional.__name__.split(".")[0] in k.packets)
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != 8 or not _applies(kernel, functional, args, {}):
+            return base(*args, **kwargs) if base is not None else NotImplemented
+        out, mean, rstd, new_mean, new_var = functional(*args)
+        args[3].copy_(new_mean)
+        args[4].copy_(new_var)
+        return out, mean, rstd
+
+    return decomposition
+
+
 def eager_kernel_decompositions(base: Table) -> Table:
     """The layer: an entry for every overload above that keeps the node when the call
-    applies and otherwise defers to ``base``'s entry (the table built so far)."""
+    applies and otherwise defers to ``base``'s entry (the table built so far); and the
+    batch norm that writes its statistics, as its functional overload's kernel."""
     table: Table = {}
     for kernel in EAGER_KERNELS:
         for packet in kernel.packets:
             for op in functional_overloads(packet):
                 table[op] = _entry(kernel, op, base.get(op))
+    legit = aten._native_batch_norm_legit.default
+    table[legit] = _writing_batch_norm(base.get(legit))
     return table
 
 
