@@ -91,6 +91,15 @@ def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return len(dtypes) == 1
 
 
+def _no_dropout(at: int) -> Callable[[tuple[Any, ...], dict[str, Any]], bool]:
+    """A call whose ``dropout_p`` (at position ``at``) is 0: it draws nothing."""
+    def when(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        p = args[at] if len(args) > at else kwargs.get("dropout_p", 0.0)
+        return p == 0.0
+
+    return when
+
+
 _HALVES = (torch.float16, torch.bfloat16)
 _UPSAMPLE = tuple(f"{name}{grad}" for name in (
     "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
@@ -160,6 +169,19 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # weighted sum per output element
     EagerKernel(_UPSAMPLE[:8], "elementwise", vector=4, scalar=0, when=_input_of(0, _HALVES)),
     EagerKernel(_UPSAMPLE[8:], "elementwise", vector=6, scalar=0),
+    # a norm's sum of powers in the order of eager's reduction loop (gradient clipping's
+    # per-parameter norms, replayed in a region, were off by an ulp and so every clipped
+    # gradient after them)
+    EagerKernel(("linalg_vector_norm",), "reduce", vector=2, scalar=0),
+    # CPU's flash attention, which SDPA picks on the CPU (and on the device, equal to it)
+    # for float inputs without dropout: blocks of query rows against blocks of keys with
+    # a running max and sum, which math attention does not round alike (a GPT's replayed
+    # attention was off in the last bits). Its two products per score and the row's
+    # exp, max and sum; the backward's five products
+    EagerKernel(("_scaled_dot_product_flash_attention_for_cpu",), "reduce", vector=6,
+                scalar=1, when=_no_dropout(3)),
+    EagerKernel(("_scaled_dot_product_flash_attention_for_cpu_backward",), "reduce",
+                vector=10, scalar=1, when=_no_dropout(6)),
 )
 
 
