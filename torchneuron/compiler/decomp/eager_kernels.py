@@ -101,6 +101,7 @@ def _no_dropout(at: int) -> Callable[[tuple[Any, ...], dict[str, Any]], bool]:
 
 
 _HALVES = (torch.float16, torch.bfloat16)
+_WIDE = (torch.float32, torch.float64)
 _UPSAMPLE = tuple(f"{name}{grad}" for name in (
     "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
     "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa") for grad in ("", "_backward"))
@@ -314,12 +315,14 @@ def _writing_batch_norm(base: Callable[..., Any] | None) -> Callable[..., Any]:
     region gave outputs, running variances and so every later gradient off in the last
     bits from the first replay on). The copies are written back by prepare's retrace
     (``_mutates_intermediates``), as PyTorch's entry's were; the call then reaches the
-    functional overload's entry, which keeps it as eager's kernel."""
+    functional overload's entry, which keeps it as eager's kernel. Half types keep the
+    entries before (float16's premise, bfloat16's refusal)."""
     functional = aten._native_batch_norm_legit_functional.default
     kernel = next(k for k in EAGER_KERNELS if functional.__name__.split(".")[0] in k.packets)
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) != 8 or not _applies(kernel, functional, args, {}):
+        if (kwargs or len(args) != 8 or args[0].dtype not in _WIDE
+                or not _applies(kernel, functional, args, {})):
             return base(*args, **kwargs) if base is not None else NotImplemented
         out, mean, rstd, new_mean, new_var = functional(*args)
         args[3].copy_(new_mean)
