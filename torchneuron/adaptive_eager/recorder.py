@@ -274,8 +274,11 @@ class Segment:
         refs = []
         for k, (out, r) in enumerate(zip(outs, leaves, strict=True)):
             if out is not None and type(out) is not SameOut:
-                self.src[vid_of(r)] = (seq, k)
-                refs.append(weakref.ref(_alive_token(r)))
+                d = r.__dict__  # ``vid_of`` and ``_alive_token``, without their calls
+                v = d.get("_ae_vid")
+                self.src[v[0] if v is not None and v[1] == id(r) else vid_of(r)] = (seq, k)
+                token = d.get("_ae_alive")
+                refs.append(weakref.ref(token if token is not None else _alive_token(r)))
             else:
                 refs.append(None)
         vids = []
