@@ -74,3 +74,22 @@ def test_a_planted_block_is_found_and_pieces_tile_the_window(
     _check_pieces(keys, lo, hi, pieces)
     repeated = [p for p in pieces if p.copies > 1]
     assert any(p.period == period and p.copies == copies for p in repeated), pieces
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from("abc"), min_size=0, max_size=40), st.integers(0, 6),
+       st.integers(1, 4))
+def test_remembered_repeats_are_those_of_the_window_wherever_it_lies(
+        keys: list, shift: int, min_period: int) -> None:
+    """``tandem_repeats`` remembers its answer per window of keys: the same window found
+    again at another position (the next step's segment, a piece of a split) gives the
+    same repeats moved there, and every repeat it gives is real (its copies are equal)."""
+    first = tandem_repeats(keys, 0, len(keys), min_period)
+    padded = ["pad"] * shift + keys + ["end"]
+    again = tandem_repeats(padded, shift, shift + len(keys), min_period)
+    assert again == [Repeat(r.start + shift, r.period, r.copies) for r in first]
+    for r in again:
+        assert r.period >= min_period and r.copies >= 2
+        block = padded[r.start:r.start + r.period]
+        for j in range(1, r.copies):
+            assert padded[r.start + j * r.period:r.start + (j + 1) * r.period] == block

@@ -133,13 +133,15 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
               "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
               "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
               "upsample_bicubic2d", "_upsample_bilinear2d_aa",
-              "_upsample_bicubic2d_aa", "logit", "softshrink", "hardshrink", "var", "std",
-              "var_mean", "std_mean"}  # (lerp, addcmul: test_exact_lerp.py,
+              "_upsample_bicubic2d_aa", "logit", "linalg_vector_norm",
+              "_scaled_dot_product_flash_attention_for_cpu", "softshrink", "hardshrink",
+              "var", "std", "var_mean", "std_mean"}  # (lerp, addcmul: test_exact_lerp.py,
     # test_exact_addcmul.py; native_layer_norm: test_exact_linear.py; nll_loss*:
     # test_assorted_exact_ops.py, test_exact_nll_loss_and_bf16_norm_grad.py; batch norm:
     # test_exact_batch_norm.py; the resizes: test_interpolate_exact.py,
-    # test_decomp_resample.py and below; half logit: test_special_values_sweep4.py; the
-    # shrinks and the variance family: test_special_values_sweep5.py)
+    # test_decomp_resample.py and below; half logit: test_special_values_sweep4.py;
+    # linalg_vector_norm, flash attention: test_exact_norm_and_flash.py; the shrinks and
+    # the variance family: test_special_values_sweep5.py)
     listed = {p for k in EAGER_KERNELS for p in k.packets}
     assert set(CPU_DEPENDENT) | set(EAGER_BITS) <= listed
     for packet in listed:

@@ -60,3 +60,18 @@ def test_compiled_transformer_step_beats_eager(fresh_cores: None,
         fused = cost["hbm_read_bytes"] + cost["hbm_write_bytes"]
         op_by_op = cost["eager_hbm_read_bytes"] + cost["eager_hbm_write_bytes"]
         assert 0 < fused < op_by_op
+
+
+def test_a_compiled_function_charges_the_core_after_a_hardware_reset() -> None:
+    """``torchneuron.hardware.reset()`` forgets every core; a function compiled before it
+    charges its launches to the new core (it charged the forgotten one: the new run's
+    simulated time and launch count missed every compiled call)."""
+    from torchneuron import hardware
+
+    fn = torch.compile(lambda a: (a * 2 + 1).relu(), backend="neuron")
+    x = torch.randn(64, device="neuron")
+    fn(x)
+    hardware.reset()
+    before = hardware.get_core(0).stats()["executable_launches"]
+    fn(torch.randn(64, device="neuron"))
+    assert hardware.get_core(0).stats()["executable_launches"] == before + 1

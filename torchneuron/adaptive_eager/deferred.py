@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from torchneuron.adaptive_eager import issued
 from torchneuron.adaptive_eager.recorder import run_eagerly
-from torchneuron.adaptive_eager.signature import SameOut, rebuild_call
+from torchneuron.adaptive_eager.signature import rebuild_call
 from torchneuron.device import buffers
 from torchneuron.device.tensor import wrap_buffer
 from torchneuron.dispatch.rerun import facts_of, rerun
@@ -50,11 +50,14 @@ def run(rp: Replay) -> None:
     bufs: dict[tuple[int, int], torch.Tensor] = {}  # every value's buffer
     wrapped: dict[tuple[int, int], torch.Tensor] = {}  # values as neuron tensors
     held: list[_Held] = []  # account the buffers no wrapper holds, as eager's would
-    sigs = rp.region.sigs
+    guards = rp.guards  # the region's ops' outputs (``OpGuard.news``, ``struct``)
     facts = rp.region.rerun_facts
-    if facts is None or len(facts) != len(sigs):
-        facts = rp.region.rerun_facts = [_UNSEEN] * len(sigs)
+    if facts is None or len(facts) != len(guards):
+        facts = rp.region.rerun_facts = [_UNSEEN] * len(guards)
     index = rp.index
+    core = rp.core
+    pending = rp.pending
+    track = buffers.track
     # an input whose wrapper got another buffer after its first use: the ops deferred
     # before that ran, in eager, on the buffer it had then
     moved = {id(t): wrap_buffer(b, index) for t, b in zip(rp.ext, rp.ext_buffers,
@@ -65,24 +68,25 @@ def run(rp: Replay) -> None:
     # a view in inference mode takes eager dispatch's own path (its wrapper is made
     # outside inference mode, a composite one decomposed): the facts are not for it
     inference = torch.is_inference_mode_enabled()
+    templates = rp.templates
+    all_refs = rp.refs
     with no_modes():
         start = 0
-        for i, func in enumerate(rp.funcs):
-            end = rp.ref_ends[i]
-            refs = rp.refs[start:end]
+        for i, (func, end) in enumerate(zip(rp.funcs, rp.ref_ends, strict=True)):
+            refs = all_refs[start:end]
             start = end
             f = facts[i]
             try:
                 if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
                     tensors = [bufs[r] if type(r) is tuple else ext_buf[id(r)]
                                for r in refs]
-                    args, kwargs = rebuild_call(rp.templates[i], tensors)
-                    out = rerun(f, args, kwargs, tensors, index)
+                    args, kwargs = rebuild_call(templates[i], tensors)
+                    out = rerun(f, args, kwargs, tensors, core)
                     wrap = False
                 else:
                     tensors = [_wrapped(r, bufs, wrapped, index) if type(r) is tuple
                                else moved.get(id(r), r) for r in refs]
-                    args, kwargs = rebuild_call(rp.templates[i], tensors)
+                    args, kwargs = rebuild_call(templates[i], tensors)
                     if f is _UNSEEN:
                         facts[i] = facts_of(func, args, kwargs)
                     out = run_eagerly(func, args, kwargs, tensors)  # (factories as eager)
@@ -95,26 +99,30 @@ def run(rp: Replay) -> None:
                     e.add_note(f"(raised by {func}, {detail})")
                     raise
                 raise issued.pointing_at(e, where, func, detail) from None
-            sig = sigs[i]
-            leaves = [out] if sig.static.result == "single" else list(out or ())
-            for k, o in enumerate(leaves):
-                spec = sig.outs[k]
-                if spec is None or isinstance(spec, SameOut):
-                    continue
+            g = guards[i]
+            news = g.news  # the outputs that are values of the region
+            if not news:
+                continue
+            leaves = (out,) if g.struct == "single" else out
+            for k, ik in news:
+                o = leaves[k]
+                ref = pending.get(ik)
+                v = ref() if ref is not None else None
+                if v is not None and v.result is not None:
+                    v = None
                 if wrap:
-                    wrapped[(i, k)] = o
+                    wrapped[ik] = o
                     b = o._buffer
                 else:
                     b = o
-                    h = _Held()
-                    buffers.track(h, b, index)
-                    held.append(h)
-                bufs[(i, k)] = b
-                ref = rp.pending.get((i, k))
-                v = ref() if ref is not None else None
-                if v is not None and v.result is None:
-                    v.give(b, index)
-    rp.pending.clear()
+                    if v is None:  # no pending tensor holds it: held until the run ends
+                        h = _Held()
+                        track(h, b, index)
+                        held.append(h)
+                bufs[ik] = b
+                if v is not None:
+                    v.give(b, index)  # (accounted from here, as the held buffer would be)
+    pending.clear()
 
 
 def _wrapped(ik: tuple[int, int], bufs: dict, wrapped: dict, index: int) -> torch.Tensor:

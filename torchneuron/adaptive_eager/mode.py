@@ -34,6 +34,7 @@ from torchneuron.adaptive_eager.recorder import outputs_of, run_eagerly, static_
 from torchneuron.adaptive_eager.replay import MISMATCH
 from torchneuron.adaptive_eager.signature import Call, Static, Unsupported, build, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
+from torchneuron.device._registration import keep_dispatch_rule_answers
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch.oprecord import OpRecord, record
 from torchneuron.hardware import get_core, settings
@@ -44,10 +45,8 @@ log = logging.getLogger("torchneuron.adaptive_eager")
 aten = torch.ops.aten
 _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
 _inference_mode = torch.is_inference_mode_enabled
-
-
-def _setting(name: str) -> int:
-    return int(settings.get_value(name))
+_NoTorchFunction = torch._C.DisableTorchFunctionSubclass
+_get_value = settings.get_value
 
 
 def _device_index(args: tuple, kwargs: dict) -> int | None:
@@ -67,9 +66,11 @@ def _device_index(args: tuple, kwargs: dict) -> int | None:
     return None
 
 
-def _is_read(func: Any, args: tuple, kwargs: dict) -> bool:
-    """Ops that hand device values to the host (or take host data): region boundaries."""
-    rec = record(func)
+def _is_read(func: Any, args: tuple, kwargs: dict, rec: OpRecord | None = None) -> bool:
+    """Ops that hand device values to the host (or take host data): region boundaries.
+    ``rec``: ``record(func)`` if the caller has it."""
+    if rec is None:
+        rec = record(func)
     if rec.reads:
         return True
     dev = kwargs.get("device")
@@ -150,7 +151,7 @@ class Runtime(Ledger):
                             rp.exit_op = _described(func, args, kwargs)
                         rp.side_exit(reason)
             rec = record(func)
-            if composite_view or rec.reads or (kwargs and _is_read(func, args, kwargs)) or (
+            if composite_view or rec.reads or (kwargs and _is_read(func, args, kwargs, rec)) or (
                     func is _COPY and not isinstance(args[0], NeuronTensor)):
                 # (``reshape``, ``mT``, ``to`` of a normal tensor in inference mode: eager
                 # decomposes them as the CPU does, so their views are recorded as views)
@@ -214,19 +215,24 @@ class Runtime(Ledger):
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
                tensors: list[torch.Tensor], rec: OpRecord) -> Any:
-        written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)] \
-            if rec.written else None
+        written = None
+        if rec.written:
+            with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
+                written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         out = run_eagerly(func, args, kwargs, tensors)
         try:
             struct, outs, leaves = outputs_of(out, tensors)
         except Unsupported:
             self.detector.end_segment()
             return out
-        if written and any(meta_of(t) != m for t, m in written):  # a metadata-changing write
-            self.detector.end_segment()
-            return out
+        if written:
+            with _NoTorchFunction():
+                changed = any(meta_of(t) != m for t, m in written)
+            if changed:  # a metadata-changing write
+                self.detector.end_segment()
+                return out
         core = get_core(self.index)
-        core.host(core.profile.record_ns, "record")
+        core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
         self.counts["ops_recorded"] += 1
         self.growing.saw(func, static)
         seg = self.segment
@@ -235,7 +241,7 @@ class Runtime(Ledger):
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].period_key() in cut and self.detector.try_cut(n):
             return out
-        if n in PERIOD_CHECKS or n >= _setting("ae_max_region_ops"):
+        if n in PERIOD_CHECKS or n >= int(_get_value("ae_max_region_ops")):
             self.detector.find_period()
         return out
 
@@ -276,3 +282,8 @@ class AdaptiveEagerMode(TorchDispatchMode):
             return self.runtime.on_op(func, args, kwargs or {})
         finally:
             _set_eval_frame(prior)
+
+
+# PyTorch asks for a ``torch.library`` rule of this class before every op it sees (none
+# is ever registered): the answer per op is kept, four Python calls fewer per op
+keep_dispatch_rule_answers(AdaptiveEagerMode)

@@ -41,6 +41,7 @@ from torchneuron.dispatch import run_op
 __all__ = ["Entry", "Segment", "vid_of", "known_vid", "static_of", "outputs_of", "run_eagerly", "slot"]
 
 _vids = itertools.count(1)
+_NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 
 
 def vid_of(t: torch.Tensor) -> int:
@@ -72,33 +73,38 @@ def static_of(func: Any, args: tuple, kwargs: dict) -> tuple[Call, Any, list[tor
     loop for the arguments aten ops take (neuron tensors, plain scalars, flat lists of
     them): every recorded op and every guarded op pays this, and the generic recursion
     cost more than the rest of recording. Any other argument goes through ``describe``.
+
+    Below the tensor subclass's ``__torch_function__`` (as ``replay.Replay.try_defer``
+    reads metadata): inside a dispatch mode it is on, and each size, stride, offset and
+    dtype read of a neuron tensor cost three times the plain C call, with the same answer.
     """
-    tensors: list[torch.Tensor] = []
-    adesc, atemp = [], []
-    for a in args:
-        tp = type(a)
-        if tp is NeuronTensor:  # ``_leaf``, inline for the commonest argument
-            j = len(tensors)
-            tensors.append(a)
-            adesc.append(("T", build(Meta, (tuple(a.shape), a.stride(), a.storage_offset(),
-                                            a.dtype))))
-            atemp.append(_SLOTS[j] if j < _N_SLOTS else Slot(j))
-            continue
-        d, t = _arg(a, tensors)
-        adesc.append(d)
-        atemp.append(t)
-    if kwargs:
-        kdesc, ktemp = [], {}
-        for k, a in kwargs.items():
+    with _NoTorchFunction():
+        tensors: list[torch.Tensor] = []
+        adesc, atemp = [], []
+        for a in args:
+            tp = type(a)
+            if tp is NeuronTensor:  # ``_leaf``, inline for the commonest argument
+                j = len(tensors)
+                tensors.append(a)
+                adesc.append(("T", build(Meta, (tuple(a.shape), a.stride(), a.storage_offset(),
+                                                a.dtype))))
+                atemp.append(_SLOTS[j] if j < _N_SLOTS else Slot(j))
+                continue
             d, t = _arg(a, tensors)
-            kdesc.append((k, d))
-            ktemp[k] = t
-        kd = ("K", tuple(kdesc))
-    else:
-        kd, ktemp = _NO_KWARGS, {}
-    desc = ("U", (("U", tuple(adesc)), kd))
-    return (build(Call, (desc, torch.is_grad_enabled(), torch.is_autocast_enabled())),
-            (tuple(atemp), ktemp), tensors)
+            adesc.append(d)
+            atemp.append(t)
+        if kwargs:
+            kdesc, ktemp = [], {}
+            for k, a in kwargs.items():
+                d, t = _arg(a, tensors)
+                kdesc.append((k, d))
+                ktemp[k] = t
+            kd = ("K", tuple(kdesc))
+        else:
+            kd, ktemp = _NO_KWARGS, {}
+        desc = ("U", (("U", tuple(adesc)), kd))
+        return (build(Call, (desc, torch.is_grad_enabled(), torch.is_autocast_enabled())),
+                (tuple(atemp), ktemp), tensors)
 
 
 _NO_KWARGS = ("K", ())
@@ -153,43 +159,45 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
     """(structure, output descriptions, output leaves) of an op's result.
 
     Each output is ``None``, ``SameOut`` (it is a tensor argument), ``ViewOut`` (a view of
-    a tensor argument's storage) or ``NewOut`` (a storage of its own).
+    a tensor argument's storage) or ``NewOut`` (a storage of its own). Its metadata is
+    read below ``__torch_function__``, as ``static_of`` reads it.
     """
-    tp = type(result)
-    if tp is NeuronTensor or isinstance(result, torch.Tensor):
-        struct, leaves = "single", [result]
-    elif tp is tuple or tp is list or isinstance(result, (tuple, list)):
-        struct, leaves = ("list" if isinstance(result, list) else "tuple"), list(result)
-    elif result is None:
-        struct, leaves = "none", []
-    else:
-        raise Unsupported(f"result of type {type(result).__name__}")
-    outs = []
-    ptrs = None
-    for r in leaves:
-        if r is None:
-            outs.append(None)
-            continue
-        if not isinstance(r, NeuronTensor) or r._buffer is None:
-            raise Unsupported("an output that is not a neuron tensor")
-        for j, t in enumerate(tensors):
-            if t is r:
-                outs.append(build(SameOut, ("same", j)))
-                break
+    with _NoTorchFunction():
+        tp = type(result)
+        if tp is NeuronTensor or isinstance(result, torch.Tensor):
+            struct, leaves = "single", [result]
+        elif tp is tuple or tp is list or isinstance(result, (tuple, list)):
+            struct, leaves = ("list" if isinstance(result, list) else "tuple"), list(result)
+        elif result is None:
+            struct, leaves = "none", []
         else:
-            if ptrs is None:
-                ptrs = [t._buffer.untyped_storage().data_ptr() for t in tensors]  # type: ignore[union-attr]
-            storage = r._buffer.untyped_storage()
-            # (an empty storage's pointer is null, as an empty input's is: a new empty
-            # result, of any dtype, is no view of an input)
-            ptr = storage.data_ptr() if storage.nbytes() else -1
-            for j, p in enumerate(ptrs):
-                if p == ptr:
-                    outs.append(build(ViewOut, ("view", meta_of(r), j)))
+            raise Unsupported(f"result of type {type(result).__name__}")
+        outs = []
+        ptrs = None
+        for r in leaves:
+            if r is None:
+                outs.append(None)
+                continue
+            if not isinstance(r, NeuronTensor) or r._buffer is None:
+                raise Unsupported("an output that is not a neuron tensor")
+            for j, t in enumerate(tensors):
+                if t is r:
+                    outs.append(build(SameOut, ("same", j)))
                     break
             else:
-                outs.append(build(NewOut, ("new", meta_of(r), storage.nbytes())))
-    return struct, tuple(outs), leaves
+                if ptrs is None:
+                    ptrs = [t._buffer.untyped_storage().data_ptr() for t in tensors]  # type: ignore[union-attr]
+                storage = r._buffer.untyped_storage()
+                # (an empty storage's pointer is null, as an empty input's is: a new empty
+                # result, of any dtype, is no view of an input)
+                ptr = storage.data_ptr() if storage.nbytes() else -1
+                for j, p in enumerate(ptrs):
+                    if p == ptr:
+                        outs.append(build(ViewOut, ("view", meta_of(r), j)))
+                        break
+                else:
+                    outs.append(build(NewOut, ("new", meta_of(r), storage.nbytes())))
+        return struct, tuple(outs), leaves
 
 
 def run_eagerly(func: Any, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) -> Any:
@@ -266,8 +274,11 @@ class Segment:
         refs = []
         for k, (out, r) in enumerate(zip(outs, leaves, strict=True)):
             if out is not None and type(out) is not SameOut:
-                self.src[vid_of(r)] = (seq, k)
-                refs.append(weakref.ref(_alive_token(r)))
+                d = r.__dict__  # ``vid_of`` and ``_alive_token``, without their calls
+                v = d.get("_ae_vid")
+                self.src[v[0] if v is not None and v[1] == id(r) else vid_of(r)] = (seq, k)
+                token = d.get("_ae_alive")
+                refs.append(weakref.ref(token if token is not None else _alive_token(r)))
             else:
                 refs.append(None)
         vids = []

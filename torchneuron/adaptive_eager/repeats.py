@@ -54,7 +54,29 @@ def tandem_repeats(keys: Sequence[Hashable], lo: int, hi: int, min_period: int) 
 
     For each period p, ``keys[i] == keys[i + p]`` holding for a run of L >= p consecutive
     positions from i means ``L // p + 1`` copies of the block at i. Whole runs only: the
-    copies start where the run starts (a shifted alignment covers no more ops)."""
+    copies start where the run starts (a shifted alignment covers no more ops).
+
+    Remembered per window of keys (a pure function of them): a training loop splits the
+    same step's keys at every step while it records, and the search costs a few numpy
+    calls per candidate period, hundreds per step."""
+    window = (tuple(keys[lo:hi]), min_period)
+    found = _found.get(window)
+    if found is None:
+        if len(_found) >= _FOUND_KEPT:
+            _found.clear()
+        found = _found[window] = tuple(_search(keys, lo, hi, min_period))
+    if lo == 0:
+        return list(found)
+    return [Repeat(lo + r.start, r.period, r.copies) for r in found]
+
+
+_FOUND_KEPT = 256
+_found: dict[tuple, tuple[Repeat, ...]] = {}  # (window's keys, min period) -> repeats at 0
+
+
+def _search(keys: Sequence[Hashable], lo: int, hi: int, min_period: int) -> list[Repeat]:
+    """``tandem_repeats`` of ``keys[lo:hi]``, with starts counted from ``lo`` (0 is ``lo``):
+    the order (by start last) is the same either way."""
     a = _codes(keys, lo, hi)
     n = len(a)
     found: list[Repeat] = []
@@ -65,7 +87,7 @@ def tandem_repeats(keys: Sequence[Hashable], lo: int, hi: int, min_period: int) 
         edges = np.flatnonzero(np.diff(np.concatenate(([0], eq.view(np.int8), [0]))))
         for s, e in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
             if e - s >= p:
-                found.append(Repeat(lo + s, p, (e - s) // p + 1))
+                found.append(Repeat(s, p, (e - s) // p + 1))
     found.sort(key=lambda r: (-r.period * r.copies, r.period, r.start))
     return found
 

@@ -231,6 +231,9 @@ class _Value:
         buffers.track(self, buffer, index)
 
 
+_new_value = object.__new__
+
+
 class _Write:
     """A deferred in-place write into a tensor that has a buffer (``buffers.defer_write``).
 
@@ -361,7 +364,10 @@ class Replay:
                         self._mark(args[at] if type(at) is int else kwargs[at])
             out = g.new
             if out is not None:  # a single new value (``_new``, inlined): most ops
-                value = _Value(self, out.ik)  # type: ignore[arg-type]
+                value = _new_value(_Value)  # ``_Value(self, out.ik)``, without its frame
+                value.replay = self
+                value.ik = out.ik
+                value.result = None
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
                 self.bytes += out.nbytes
                 index = self.index

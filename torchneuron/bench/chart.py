@@ -12,7 +12,7 @@ from typing import Any
 
 from torchneuron.bench.metrics import cumulative as cumulative_ms
 
-__all__ = ["write_chart", "write_cumulative_chart"]
+__all__ = ["tier_marks", "write_chart", "write_cumulative_chart"]
 
 _STYLE = {
     "eager": ("tab:gray", "o"),
@@ -20,6 +20,20 @@ _STYLE = {
     "adaptive_warm": ("tab:green", "^"),
     "compile": ("tab:red", "D"),
 }
+
+
+def tier_marks(records: list[dict[str, Any]], model: str) -> list[tuple[int, str, str]]:
+    """(step, color, label) per adaptive run of ``model`` whose last tier came in (its
+    ``last_tier_step``, set by ``--steps auto``): the chart marks where the compiled
+    programs took over from the first tier, so a reader sees that the run reached them
+    and what the line does after."""
+    marks = []
+    for r in records:
+        n = r.get("last_tier_step")
+        if r["model"] == model and r["step_ms"] and isinstance(n, int):
+            color = _STYLE.get(r["mode"], ("black", "x"))[0]
+            marks.append((n, color, f"{r['mode']}: last tier in after step {n}"))
+    return marks
 
 
 def write_chart(records: list[dict[str, Any]], path: Path, title: str = "",
@@ -47,6 +61,8 @@ def write_chart(records: list[dict[str, Any]], path: Path, title: str = "",
             ys = cumulative_ms(r["step_ms"]) if cumulative else r["step_ms"]
             ax.plot(range(1, len(ys) + 1) if cumulative else range(len(ys)), ys,
                     label=r["mode"], color=color, marker=marker, markersize=3, linewidth=1.2)
+        for step, color, label in tier_marks(records, model):
+            ax.axvline(step, color=color, linestyle=":", linewidth=1.0, label=label)
         ax.set_yscale("log")
         ax.set_title(model)
         ax.set_xlabel("steps" if cumulative else "step")

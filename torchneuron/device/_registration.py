@@ -95,7 +95,8 @@ def _route_dispatch_past_the_dtensor_probe() -> None:
 
     # PyTorch asks on every op: the answer per overload is kept (keyed by id, as
     # ``OpOverload`` hashes in Python; the entry keeps the overload alive). A rule
-    # registered for ``NeuronTensor`` after its op first ran would not be seen.
+    # registered for ``NeuronTensor`` after its op first ran would not be seen. The same
+    # for the dispatch-mode classes in ``_kept`` (``keep_dispatch_rule_answers``).
     answers: dict[int, tuple[Any, Any]] = {}
 
     def find_torch_dispatch_rule(op: Any, torch_dispatch_class: type) -> Any:
@@ -107,10 +108,33 @@ def _route_dispatch_past_the_dtensor_probe() -> None:
             rule = _dispatch_rule if rule is None else rule
             answers[id(op)] = (op, rule)
             return rule
+        kept = _kept.get(torch_dispatch_class)
+        if kept is not None:
+            hit = kept.get(id(op))
+            if hit is not None and hit[0] is op:
+                return hit[1]
+            rule = original(op, torch_dispatch_class)
+            kept[id(op)] = (op, rule)
+            return rule
         return original(op, torch_dispatch_class)
 
     find_torch_dispatch_rule._torchneuron = True  # type: ignore[attr-defined]
     simple_registry.find_torch_dispatch_rule = find_torch_dispatch_rule
+
+
+# dispatch-mode classes whose rule answers are kept: class -> {id(op): (op, rule)}
+_kept: dict[type, dict[int, tuple[Any, Any]]] = {}
+
+
+def keep_dispatch_rule_answers(mode_class: type) -> None:
+    """Keep PyTorch's answer to "which ``torch.library`` dispatch rule has this op for
+    ``mode_class``" per op, as for ``NeuronTensor``.
+
+    Why: PyTorch asks before every ``__torch_dispatch__`` of an active mode, through four
+    Python calls (``simple_registry``); a mode that sees every op (adaptive eager's) pays
+    them on every op. Only for a mode class nobody registers rules for after its first
+    use: a rule registered later would not be seen."""
+    _kept.setdefault(mode_class, {})
 
 
 def register() -> None:

@@ -17,6 +17,7 @@ from torchneuron.dispatch import (
     fastpath,
     host_args,
     kernel_over_composite,
+    recurrent,
     value_checks,
 )
 from torchneuron.dispatch.eager import run_op
@@ -66,3 +67,4 @@ def install() -> None:
     kernel_over_composite.install()
     control_flow.install()
     value_checks.install()
+    recurrent.install()

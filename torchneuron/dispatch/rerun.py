@@ -24,8 +24,8 @@ from torchneuron.dispatch import fastpath
 from torchneuron.dispatch.eager import _SHALLOW_COPY_TYPE, _call, _charge
 from torchneuron.dispatch.oprecord import OpRecord, record
 from torchneuron.dispatch.support import dtype_reason, fallback_reason
-from torchneuron.dispatch.tracking import count_executed
-from torchneuron.hardware import get_core
+from torchneuron.dispatch.tracking import _executed
+from torchneuron.hardware import NeuronCore
 
 __all__ = ["Facts", "facts_of", "rerun"]
 
@@ -79,15 +79,15 @@ def facts_of(func: Any, args: tuple, kwargs: dict) -> Facts | None:
 
 
 def rerun(facts: Facts, uargs: Any, ukwargs: dict, buffers: list[torch.Tensor],
-          index: int) -> Any:
+          core: NeuronCore) -> Any:
     """Run the op of ``facts`` on buffers (``uargs``/``ukwargs``: its arguments with each
-    neuron tensor replaced by its buffer, ``buffers`` those buffers in order) on device
-    ``index``, charged as eager dispatch charges it; returns the CPU result(s), with
-    autograd's known-zero results made real zeros as eager's wrappers make them."""
+    neuron tensor replaced by its buffer, ``buffers`` those buffers in order) on ``core``
+    (``get_core`` of its device), charged as eager dispatch charges it; returns the CPU
+    result(s), with autograd's known-zero results made real zeros as eager's wrappers
+    make them."""
     rec = facts.rec
-    out = rec.op(*uargs, **ukwargs) if rec.plain else _call(rec, uargs, ukwargs, index)
-    count_executed(rec.name)
-    core = get_core(index)
+    out = rec.op(*uargs, **ukwargs) if rec.plain else _call(rec, uargs, ukwargs, core.index)
+    _executed[rec.name] += 1  # ``count_executed``, inline
     if not rec.kernel:  # metadata only: the charge is the dispatch
         core.run_eager_kernel(rec.name, (), None)
         return out
@@ -98,7 +98,7 @@ def rerun(facts: Facts, uargs: Any, ukwargs: dict, buffers: list[torch.Tensor],
             core.run_eager_kernel(rec.name, hit[3], hit[0], hit[1], hit[4])
         else:
             _charge(core, rec, facts.key, sig, uargs, ukwargs, buffers, out)  # type: ignore[arg-type]
-        return _real(out)
+        return out if not out._is_zerotensor() else _real(out)
     _charge(core, rec, facts.key, sig, uargs, ukwargs, buffers, out)  # type: ignore[arg-type]
     if type(out) is tuple or type(out) is list:
         return type(out)(_real(o) if type(o) is _Tensor else o for o in out)

@@ -16,8 +16,11 @@ and raises (a 1-d ``attn_mask``: IndexError "Dimension out of range"); PrivateUs
 choice, takes the math path, and broadcast such a mask into numbers. The kernel asks
 the CPU's choice on empty CPU tensors of the inputs' layouts (no values are read, so it
 runs under tracing too, where torch.compile then raises CPU's error from Dynamo as the
-CPU does) and, if it does not raise, runs the composite, whose math path the device ran
-before.
+CPU does) and, if it does not raise, computes what the CPU's composite computes for
+that choice: CPU's flash kernel (``_scaled_dot_product_flash_attention_for_cpu``) when
+the CPU picks it (float inputs with no dropout), else the composite's math path. The
+math path in place of CPU's flash kernel rounded differently (issue 22: a GPT block's
+attention output, and every gradient after it, off in the last bits).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ __all__ = ["install"]
 _lib: torch.library.Library | None = None
 _ONE_HOT = torch.ops.aten.one_hot.default
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
+_FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+_FLASH = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)  # _fused_sdp_choice's number
 
 
 def _host_values(t: Any) -> torch.Tensor | None:
@@ -75,13 +80,23 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
           enable_gqa: bool = False) -> torch.Tensor:
     """CPU's backend choice (its checks) on layout-only CPU tensors, then the composite."""
     tensors = (query, key, value, attn_mask)
+    choice = None
     if all(_static(t) for t in tensors):
         from torch.utils._python_dispatch import _disable_current_modes
 
         with _disable_current_modes():  # real CPU tensors, seen by no mode or recorder
             q, k, v, m = (_cpu_like(t) for t in tensors)
-            torch._fused_sdp_choice(q, k, v, m, dropout_p, is_causal, scale=scale,
-                                    enable_gqa=enable_gqa)
+            choice = torch._fused_sdp_choice(q, k, v, m, dropout_p, is_causal, scale=scale,
+                                             enable_gqa=enable_gqa)
+    if choice == _FLASH and query.dim() == 4:
+        # CPU's flash kernel, as the CPU's composite calls it (a boolean mask as the
+        # additive one it converts it to): math attention rounds differently (a GPT
+        # block's attention output was off in the last bits, and every gradient after it)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            attn_mask = torch.where(attn_mask.logical_not(), float("-inf"), torch.zeros(
+                (), dtype=query.dtype, device=attn_mask.device))
+        return _FLASH_CPU(query, key, value, dropout_p, is_causal, attn_mask=attn_mask,
+                          scale=scale)[0]
     return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                            enable_gqa=enable_gqa)
 

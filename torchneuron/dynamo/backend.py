@@ -125,8 +125,7 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
             _constants_to_device(gm, index)
             return make_boxed_func(_eager_on_device(gm, index, name))
-        core = get_core(index)
-        launch.charge_compile(core, exe)
+        launch.charge_compile(get_core(index), exe)
 
         check = [verify_enabled()]  # TORCHNEURON_VERIFY: the first run is checked
         refused: list[Callable] = []
@@ -139,6 +138,7 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             inputs = [a for a in args if isinstance(a, torch.Tensor)]
             graph_args = list(args) if check and check[0] else None
             args.clear()
+            core = get_core(index)  # (each call: hardware.reset() may have replaced it)
             if check and check.pop():
                 core.host(core.profile.graph_guard_ns, "guard")
                 gen = random.generator(index)

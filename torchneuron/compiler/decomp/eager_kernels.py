@@ -91,7 +91,17 @@ def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return len(dtypes) == 1
 
 
+def _no_dropout(at: int) -> Callable[[tuple[Any, ...], dict[str, Any]], bool]:
+    """A call whose ``dropout_p`` (at position ``at``) is 0: it draws nothing."""
+    def when(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        p = args[at] if len(args) > at else kwargs.get("dropout_p", 0.0)
+        return p == 0.0
+
+    return when
+
+
 _HALVES = (torch.float16, torch.bfloat16)
+_WIDE = (torch.float32, torch.float64)
 _UPSAMPLE = tuple(f"{name}{grad}" for name in (
     "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
     "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa") for grad in ("", "_backward"))
@@ -174,6 +184,19 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # weighted sum per output element
     EagerKernel(_UPSAMPLE[:8], "elementwise", vector=4, scalar=0, when=_input_of(0, _HALVES)),
     EagerKernel(_UPSAMPLE[8:], "elementwise", vector=6, scalar=0),
+    # a norm's sum of powers in the order of eager's reduction loop (gradient clipping's
+    # per-parameter norms, replayed in a region, were off by an ulp and so every clipped
+    # gradient after them)
+    EagerKernel(("linalg_vector_norm",), "reduce", vector=2, scalar=0),
+    # CPU's flash attention, which SDPA picks on the CPU (and on the device, equal to it)
+    # for float inputs without dropout: blocks of query rows against blocks of keys with
+    # a running max and sum, which math attention does not round alike (a GPT's replayed
+    # attention was off in the last bits). Its two products per score and the row's
+    # exp, max and sum; the backward's five products
+    EagerKernel(("_scaled_dot_product_flash_attention_for_cpu",), "reduce", vector=6,
+                scalar=1, when=_no_dropout(3)),
+    EagerKernel(("_scaled_dot_product_flash_attention_for_cpu_backward",), "reduce",
+                vector=10, scalar=1, when=_no_dropout(6)),
 )
 
 
@@ -255,8 +278,18 @@ def _value(v: Any) -> Any:
     return v
 
 
+# ops whose fake gives a tensor for an output its output_mask (at this position) leaves
+# out, where the kernel gives None: the carrier declares it, so the call computes it too
+# (a BatchNorm on the input, whose gradient is not needed, failed its replay: 2 outputs
+# for 3 declared); the others do not depend on it
+_FAKE_GIVES_MASKED = {aten.native_batch_norm_backward.default: 9}
+
+
 def _run(op: Any) -> Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[Any]]]:
     def run(args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, int, list[Any]]:
+        if op in _FAKE_GIVES_MASKED and len(args) > _FAKE_GIVES_MASKED[op]:
+            args = list(args)  # every output, as the fake declares (the masked one unused)
+            args[_FAKE_GIVES_MASKED[op]] = [True] * len(args[_FAKE_GIVES_MASKED[op]])
         try:
             out = op(*[_value(a) for a in args], **{k: _value(v) for k, v in kwargs.items()})
         except (IndexError, RuntimeError, ValueError) as e:  # eager's error, for the user
@@ -296,14 +329,44 @@ def _entry(kernel: EagerKernel, op: Any, base: Callable[..., Any] | None) -> Cal
     return decomposition
 
 
+def _writing_batch_norm(base: Callable[..., Any] | None) -> Callable[..., Any]:
+    """``_native_batch_norm_legit`` (the overload that writes its running statistics) as
+    its functional overload, eager's kernel, and two ``copy_`` into the statistics.
+
+    Why: a graph adaptive eager captured holds ``native_batch_norm``, the op the device
+    ran; the python dispatcher turns it into this overload below functionalization, where
+    PyTorch's entry spelled it out as ``var_mean`` and arithmetic (a CNN's replayed
+    region gave outputs, running variances and so every later gradient off in the last
+    bits from the first replay on). The copies are written back by prepare's retrace
+    (``_mutates_intermediates``), as PyTorch's entry's were; the call then reaches the
+    functional overload's entry, which keeps it as eager's kernel. Half types keep the
+    entries before (float16's premise, bfloat16's refusal)."""
+    functional = aten._native_batch_norm_legit_functional.default
+    kernel = next(k for k in EAGER_KERNELS if functional.__name__.split(".")[0] in k.packets)
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        if (kwargs or len(args) != 8 or args[0].dtype not in _WIDE
+                or not _applies(kernel, functional, args, {})):
+            return base(*args, **kwargs) if base is not None else NotImplemented
+        out, mean, rstd, new_mean, new_var = functional(*args)
+        args[3].copy_(new_mean)
+        args[4].copy_(new_var)
+        return out, mean, rstd
+
+    return decomposition
+
+
 def eager_kernel_decompositions(base: Table) -> Table:
     """The layer: an entry for every overload above that keeps the node when the call
-    applies and otherwise defers to ``base``'s entry (the table built so far)."""
+    applies and otherwise defers to ``base``'s entry (the table built so far); and the
+    batch norm that writes its statistics, as its functional overload's kernel."""
     table: Table = {}
     for kernel in EAGER_KERNELS:
         for packet in kernel.packets:
             for op in functional_overloads(packet):
                 table[op] = _entry(kernel, op, base.get(op))
+    legit = aten._native_batch_norm_legit.default
+    table[legit] = _writing_batch_norm(base.get(legit))
     return table
 
 

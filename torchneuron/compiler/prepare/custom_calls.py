@@ -69,9 +69,15 @@ def _define_carriers() -> None:
 
 
 def _fake_carrier(inputs: list[torch.Tensor], target: str, config: str) -> Any:
+    """Outputs of the declared shapes and dtypes, in the op's own layout where it is not
+    contiguous (``config["strides"]``): the views the graph takes of them stay views."""
     device = inputs[0].device
-    outs = tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=device)
-                 for shape, dtype in json.loads(config)["outputs"])
+    cfg = json.loads(config)
+    strides = cfg.get("strides", {})
+    outs = tuple(torch.empty_strided(shape, strides[str(i)], dtype=getattr(torch, dtype),
+                                     device=device) if str(i) in strides else
+                 torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+                 for i, (shape, dtype) in enumerate(cfg["outputs"]))
     return outs[0] if len(outs) == 1 else outs
 
 
@@ -164,6 +170,9 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
         raise _NotCarried("it has no tensor input")
     config = {"args": args, "kwargs": kwargs,
               "outputs": [[list(o.shape), str(o.dtype).removeprefix("torch.")] for o in outs]}
+    strided = {str(i): list(o.stride()) for i, o in enumerate(outs) if not o.is_contiguous()}
+    if strided:  # (CPU's flash attention: its output in (batch, seq, heads, dim) memory)
+        config["strides"] = strided
     if bases:
         config["mutated"] = list(range(len(bases)))
     if target.plan is not None:

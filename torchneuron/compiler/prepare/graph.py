@@ -65,6 +65,7 @@ from torchneuron.compiler.prepare.rewrites import (
     _output_node,
     _reject_symbolic,
     _returned_scalar,
+    _type_comparison_scalars,
     _view_root,
     format_graph,
 )
@@ -240,6 +241,7 @@ def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
     _fold_aliases(gm)
     _fold_0d_reductions(gm)
     _fold_empty(gm)
+    _type_comparison_scalars(gm)
     gm.graph.eliminate_dead_code()
     refuse_unlowered_ffts(gm)
     refuse_complex(gm)

@@ -102,6 +102,19 @@ def is_random_op(target: Any) -> bool:
         torch.Tag.nondeterministic_seeded in target.tags)
 
 
+# random ops by the position of their ``dropout_p``: with 0 they draw nothing, and stay in
+# the graph as the ops they are (CPU's flash attention: eager's kernel, eager_kernels.py)
+_DROPOUT_AT = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: 3}
+
+
+def _draws_nothing(node: fx.Node) -> bool:
+    at = _DROPOUT_AT.get(node.target)  # type: ignore[call-overload]
+    if at is None:
+        return False
+    p = node.args[at] if len(node.args) > at else node.kwargs.get("dropout_p", 0.0)
+    return isinstance(p, (int, float)) and p == 0
+
+
 def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
@@ -254,7 +267,7 @@ def legalize_random_ops(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[Random
     specs: list[RandomInputSpec] = []
     drawn = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or not is_random_op(node.target):
+        if node.op != "call_function" or not is_random_op(node.target) or _draws_nothing(node):
             continue
         spec = _node_spec(node, inputs)
         vals = node.meta["val"] if spec.outputs else [node.meta["val"]]

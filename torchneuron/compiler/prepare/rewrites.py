@@ -56,6 +56,47 @@ def _fold_0d_reductions(gm: fx.GraphModule) -> None:
         gm.graph.erase_node(node)
 
 
+_SCALAR_COMPARISONS = {aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar,
+                       aten.gt.Scalar, aten.ge.Scalar}
+
+
+def _type_comparison_scalars(gm: fx.GraphModule) -> None:
+    """Give ``aten.<cmp>.Scalar`` of a constant tensor a number of the tensor's kind.
+
+    Torch-MLIR folds the comparison of a constant tensor (a ``scalar_tensor``, a ``full``)
+    with a number by reading the tensor's elements as the *number's* kind: a float32
+    constant compared with the int 0 has its float read as an integer attribute, so
+    ``scalar_tensor(0.1) < 0`` (from ``x // 0.1``) folded to true or false by whatever
+    memory it read, and a bool or integer constant compared with a float could crash the
+    process. So, as eager computes it, the comparison's dtype decides: a float constant
+    gets its number as a float (its exact value in that dtype); an integer or bool
+    constant compared with a float is converted to the float dtype first; a bool constant
+    compared with an integer is compared as int64. A tensor computed from the inputs is
+    never folded and keeps its graph (and its program) as it was."""
+    constant: dict[fx.Node, bool] = {}
+    for node in gm.graph.nodes:  # (topological: a node's inputs are decided before it)
+        ins = node.all_input_nodes
+        constant[node] = node.op in ("call_function", "get_attr") and all(constant[n] for n in ins)
+        if node.op != "call_function" or node.target not in _SCALAR_COMPARISONS:
+            continue
+        src, other = node.args[0], node.args[1]
+        val = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.is_complex() or not constant[src] or \
+                type(other) not in (bool, int, float):
+            continue
+        if val.dtype.is_floating_point:
+            if type(other) is not float:
+                node.args = (src, torch.tensor(other, dtype=val.dtype).item())
+            continue
+        if type(other) is float or val.dtype == torch.bool:
+            common = torch.result_type(val, other) if type(other) is float else torch.int64
+            with gm.graph.inserting_before(node):
+                cast = gm.graph.call_function(aten._to_copy.default, (src,), {"dtype": common})
+            cast.meta["val"] = val.to(common)
+            constant[cast] = True
+            node.args = (cast, other if type(other) is float else int(other))
+
+
 def _mutates_intermediates(gm: fx.GraphModule) -> bool:
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
