@@ -104,27 +104,17 @@ def test_markdown_chart_and_traces(full_run: Path) -> None:
     assert recs["cpu"]["trace"] is None
 
 
-# The modes run again: one of each way of running on the device (op by op, adaptive
-# eager compiling in the background, torch.compile). ``cpu`` has no simulated figures;
-# ``adaptive_warm``'s repeat across processes is test_adaptive_cache.py's.
-REPEATED = ("eager", "adaptive_cold", "compile") if ADAPTIVE else ("eager", "compile")
-
-
 @pytest.mark.slow
 def test_quick_simulated_figures_repeat_exactly(full_run: Path, tmp_path: Path) -> None:
-    """The same command again (a representative subset of ``--quick``: the MLP in the
-    ``REPEATED`` modes, without ``--trace``) gives the same simulated figures, to the
-    nanosecond, whatever the wall clock did."""
-    proc = _bench("--models", "mlp", "--modes", ",".join(REPEATED), "--steps", "3",
-                  "--jobs", "2", "--out", str(tmp_path))
+    """The same command again (a representative subset of ``--quick``: the MLP in every
+    mode) gives the same simulated figures, to the nanosecond, whatever the wall clock did."""
+    proc = _bench("--models", "mlp", "--steps", "3", "--jobs", "2", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    again = _records(tmp_path)
-    first = _records(full_run)
-    assert list(again) == list(REPEATED)
-    for mode in REPEATED:
-        a, b = first[mode], again[mode]
-        assert a["step_ms"] and a["status"] == "ok", (mode, a["reason"])
-        assert {k: a[k] for k in SIMULATED} == {k: b[k] for k in SIMULATED}, mode
+    again = json.loads((tmp_path / "report.json").read_text())
+    first = json.loads((full_run / "report.json").read_text())
+    for a, b in zip(first, again, strict=True):
+        assert {k: a[k] for k in SIMULATED} == {k: b[k] for k in SIMULATED}, a["mode"]
+    assert sum(1 for r in first if r["step_ms"]) >= 2
 
 
 def test_quick_flag_sets_the_ci_steps() -> None:
