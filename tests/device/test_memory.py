@@ -21,18 +21,6 @@ from tests import models
 from torchneuron.hardware import current_profile, format_size, get_core, settings
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _earlier_objects_frozen() -> Iterator[None]:
-    """``_alloc``'s full collection then walks only this module's objects. In a pytest
-    worker that has run hundreds of tests before, each one walked all of theirs too (half
-    a second a call, about 15 of this file's 16 CPU seconds). Their garbage is collected
-    once here, first; freezing can only keep memory counted longer, never hide a leak."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
 def _alloc() -> int:
     gc.collect()
     return torch.neuron.memory_allocated()
