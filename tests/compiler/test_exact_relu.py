@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.compiler.exact import INF, NAN, bits_equal, torch_compile_matches_eager
+from tests.compiler.exact import INF, NAN, cases_match_eager, torch_compile_matches_eager
 from torchneuron.compiler import CompileError, compile_graph
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -49,20 +49,7 @@ CASES: dict[str, Callable[[torch.Tensor], Any]] = {
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_relu_family_at_signed_zeros_matches_eager(dtype: torch.dtype) -> None:
-    """Every case in one graph (one compile per dtype, not one per case: each case's
-    lowering is its own ops on the same input), each output against eager's bits."""
-    x = torch.tensor(_VALUES, dtype=torch.float64).to(dtype)
-    names = sorted(CASES)
-    want = [CASES[n](x.clone()) for n in names]
-    got = compile_graph(lambda a: tuple(CASES[n](a) for n in names), [x]).run([x])
-    assert len(got) == len(names)
-    bad = []
-    for n, g, w in zip(names, got, want, strict=True):
-        try:
-            bits_equal(g, w, n)
-        except AssertionError as e:
-            bad.append(str(e))
-    assert not bad, "\n".join(bad)
+    cases_match_eager(CASES, torch.tensor(_VALUES, dtype=torch.float64).to(dtype))
 
 
 _TENSOR_BOUNDS: dict[str, Callable[..., Any]] = {
