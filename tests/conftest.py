@@ -10,6 +10,7 @@ same, while an explicit setting in the environment still wins.
 from __future__ import annotations
 
 import atexit
+import gc
 import itertools
 import os
 import shutil
@@ -37,6 +38,26 @@ import torchneuron  # noqa: E402, F401  (registers the device)
 from torchneuron.dispatch import reset_op_tracking  # noqa: E402
 from torchneuron.hardware import reset as reset_cores  # noqa: E402
 from torchneuron.hardware import settings  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _imported_objects_frozen() -> Iterator[None]:
+    """The objects of the imports (torch, Dynamo, the compiler: about 400,000) leave the
+    garbage collector's generations for the session. Every full collection walked them
+    all (0.2 to 0.5 s each, several per test that compiles; ``gc.collect()`` in the memory
+    tests); they live as long as their modules do, so nothing the tests make is kept
+    longer: a test's own garbage is collected as before."""
+    import functorch.compile  # noqa: F401  (every worker compiles: what its first compile
+    import torch._dynamo  # noqa: F401  # imports, imported here to be frozen too)
+    import torch._functorch.partitioners  # noqa: F401
+    import torch_mlir.fx  # noqa: F401
+
+    import torchneuron.compiler  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

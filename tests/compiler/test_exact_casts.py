@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.compiler.exact import matches_eager, torch_compile_matches_eager
+from tests.compiler.exact import cases_match_eager, matches_eager, torch_compile_matches_eager
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
@@ -37,10 +37,10 @@ def _values(dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_float_to_int_cast_matches_eager(dtype: torch.dtype, target: torch.dtype) -> None:
     x = _values(dtype)
-    matches_eager(lambda a: a.to(target), x)
+    cases_match_eager({"to": lambda a: a.to(target),  # both in one graph
+                       "trunc-to": lambda a: (a.trunc() * 1).to(target) + 1
+                       if target != torch.bool else a.trunc().to(target)}, x)
     matches_eager(lambda a: a.to(target), x[:7].clone())  # eager's scalar loop only
-    matches_eager(lambda a: (a.trunc() * 1).to(target) + 1 if target != torch.bool
-                  else a.trunc().to(target), x)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

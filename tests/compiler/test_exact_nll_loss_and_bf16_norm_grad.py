@@ -63,6 +63,7 @@ def test_nll_loss_forward_gives_eagers_bits() -> None:
     assert not bad, f"outputs off eager's bits: {bad} of {len(want)}"
 
 
+@pytest.mark.same_on_every_cpu  # an index check's error message: no floating-point path
 def test_nll_loss_target_out_of_range_raises_eagers_error() -> None:
     lp = torch.log_softmax(torch.randn(4, 10), 1)
     exe = compile_graph(lambda a, t: F.nll_loss(a, t), [lp, torch.tensor([1, 2, 3, 4])],

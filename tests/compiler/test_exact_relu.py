@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.compiler.exact import INF, NAN, matches_eager, torch_compile_matches_eager
+from tests.compiler.exact import INF, NAN, cases_match_eager, torch_compile_matches_eager
+from torchneuron.compiler import CompileError, compile_graph
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _VALUES = [-0.0, 0.0, NAN, 1.0, -1.0, INF, -INF, 1e-40, -1e-40, 6.0, 7.0, -6.0, 0.5, -0.5,
@@ -47,9 +48,8 @@ CASES: dict[str, Callable[[torch.Tensor], Any]] = {
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_relu_family_at_signed_zeros_matches_eager(case: str, dtype: torch.dtype) -> None:
-    matches_eager(CASES[case], torch.tensor(_VALUES, dtype=torch.float64).to(dtype))
+def test_relu_family_at_signed_zeros_matches_eager(dtype: torch.dtype) -> None:
+    cases_match_eager(CASES, torch.tensor(_VALUES, dtype=torch.float64).to(dtype))
 
 
 _TENSOR_BOUNDS: dict[str, Callable[..., Any]] = {
@@ -61,17 +61,21 @@ _TENSOR_BOUNDS: dict[str, Callable[..., Any]] = {
 }
 
 
+@pytest.mark.same_on_every_cpu  # refused whatever the values: eager against eager
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("case", sorted(_TENSOR_BOUNDS))
 def test_clamp_by_tensor_bounds_is_refused_and_runs_eagerly(case: str, dtype: torch.dtype) -> None:
     """Eager's clamp by a tensor bound at a (-0.0, 0.0) tie gives the bound in its
-    vectorised loop and the element in the scalar tail: refused, so it runs eagerly."""
+    vectorised loop and the element in the scalar tail: refused, so it runs eagerly.
+    (A lowering that took it would fail the refusal check here, and would have to drop
+    the ``same_on_every_cpu`` mark: its bits would then depend on the CPU path.)"""
     n = 40  # a vectorised body and a scalar tail for every dtype
     v = torch.tensor([-0.0, 0.0, NAN, 1.0, -1.0, INF, -INF, 2.0] * 5, dtype=dtype)[:n]
     lo = torch.tensor([0.0, -0.0, 0.0, NAN, NAN, 0.0, 1.0, 3.0] * 5, dtype=dtype)[:n]
     hi = torch.tensor([-0.0, 0.0, 1.0, 1.0, NAN, NAN, 0.0, 1.0] * 5, dtype=dtype)[:n]
     fn = _TENSOR_BOUNDS[case]
-    matches_eager(fn, v, lo, hi, refused_ok=True)
+    with pytest.raises(CompileError, match="clamp"):
+        compile_graph(fn, [v, lo, hi])
     torch_compile_matches_eager(fn, v, lo, hi)
 
 
