@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["extent", "meet"]
+__all__ = ["extent", "meet", "whole_vector_rows"]
 
 _BUDGET = 512  # search nodes before answering "they meet" (safe, never wrong)
+# bytes of two vectors of the widest vector build (AVX-512): ATen's elementwise loops
+# take runs in pairs of vectors and finish a run's remainder in a scalar loop
+_VECTOR_PAIR_BYTES = 128
 
 
 def extent(t: torch.Tensor) -> tuple[int, int]:
@@ -95,3 +98,24 @@ def meet(a: torch.Tensor, b: torch.Tensor) -> bool:
         return any(solvable(k + 1, rest - c * g) for c in range(first, last + 1))
 
     return solvable(0, target)
+
+
+def whole_vector_rows(t: torch.Tensor) -> bool:
+    """Whether ATen's elementwise loops over ``t`` run only their vector body, as over a
+    contiguous copy of it: ``t`` is contiguous, or each innermost contiguous run of it
+    is a whole number of vector pairs at every vector width (128 bytes).
+
+    Why: the executable reads its inputs as contiguous copies, and runs eager's own
+    kernel for ``sigmoid``, ``exp`` ... on them. Over an (8, 8) chunk of a (8, 24) matrix
+    eager runs eight short rows, each in the scalar loop (``std::exp``, not SLEEF's vector
+    exp: other bits), while the copy's 64 elements go through the vector body."""
+    if t.is_contiguous():
+        return True
+    run = 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride()), strict=True):
+        if size == 1:
+            continue
+        if stride != run:
+            break
+        run *= size
+    return run * t.dtype.itemsize % _VECTOR_PAIR_BYTES == 0

@@ -83,8 +83,11 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
     harmless when neither is written, or when every use of the other comes before the
     first write (autograd's saved ``weight.t()`` read in backward, then the optimizer's
     in-place update of ``weight``), or when they share no element (``overlap.meet``:
-    DDP's gradient buckets, the gate chunks of a GRU's projection): otherwise a write
-    through one would be missed by the other, so the region runs eagerly."""
+    DDP's gradient buckets, the gate chunks of a GRU's projection) and eager's kernels
+    run over each as over the executable's contiguous copy (``whole_vector_rows``: a
+    GRU's chunks of 32 float32 columns, not of 8): otherwise a write through one would
+    be missed by the other, or a row would take eager's scalar loop where the executable
+    takes its vector body, so the region runs eagerly."""
     ptrs = list(map(_DATA_PTR, map(_STORAGE, inputs)))  # (loops in C)
     if len(set(ptrs)) == len(ptrs):  # the common case: no two inputs share storage
         return False
@@ -97,7 +100,10 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
         if len(group) > 1:
             first = plan.first_write[s]
             for a in group:
-                if a != s and last_ref.get(a, -1) >= first and overlap.meet(inputs[a], inputs[s]):
+                if a != s and last_ref.get(a, -1) >= first and (
+                        overlap.meet(inputs[a], inputs[s])
+                        or not overlap.whole_vector_rows(inputs[a])
+                        or not overlap.whole_vector_rows(inputs[s])):
                     return True
     return False
 
