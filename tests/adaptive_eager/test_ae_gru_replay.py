@@ -71,7 +71,9 @@ def _loop(model: nn.Module, log: ReplayLog | None = None):
 # (``add_(hg[1], ig[1]); sigmoid_``, the chunks on two storages, so not aliased) replays,
 # and eager's ``sigmoid_`` runs each 8-column row in its scalar loop (``std::exp``) where
 # the executable's contiguous copy runs the vector body (SLEEF): other last bits.
-_SHORT_ROWS = pytest.mark.xfail(strict=True, reason=(
+# (ATen's ``default`` build has no vector body of its own: both loops agree, it passes)
+_SHORT_ROWS = pytest.mark.xfail(torch.backends.cpu.get_cpu_capability() != "DEFAULT",
+                                strict=True, reason=(
     "a strided region input with rows shorter than a vector pair: eager's scalar loop, "
     "the executable's vector body (the executable reads inputs as contiguous copies)"))
 
