@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -31,7 +32,7 @@ from torchneuron.adaptive_eager.signature import (
 )
 from torchneuron.dispatch.opfacts import op_facts
 
-__all__ = ["CaptureRefused", "Plan", "plan_region", "build_graph", "example_inputs"]
+__all__ = ["CaptureRefused", "Plan", "plan_region", "written_refs", "build_graph", "example_inputs"]
 
 aten = torch.ops.aten
 
@@ -109,13 +110,13 @@ def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
     outputs = sorted({roots[v] for v in live if v in roots and isinstance(roots[v], ValueRef)})
     first_write: dict[int, int] = {}
     last_ref: dict[int, int] = {}
-    for i, (func, _static, refs, _outs) in enumerate(sigs):
-        writes = bool(op_facts(func).written)  # over-approximated: every input slot it reads
-        for r in refs:  # a value viewing an input slot reads and writes that slot too
+    for i, (func, static, refs, _outs) in enumerate(sigs):
+        written = written_refs(func, static.args)
+        for n, r in enumerate(refs):  # a value viewing an input slot uses that slot too
             root = r if isinstance(r, InputRef) else roots.get(r.value)
             if isinstance(root, InputRef):
                 last_ref[root.index] = i
-                if writes:
+                if n in written:
                     first_write.setdefault(root.index, i)
     try:
         lift_at, lifted = lift.sites(sigs)
@@ -124,6 +125,40 @@ def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
     return Plan(n_inputs, input_metas, roots, metas, [r.value for r in outputs],
                 root_nbytes=nbytes, n_ops=len(sigs), written_slots=frozenset(first_write),
                 first_write=first_write, last_ref=last_ref, lift_at=lift_at, lifted=lifted)
+
+
+def _n_tensors(desc: Any) -> int:
+    """How many tensors an argument's description holds (``signature.describe``)."""
+    kind = desc[0]
+    if kind == "T":
+        return 1
+    if kind in ("L", "U"):
+        return sum(map(_n_tensors, desc[1]))
+    if kind == "K":
+        return sum(_n_tensors(v) for _k, v in desc[1])
+    return 0
+
+
+def written_refs(func: Any, args: tuple) -> frozenset[int]:
+    """Which of a call's tensor arguments, numbered in order (its ``refs``), the op
+    writes: those inside the arguments its schema marks written (``self`` of ``mul_``,
+    ``out=``), never the ones it only reads (``other`` of ``mul_``). ``args`` is the
+    call's description, ``("U", (("U", positional), ("K", keywords)))``."""
+    written = op_facts(func).written
+    if not written:
+        return frozenset()
+    positional, keywords = args[1][0][1], args[1][1][1]
+    at = {pos for pos, _name in written if pos < len(positional)}
+    names = {name for pos, name in written if pos >= len(positional)}
+    out: set[int] = set()
+    n = 0
+    for is_written, d in [*((k in at, d) for k, d in enumerate(positional)),
+                          *((name in names, d) for name, d in keywords)]:
+        count = _n_tensors(d)
+        if is_written:
+            out.update(range(n, n + count))
+        n += count
+    return frozenset(out)
 
 
 def build_graph(sigs: tuple, plan: Plan) -> fx.GraphModule:

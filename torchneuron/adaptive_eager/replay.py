@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
-from torchneuron.adaptive_eager import dataflow, deferred, issued, lift
+from torchneuron.adaptive_eager import dataflow, deferred, issued, lift, overlap
 from torchneuron.adaptive_eager.capture import layout_root
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
@@ -82,8 +82,12 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
     The graph takes its inputs as independent values. Two inputs sharing storage are
     harmless when neither is written, or when every use of the other comes before the
     first write (autograd's saved ``weight.t()`` read in backward, then the optimizer's
-    in-place update of ``weight``): otherwise a write through one would be missed by the
-    other, so the region runs eagerly."""
+    in-place update of ``weight``), or when they share no element (``overlap.meet``:
+    DDP's gradient buckets, the gate chunks of a GRU's projection) and eager's kernels
+    run over each as over the executable's contiguous copy (``whole_vector_rows``: a
+    GRU's chunks of 32 float32 columns, not of 8): otherwise a write through one would
+    be missed by the other, or a row would take eager's scalar loop where the executable
+    takes its vector body, so the region runs eagerly."""
     ptrs = list(map(_DATA_PTR, map(_STORAGE, inputs)))  # (loops in C)
     if len(set(ptrs)) == len(ptrs):  # the common case: no two inputs share storage
         return False
@@ -96,32 +100,12 @@ def _aliased(inputs: list[torch.Tensor], plan: Any) -> bool:
         if len(group) > 1:
             first = plan.first_write[s]
             for a in group:
-                if a != s and last_ref.get(a, -1) >= first and _overlap(inputs[a], inputs[s]):
+                if a != s and last_ref.get(a, -1) >= first and (
+                        overlap.meet(inputs[a], inputs[s])
+                        or not overlap.whole_vector_rows(inputs[a])
+                        or not overlap.whole_vector_rows(inputs[s])):
                     return True
     return False
-
-
-def _extent(t: torch.Tensor) -> tuple[int, int]:
-    """The elements of its storage ``t`` can reach: [first, last] (empty: (0, -1))."""
-    if t.numel() == 0:
-        return 0, -1
-    lo = hi = t.storage_offset()
-    for size, stride in zip(t.shape, t.stride(), strict=True):
-        if stride >= 0:
-            hi += (size - 1) * stride
-        else:
-            lo += (size - 1) * stride
-    return lo, hi
-
-
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors on one storage can reach a common element (their extents
-    meet). Disjoint ones (DDP's gradient buckets: one view per parameter) are independent
-    inputs: a write through one is never seen through the other."""
-    if a.dtype.itemsize != b.dtype.itemsize:
-        return True  # (extents in different units: assume they meet)
-    (alo, ahi), (blo, bhi) = _extent(a), _extent(b)
-    return alo <= bhi and blo <= ahi
 
 
 aten = torch.ops.aten
