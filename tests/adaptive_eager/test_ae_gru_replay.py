@@ -67,22 +67,14 @@ def _loop(model: nn.Module, log: ReplayLog | None = None):
     return loop
 
 
-# hidden 8, a known defect (on main too): a region whose one strided input is a gate chunk
-# (``add_(hg[1], ig[1]); sigmoid_``, the chunks on two storages, so not aliased) replays,
-# and eager's ``sigmoid_`` runs each 8-column row in its scalar loop (``std::exp``) where
-# the executable's contiguous copy runs the vector body (SLEEF): other last bits.
-# (ATen's ``default`` build has no vector body of its own: both loops agree, it passes)
-_SHORT_ROWS = pytest.mark.xfail(torch.backends.cpu.get_cpu_capability() != "DEFAULT",
-                                strict=True, reason=(
-    "a strided region input with rows shorter than a vector pair: eager's scalar loop, "
-    "the executable's vector body (the executable reads inputs as contiguous copies)"))
-
-
-@pytest.mark.parametrize("hidden", [32, pytest.param(8, marks=_SHORT_ROWS)])
+@pytest.mark.parametrize("hidden", [32, 8])
 def test_gru_training_replays_programs_with_eagers_bits(hidden: int) -> None:
     """hidden 32: the gate chunks' rows are whole vector pairs (128 bytes), eager's
     kernels run over them as over the executable's contiguous copies: the steps replay.
-    hidden 8: chunks on one storage stay refused as aliased (``whole_vector_rows``)."""
+    hidden 8: chunks on one storage stay refused as aliased (``whole_vector_rows``); a
+    region that writes one gate chunk in place (``add_(hg[1], ig[1]); sigmoid_``) runs
+    eagerly (``short-rows-written``): eager's ``sigmoid_`` runs each 8-column row in its
+    scalar loop, the program's values are contiguous (it replayed with other last bits)."""
     torch.manual_seed(0)
     model = _Net(hidden)
     cpu = run(_loop(model), "cpu")

@@ -22,6 +22,7 @@ class Reason(enum.Enum):
     LIVE_VALUE_NOT_OUTPUT = "live-value-not-output"
     DEFERRED_MEMORY = "deferred-memory"
     ALIASED_INPUTS = "aliased-inputs"
+    SHORT_ROWS_WRITTEN = "short-rows-written"
     INDEX_OUT_OF_RANGE = "index-out-of-range"
     REFERENCE_RAISED = "reference-raised"
     COMPILE_FAILED = "compile-failed"
@@ -52,6 +53,10 @@ _MESSAGES = {
     Reason.DEFERRED_MEMORY: "deferred values exceeded TORCHNEURON_AE_MAX_DEFERRED_BYTES",
     Reason.ALIASED_INPUTS: "two inputs of the region share storage; compiled regions take "
     "distinct inputs",
+    Reason.SHORT_ROWS_WRITTEN: "the region writes in place into an input whose rows are "
+    "shorter than ATen's vector loop (a column chunk of a wider tensor): eager's in-place "
+    "ops run those rows in their scalar loop, other last bits than the executable's "
+    "contiguous values",
     Reason.INDEX_OUT_OF_RANGE: "an index is out of range (an input, seen by the guard, or "
     "one the region computed, seen by the executable's check): the deferred ops run "
     "eagerly and eager raises the error",

@@ -488,6 +488,10 @@ class Replay:
         if plan.written_slots and _aliased(inputs, plan):
             self._eager(Reason.ALIASED_INPUTS)
             return
+        if plan.written_slots and not all(overlap.whole_vector_rows(inputs[s])
+                                          for s in plan.written_slots):
+            self._eager(Reason.SHORT_ROWS_WRITTEN)
+            return
         try:
             with deferred.no_modes():
                 outs = run_checked(self.region,

@@ -440,20 +440,34 @@ def matches_inputs(exe: Executable, example_inputs: Any) -> bool:
 
 _LAYOUT_READERS = frozenset({"stablehlo.transpose", "stablehlo.dot_general", "stablehlo.convolution",
                              "stablehlo.reshape", "func.return"})
+# Elementwise ops: the interpreter calls torch's own elementwise kernel on the operand as
+# it is, so a strided input takes the loop eager's kernel took on it.
+_ELEMENTWISE_READERS = frozenset(
+    {f"stablehlo.{name}" for name in (
+        "negate", "abs", "sign", "exponential", "exponential_minus_one", "log",
+        "log_plus_one", "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
+        "floor", "ceil", "round_nearest_even", "is_finite", "add", "subtract", "multiply",
+        "divide", "power", "maximum", "minimum", "atan2", "compare", "select", "convert",
+        "clamp")})
 
 
 def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[int, ...]]]:
     """(input index, strides) for each user input whose traced layout the interpreter is
     handed instead of a contiguous copy: a dense, non-contiguous one read only by ops
-    whose torch calls take any layout (``_LAYOUT_READERS``).
+    whose torch calls take any layout (``_LAYOUT_READERS``), or one with gaps between its
+    rows (a slice, a chunk of a wider tensor) read only by those and elementwise ops.
 
     Why: eager's kernels pick their algorithm by layout, and their bits differ. A linear
     layer's backward multiplies by the saved ``w.t()`` transposed back: eager reads the
     contiguous ``w``; a contiguous copy of ``w.t()`` transposed back is a transposed view,
     BLAS's other kernel, and 40% of the input gradient's elements differed (batch 2,
     256 -> 4). A channels_last convolution made contiguous took oneDNN's other path
-    (170 of 288 outputs). Other ops keep contiguous inputs, which the interpreter's index
-    arithmetic assumes."""
+    (170 of 288 outputs). ATen's elementwise loops run rows shorter than two vectors in
+    their scalar tail, whose ``exp`` is libm's and not SLEEF's: ``sigmoid`` of a (64, 8)
+    slice of a (64, 24) tensor differed in 20 of 512 elements from a contiguous copy, and
+    adaptive eager's replay of a GRU with 8 hidden units (its gates are column chunks of one
+    projection) drifted from eager. Other ops keep contiguous inputs, which the
+    interpreter's index arithmetic assumes."""
     from torch._prims_common import make_contiguous_strides_for
 
     func = module.functions[module.entry]
@@ -471,13 +485,30 @@ def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[in
     complex_inputs = set(sig.get("complex_inputs", ()))
     for k, spec in enumerate(sig["inputs"][: sig["num_user_inputs"]]):
         shape, stride = spec["shape"], tuple(spec["stride"])
-        if k in complex_inputs or k >= len(func.args) or not _dense(shape, stride) \
+        if k in complex_inputs or k >= len(func.args) \
                 or stride == tuple(make_contiguous_strides_for(shape)):
             continue
         used = readers.get(func.args[k][0], set())
-        if used and used <= _LAYOUT_READERS:
+        if _dense(shape, stride):
+            if used and used <= _LAYOUT_READERS:
+                kept.append((k, stride))
+        elif _gapped(shape, stride) and used and used <= _LAYOUT_READERS | _ELEMENTWISE_READERS:
             kept.append((k, stride))
     return kept
+
+
+def _gapped(shape: list[int], stride: tuple[int, ...]) -> bool:
+    """Whether the strides reach distinct elements with gaps between them: each dim's
+    stride (smallest first) passes every element of the dims below it. No broadcast dims,
+    every size above 1."""
+    if len(shape) != len(stride) or any(size < 2 for size in shape):
+        return False
+    reach = 0  # the last element the dims below reach
+    for d in sorted(range(len(shape)), key=lambda d: stride[d]):
+        if stride[d] <= reach:
+            return False
+        reach += (shape[d] - 1) * stride[d]
+    return True
 
 
 def _dense(shape: list[int], stride: tuple[int, ...]) -> bool:

@@ -1,0 +1,27 @@
+"""An input with gaps between its rows (a column slice or chunk of a wider tensor) reaches
+elementwise ops in its own layout, as in eager.
+
+ATen's elementwise loops run rows shorter than two vectors in their scalar tail, whose
+``exp`` is libm's, not SLEEF's; a contiguous copy of the same values runs the vector body.
+The executable handed the interpreter contiguous copies of every such input, so
+``sigmoid`` of a (64, 8) slice of a (64, 24) tensor differed from eager in 20 of 512
+elements (``executable.traced_layouts``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.compiler.exact import bits_equal
+from torchneuron.compiler import compile_graph
+
+
+@pytest.mark.parametrize("op", [torch.sigmoid, torch.exp, torch.tanh, torch.log1p,
+                                torch.expm1], ids=lambda f: f.__name__)
+def test_an_elementwise_op_of_a_column_slice(op) -> None:  # noqa: ANN001
+    base = torch.randn(64, 24, generator=torch.Generator().manual_seed(0))
+    x, y = base[:, :8], base[:, 8:16].contiguous()  # (not cloned: a clone is contiguous)
+    fn = lambda a, b: (op(a) * b, op(a + b))  # noqa: E731
+    for got, want in zip(compile_graph(fn, [x, y]).run([x, y]), fn(x, y), strict=True):
+        bits_equal(got, want)
