@@ -59,6 +59,21 @@ def clone_to(model: torch.nn.Module, device: str) -> torch.nn.Module:
     return copy.deepcopy(model).to(device)
 
 
+def keep_step(out: dict[str, list[torch.Tensor]], loss: torch.Tensor,
+              model: torch.nn.Module) -> None:
+    """Append a training step's loss and every parameter's gradient to ``out``."""
+    out.setdefault("loss", []).append(loss.detach().clone())
+    for k, p in model.named_parameters():
+        out.setdefault("grad." + k, []).append(p.grad.detach().clone())
+
+
+def kept(out: dict[str, list[torch.Tensor]], model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``keep_step``'s record stacked per name, with the model's final state."""
+    result = {k: torch.stack(v) for k, v in out.items()}
+    result.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return result
+
+
 class ReplayLog:
     """Which steps replayed (the replay counter moved during the step); ``program_steps``:
     which replayed a compiled program (not only the first tier's recorded kernels)."""

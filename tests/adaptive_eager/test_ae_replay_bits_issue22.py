@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.adaptive_eager.harness import ReplayLog, run
+from tests.adaptive_eager.harness import ReplayLog, keep_step, kept, run
 from torchneuron.hardware.settings import override
 
 STEPS = 4
@@ -54,14 +54,10 @@ def _loop(model: nn.Module, log: ReplayLog | None = None):
             nn.utils.clip_grad_norm_(m.parameters(), 0.5)
             opt.step()
             loss.item()  # a sync ends the step's region, as a logging loop does
-            out.setdefault("loss", []).append(loss.detach().clone())
-            for k, p in m.named_parameters():
-                out.setdefault("grad." + k, []).append(p.grad.detach().clone())
+            keep_step(out, loss, m)
             if log is not None:
                 log.mark(step)
-        result = {k: torch.stack(v) for k, v in out.items()}
-        result.update({k: v.detach().clone() for k, v in m.state_dict().items()})
-        return result
+        return kept(out, m)
     return loop
 
 
