@@ -8,7 +8,8 @@ chunks as separate inputs on one storage. Two checks refused them all as aliased
 (``adaptive_eager/overlap.py`` now decides exactly), and every input an in-place op read
 counted as written (``mul_``'s ``other`` too; ``capture.written_refs``). Once replayed,
 the backward's ``sigmoid_backward`` was off by an ulp (PyTorch's decomposition multiplies
-in another order than ATen's kernel; ``decomp/sigmoid_backward.py``). Every step's loss,
+in another order than ATen's kernel; it is eager's kernel now, ``decomp/eager_kernels.py``).
+Every step's loss,
 every gradient and the final parameters must equal the same loop on plain CPU, and the
 last steps must be program replays with no aliased-inputs exit where the chunks' rows let
 eager's kernels take the executable's path (``overlap.whole_vector_rows``).

@@ -5,8 +5,8 @@
 samples of eager per CPU and uses the matching form, or refuses (float64 where eager
 fuses). Before, 285 of 1003 random float32 elements differed on AVX2.
 
-``sigmoid_backward`` (``decomp/sigmoid_backward.py``): ATen's kernel multiplies
-``grad * (1 - y) * y`` left to right; PyTorch's decomposition multiplies
+``sigmoid_backward`` (eager's kernel in the program, ``decomp/eager_kernels.py``): ATen's
+kernel multiplies ``grad * (1 - y) * y`` left to right; PyTorch's decomposition multiplies
 ``grad * (y * (1 - y))``, one ulp off in many elements (a replayed GRU training step
 drifted 1.5e-08 from eager in its weights).
 

@@ -135,7 +135,9 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
               "upsample_bicubic2d", "_upsample_bilinear2d_aa",
               "_upsample_bicubic2d_aa", "logit", "linalg_vector_norm",
               "_scaled_dot_product_flash_attention_for_cpu", "softshrink", "hardshrink",
-              "var", "std", "var_mean", "std_mean"}  # (lerp, addcmul: test_exact_lerp.py,
+              "var", "std", "var_mean", "std_mean",
+              "sigmoid_backward"}  # (sigmoid_backward: test_exact_activation_backward.py;
+    # lerp, addcmul: test_exact_lerp.py,
     # test_exact_addcmul.py; native_layer_norm: test_exact_linear.py; nll_loss*:
     # test_assorted_exact_ops.py, test_exact_nll_loss_and_bf16_norm_grad.py; batch norm:
     # test_exact_batch_norm.py; the resizes: test_interpolate_exact.py,

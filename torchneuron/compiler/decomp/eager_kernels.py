@@ -148,6 +148,10 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # (written out, AdamW's lerp_ and addcmul_ emulated the fused form exactly in float64:
     # 1.74x the MLP's replayed host instructions; float64 was refused where eager fuses)
     EagerKernel(("lerp", "addcmul", "tanh_backward"), "elementwise", vector=3, scalar=0),
+    # ``grad * (1 - y) * y`` in ATen's order (PyTorch's decomposition multiplies
+    # ``grad * (y * (1 - y))``: one ulp off in many elements, and a replayed GRU training
+    # step drifted 1.5e-08 from eager): a subtract and two multiplies
+    EagerKernel(("sigmoid_backward",), "elementwise", vector=3, scalar=0),
     # a multiply-add: the same work as the add it is
     EagerKernel(("add", "sub"), "elementwise", vector=2, scalar=0, when=_alpha_not_one),
     # a row: max, subtract, exp, sum (and log) on the row, then the output pass

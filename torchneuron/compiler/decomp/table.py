@@ -59,7 +59,6 @@ from torchneuron.compiler.decomp import (
     resize,
     scans,
     shapes,
-    sigmoid_backward,
     special,
     tanh_backward,
     upsample_linear,
@@ -148,7 +147,6 @@ def _families() -> list[Table]:
             pow.POW_DECOMPOSITIONS, relu.RELU_DECOMPOSITIONS,
             tie_order.TIE_ORDER_DECOMPOSITIONS, addc.ADDC_DECOMPOSITIONS, lerp.LERP_DECOMPOSITIONS,
             tanh_backward.TANH_BACKWARD_DECOMPOSITIONS,
-            sigmoid_backward.SIGMOID_BACKWARD_DECOMPOSITIONS,
             half_scalar.HALF_SCALAR_DECOMPOSITIONS, foreach.FOREACH_DECOMPOSITIONS,
             upsample_linear.UPSAMPLE_LINEAR_DECOMPOSITIONS, custom.custom_op_decompositions()]
 
