@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
-from torchneuron.compiler.decomp.upsample_linear import eager_resample_kernels
+from torchneuron.compiler.decomp.upsample_nodes import eager_resample_kernels
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.prepare.index_bounds import (
     INDEX_BOUNDS,
@@ -235,7 +235,7 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     index = _device_index(example_inputs)
     _retarget_factories(gm, "neuron", "cpu", wrap=True)
     # AOTAutograd's trace must not overlap a background one (fx_trace.py); resampling ops
-    # reach the decomposition table (decomp/upsample_linear.py)
+    # reach the decomposition table (decomp/upsample_nodes.py)
     with TRACE_LOCK, eager_resample_kernels():
         return aot_autograd(
             fw_compiler=_compile_graph_for(index, "forward"),

@@ -182,11 +182,14 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
                  "_native_batch_norm_legit_no_training"), "reduce", vector=6, scalar=1,
                 when=_one_dtype),
     EagerKernel(("native_batch_norm_backward",), "reduce", vector=8, scalar=0),
-    # half-precision resizes (their bits differ between ATen's CPU code paths: refused)
-    # and every antialiased one (a filter per output pixel, as eager computes it); the
-    # backward too, or training would expose its lowering. Four taps read and a
-    # weighted sum per output element
-    EagerKernel(_UPSAMPLE[:8], "elementwise", vector=4, scalar=0, when=_input_of(0, _HALVES)),
+    # linear and bicubic resizes of every float dtype (ATen's loops differ by CPU code
+    # path: a float32 bilinear resize decomposed was off in 186 of 378 elements, a half
+    # one depends on the path; decomp/upsample_nodes keeps them whole) and every
+    # antialiased one (a filter per output pixel, as eager computes it); the backward
+    # too, or training would expose a lowering. Four taps read and a weighted sum per
+    # output element
+    EagerKernel(_UPSAMPLE[:8], "elementwise", vector=4, scalar=0,
+                when=_input_of(0, (*_HALVES, *_WIDE))),
     EagerKernel(_UPSAMPLE[8:], "elementwise", vector=6, scalar=0),
     # a norm's sum of powers in the order of eager's reduction loop (gradient clipping's
     # per-parameter norms, replayed in a region, were off by an ulp and so every clipped

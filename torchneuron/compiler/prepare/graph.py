@@ -39,7 +39,7 @@ from torchneuron.compiler.decomp.complex import fold_complex_pairs, refuse_compl
 from torchneuron.compiler.decomp.fft import refuse_unlowered_ffts
 from torchneuron.compiler.decomp.refusals.uint_casts import refuse_float_to_uint32
 from torchneuron.compiler.decomp.table import decomposition_table
-from torchneuron.compiler.decomp.upsample_linear import eager_resample_kernels
+from torchneuron.compiler.decomp.upsample_nodes import eager_resample_kernels
 from torchneuron.compiler.decomp.variance import fix_degenerate_variances
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.prepare.custom_calls import carry_custom_calls
