@@ -91,6 +91,12 @@ def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return len(dtypes) == 1
 
 
+def _scaled_addmm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+    alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+    return beta != 1 or alpha != 1
+
+
 def _no_dropout(at: int) -> Callable[[tuple[Any, ...], dict[str, Any]], bool]:
     """A call whose ``dropout_p`` (at position ``at``) is 0: it draws nothing."""
     def when(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -204,6 +210,35 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
                 scalar=1, when=_no_dropout(3)),
     EagerKernel(("_scaled_dot_product_flash_attention_for_cpu_backward",), "reduce",
                 vector=10, scalar=1, when=_no_dropout(6)),
+    # Found by the exact lowering sweep (``tools/lowering_coverage.py --exact``: within
+    # its tolerance, not eager's bits). Products with a vector, which eager hands to BLAS's
+    # level-1/2 routines (``dot``, ``gemv``) and a lowering takes as a matrix product (an
+    # ``mv`` of 5x10 by 10 was off in 4 of 5 elements); ``addmm`` scaled by ``alpha`` or
+    # ``beta`` (BLAS scales inside its sum; a plain bias add is ``collapse.addmm_bias``);
+    # a sum of batch products. A multiply-add per element of the larger operand
+    EagerKernel(("mv", "addmv", "dot", "vdot", "addr", "addbmm"), "reduce", vector=2,
+                scalar=0),
+    EagerKernel(("addmm",), "reduce", vector=2, scalar=0, when=_scaled_addmm),
+    # small elementwise formulas eager evaluates in its own order (``cross``'s two products
+    # per component, ``logaddexp2``'s exp2 and log2)
+    EagerKernel(("linalg_cross", "cross"), "elementwise", vector=3, scalar=0),
+    EagerKernel(("logaddexp2",), "elementwise", vector=2, scalar=1),
+    # moments of a group, pooling windows, norms of slices: sums in the order of eager's
+    # loops (a group norm of 1x6x3 was off in 14 of 18 elements)
+    EagerKernel(("native_group_norm",), "reduce", vector=5, scalar=1),
+    EagerKernel(("native_group_norm_backward",), "reduce", vector=8, scalar=0),
+    EagerKernel(("avg_pool2d", "avg_pool2d_backward", "avg_pool3d", "avg_pool3d_backward",
+                 "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "renorm",
+                 "multilabel_margin_loss_forward"), "reduce", vector=2, scalar=0),
+    # bilinear sampling at grid points (four taps weighted in eager's order)
+    EagerKernel(("grid_sampler_2d", "grid_sampler_2d_backward"), "elementwise", vector=6,
+                scalar=0),
+    # LAPACK's factorizations and solves (blocked, in LAPACK's order)
+    EagerKernel(("linalg_cholesky_ex", "cholesky", "geqrf", "linalg_lu_factor_ex", "linalg_lu",
+                 "linalg_lu_solve", "lu_solve", "triangular_solve", "linalg_solve_triangular",
+                 "ormqr", "linalg_householder_product", "linalg_qr", "linalg_inv_ex",
+                 "cholesky_solve", "cholesky_inverse", "linalg_solve_ex"), "reduce",
+                vector=8, scalar=0),
 )
 
 
