@@ -144,11 +144,11 @@ def _materialize(original: Callable) -> Callable:
 def install_module_conversion() -> None:
     """Patch ``Module._apply``, ``RecursiveScriptModule._apply`` and lazy modules
     (idempotent)."""
+    script = torch.jit.RecursiveScriptModule
+    if not getattr(script._apply, "_torchneuron", False):  # (before Module's, it inherits)
+        script._apply = _script_apply(script._apply)  # type: ignore[method-assign]
     if not getattr(torch.nn.Module._apply, "_torchneuron", False):
         torch.nn.Module._apply = _held_apply(torch.nn.Module._apply)  # type: ignore[method-assign]
-    script = torch.jit.RecursiveScriptModule
-    if not getattr(script._apply, "_torchneuron", False):
-        script._apply = _script_apply(script._apply)  # type: ignore[method-assign]
     LazyModuleMixin._apply = _lazy_apply  # type: ignore[attr-defined]
     if not getattr(UninitializedTensorMixin.materialize, "_torchneuron", False):
         UninitializedTensorMixin.materialize = _materialize(UninitializedTensorMixin.materialize)  # type: ignore[method-assign]
