@@ -18,6 +18,12 @@ eager's result on every CPU by construction:
   and ``avx2`` (1 to 6 of 7,440 elements of a (2, 3, 31, 40) resize, up to 2 ulps), so no
   lowering gives eager's bits on every CPU. float32 and float64 keep their entries
   (within float32 tolerance; eager's float32 bits differ between those capabilities too).
+- oneDNN's LSTM layer (``mkldnn_rnn_layer`` and its backward, which ``nn.LSTM`` on
+  the device calls where the CPU does: ``dispatch/lstm.py``): its bits are oneDNN's
+  fused kernel, which oneDNN picks by CPU (``ONEDNN_MAX_CPU_ISA``), and the forward
+  hands the backward a workspace whose layout and size are the host oneDNN's (PyTorch's
+  fake says 0 bytes; the kernel gives thousands), so no program can carry it. A region
+  holding either runs eagerly, and the op between regions from then on.
 ``native_layer_norm`` over one element was refused here too (its float16 output differs
 between CPU code paths); layer norm is now eager's own kernel (``decomp/eager_kernels``).
 
@@ -39,7 +45,9 @@ __all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
 _HALVES = (torch.float16, torch.bfloat16)
-REFUSED_REASONS = ("batch-norm-bfloat16", "upsample-half", *math_bits.REFUSED_REASONS)
+REFUSED_REASONS = ("batch-norm-bfloat16", "upsample-half", "onednn-rnn-layer",
+                   *math_bits.REFUSED_REASONS)
+_ONEDNN_RNN = (aten.mkldnn_rnn_layer.default, aten.mkldnn_rnn_layer_backward.default)
 
 _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
     aten._native_batch_norm_legit.default: 5,
@@ -92,6 +100,15 @@ def _upsample(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
+def _onednn_rnn(op: Any) -> Callable[..., Any]:
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        return _refuse(op, "oneDNN's fused LSTM layer computes eager's bits (oneDNN picks "
+                       "its kernel by CPU) and hands its backward a workspace of the host "
+                       "oneDNN's layout", "onednn-rnn-layer")
+
+    return decomposition
+
+
 def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
                                  ) -> dict[Any, Callable[..., Any]]:
     """Entries wrapping ``base``'s (the table built so far): the cases above refuse,
@@ -101,5 +118,7 @@ def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
         table[op] = _batch_norm(op, base.get(op))
     for op in _UPSAMPLE:
         table[op] = _upsample(op, base.get(op))
+    for op in _ONEDNN_RNN:
+        table[op] = _onednn_rnn(op)
     table.update(math_bits.math_refusals())  # elementwise math (its own module)
     return table
