@@ -19,6 +19,9 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decomp.refusals.cpu_dependent import (
+    ALWAYS_REFUSED,
+)
+from torchneuron.compiler.decomp.refusals.cpu_dependent import (
     REFUSED_REASONS as CPU_DEPENDENT_REASONS,
 )
 
@@ -65,6 +68,11 @@ class RefusedOps:
     def __init__(self) -> None:
         self.ops: dict[Any, str] = {}  # overload -> "aten.x.overload (reason)"
         self.names: set[str] = set()
+        # refused in every call (oneDNN's LSTM layer): known before any region fails, so
+        # the first regions already end around them (an LSTM's training step replayed
+        # whole only after two regions had failed to compile, a dozen steps in)
+        for f, reason in ALWAYS_REFUSED.items():
+            self._add([f], _name(f), reason)
 
     def learn(self, err: BaseException, region_ops: Iterable[Any]) -> bool:
         """Learn the overloads of the op a compile error blames that the failed region

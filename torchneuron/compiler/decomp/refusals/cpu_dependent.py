@@ -41,13 +41,16 @@ import torch
 from torchneuron.compiler.decomp.refusals import math_bits
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
+__all__ = ["ALWAYS_REFUSED", "cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
 _HALVES = (torch.float16, torch.bfloat16)
 REFUSED_REASONS = ("batch-norm-bfloat16", "upsample-half", "onednn-rnn-layer",
                    *math_bits.REFUSED_REASONS)
 _ONEDNN_RNN = (aten.mkldnn_rnn_layer.default, aten.mkldnn_rnn_layer_backward.default)
+# overloads refused in every call whatever the graph -> their reason (adaptive eager runs
+# them between regions from the start, not after a region holding them failed)
+ALWAYS_REFUSED = dict.fromkeys(_ONEDNN_RNN, "onednn-rnn-layer")
 
 _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
     aten._native_batch_norm_legit.default: 5,
