@@ -12,10 +12,10 @@ GRU and in every gradient (issue 22: the bench's ``cpu`` row of ``gru``, 1.2e-07
 Here each of those ops has a kernel at the device's autograd key (and at PrivateUse1,
 for ``inference_mode``) that runs the CPU's branch with ordinary ops on the device:
 the same ops in the same order, so autograd records the same backward and every value
-has the CPU's bits. ``nn.LSTM`` and ``nn.LSTMCell`` are not here: the CPU computes a
-float LSTM with oneDNN's fused kernel (``mkldnn_rnn_layer``), which these ops cannot
-reproduce; they keep the fused cells of ``dispatch/rnn.py``. Packed sequences
-(``aten::gru.data``) keep PyTorch's composite too.
+has the CPU's bits. ``nn.LSTM`` and ``nn.LSTMCell`` are ``dispatch/lstm.py``'s: the CPU
+computes a float LSTM with oneDNN's fused layer (``mkldnn_rnn_layer``), which these ops
+cannot reproduce. Packed GRU and RNN sequences (``aten::gru.data``) keep PyTorch's
+composite.
 
 Imports torch only (registered by ``dispatch/__init__``'s ``install``).
 """
