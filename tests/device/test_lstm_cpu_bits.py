@@ -120,6 +120,20 @@ def test_lstm_bits_and_path_equal_cpu(name, make, shape, dtype, h0, packed, grad
         assert torch.equal(c, d), f"{name}: tensor {i}: {int((c != d).sum())} of {c.numel()} differ"
 
 
+def test_lstm_with_onednn_disabled_takes_the_cpus_default_branch() -> None:
+    """``torch.backends.mkldnn.flags(enabled=False)``: the CPU's default branch, on both."""
+    torch.manual_seed(0)
+    cpu = nn.LSTM(5, 6, num_layers=2, bidirectional=True)
+    dev = copy.deepcopy(cpu).to("neuron")
+    x = torch.randn(7, 3, 5)
+    with torch.backends.mkldnn.flags(enabled=False):
+        want, cpu_calls = _run(cpu, x, "cpu", None, None, True)
+        got, dev_calls = _run(dev, x, "neuron", None, None, True)
+    assert cpu_calls == dev_calls == {_LAYER: 0, _LAYER + "_backward": 0}
+    for i, (c, d) in enumerate(zip(want, got, strict=True)):
+        assert torch.equal(c, d), f"tensor {i}: {int((c != d).sum())} of {c.numel()} differ"
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [True, False])
 def test_lstm_cell_bits_equal_cpu(dtype: torch.dtype, bias: bool) -> None:
