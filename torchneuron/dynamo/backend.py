@@ -422,8 +422,26 @@ def _control_flow(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
+def _holds_lstm(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` calls ``torch.lstm`` (an ``nn.LSTM`` traced with Dynamo's
+    ``allow_rnn``; by default Dynamo breaks the graph there and it runs eagerly).
+
+    Why refused: on the CPU a float LSTM is oneDNN's fused layer (``dispatch/lstm.py``),
+    whose forward keeps the backward's workspace only in grad mode, which AOTAutograd's
+    compiled forward turns off (the forward then handed the backward no workspace), and
+    whose bits are oneDNN's own. Run eagerly, the device takes the CPU's path."""
+    return any(node.op == "call_function" and node.target is torch._C._VariableFunctions.lstm
+               for node in gm.graph.nodes)
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
+    if _holds_lstm(gm):
+        record_failure("dynamo", "prepare", "lstm-layer",
+                       "torch.lstm (nn.LSTM under allow_rnn) is the CPU's oneDNN layer in "
+                       "eager, which a compiled graph cannot reproduce, so the graph runs "
+                       "eagerly on the device")
+        return gm.forward
     flow = _control_flow(gm)
     if flow is not None:
         record_failure("dynamo", "prepare", "control-flow",

@@ -13,6 +13,12 @@ eager's result on every CPU by construction:
   fixed-order computation tried (float64 statistics, rounded or not to bfloat16; the
   output then 0 to 1741 of 10,590 elements off). float16 keeps its exact entry
   (``decomp.halves.half_batch_norm``).
+- oneDNN's LSTM layer (``mkldnn_rnn_layer`` and its backward, which ``nn.LSTM`` on
+  the device calls where the CPU does: ``dispatch/lstm.py``): its bits are oneDNN's
+  fused kernel, which oneDNN picks by CPU (``ONEDNN_MAX_CPU_ISA``), and the forward
+  hands the backward a workspace whose layout and size are the host oneDNN's (PyTorch's
+  fake says 0 bytes; the kernel gives thousands), so no program can carry it. A region
+  holding either runs eagerly, and the op between regions from then on.
 ``native_layer_norm`` over one element and half-precision linear resizes were refused here
 too (their bits differ between CPU code paths); they are eager's own kernels now
 (``decomp/eager_kernels``).
@@ -31,11 +37,14 @@ import torch
 from torchneuron.compiler.decomp.refusals import math_bits
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
+__all__ = ["ALWAYS_REFUSED", "cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
-_HALVES = (torch.float16, torch.bfloat16)
-REFUSED_REASONS = ("batch-norm-bfloat16", *math_bits.REFUSED_REASONS)
+REFUSED_REASONS = ("batch-norm-bfloat16", "onednn-rnn-layer", *math_bits.REFUSED_REASONS)
+_ONEDNN_RNN = (aten.mkldnn_rnn_layer.default, aten.mkldnn_rnn_layer_backward.default)
+# overloads refused in every call whatever the graph -> their reason (adaptive eager runs
+# them between regions from the start, not after a region holding them failed)
+ALWAYS_REFUSED = dict.fromkeys(_ONEDNN_RNN, "onednn-rnn-layer")
 
 _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
     aten._native_batch_norm_legit.default: 5,
@@ -69,6 +78,15 @@ def _batch_norm(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
+def _onednn_rnn(op: Any) -> Callable[..., Any]:
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        return _refuse(op, "oneDNN's fused LSTM layer computes eager's bits (oneDNN picks "
+                       "its kernel by CPU) and hands its backward a workspace of the host "
+                       "oneDNN's layout", "onednn-rnn-layer")
+
+    return decomposition
+
+
 def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
                                  ) -> dict[Any, Callable[..., Any]]:
     """Entries wrapping ``base``'s (the table built so far): the cases above refuse,
@@ -76,5 +94,7 @@ def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
     table: dict[Any, Callable[..., Any]] = {}
     for op in _BATCH_NORM:
         table[op] = _batch_norm(op, base.get(op))
+    for op in _ONEDNN_RNN:
+        table[op] = _onednn_rnn(op)
     table.update(math_bits.math_refusals())  # elementwise math (its own module)
     return table
