@@ -45,8 +45,8 @@ bench-full: $(BENCH_STAMP)
 
 # Issue 20's whole-run report: each training model until adaptive eager's last tier is in
 # (--steps auto), eager and torch.compile as many steps; report.md states per model whether
-# adaptive eager's cumulative time stays at or below theirs. Long: about 1.2 CPU-hours
-# measured (README, "--steps auto"), not part of bench-full.
+# adaptive eager's cumulative time stays at or below theirs. Long: 52 CPU-minutes measured
+# (README, "--steps auto"), so not part of bench-full.
 bench-whole: $(BENCH_STAMP)
 	$(VENV)/bin/torchneuron-bench --models mlp,cnn,gpt,gru,hf_gpt2 \
 		--modes eager,adaptive_cold,compile --steps auto --max-steps 20000 --timeout 7200 \
