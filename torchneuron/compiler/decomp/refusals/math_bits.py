@@ -36,7 +36,8 @@ from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["math_refusals", "REFUSED_REASONS", "CPU_DEPENDENT", "EAGER_BITS"]
 
-REFUSED_REASONS = ("cpu-dependent-math", "eager-math-bits")
+# (and decomp/fft.py's: every FFT is refused, its bits are pocketfft's butterflies')
+REFUSED_REASONS = ("cpu-dependent-math", "eager-math-bits", "eager-fft-bits")
 
 # overload packets (every overload) whose eager bits differ between default and avx2
 CPU_DEPENDENT = (
