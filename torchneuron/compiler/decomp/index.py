@@ -365,10 +365,13 @@ def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor, reduct
 def _replace_pytorchs_traced_kernel() -> None:
     """PyTorch registers its decomposition of ``multilabel_margin_loss_forward`` as the
     op's Python kernel at the Autograd key, which every trace (make_fx, AOTAutograd) runs
-    before any decomposition table is consulted: ours would never be seen. Ours takes
-    that place; eager (the C++ kernel) is untouched."""
+    before any decomposition table is consulted: no entry of the table would be seen.
+    It is removed, so a trace reaches the C++ autograd kernel (its backward is
+    ``multilabel_margin_loss_backward``) and then the table: eager's own kernel
+    (``decomp/eager_kernels``; a mean over 10 rows lowered was off in the last bit), or
+    the entry above where that does not apply. Eager (the C++ kernel) is untouched."""
     op = aten.multilabel_margin_loss_forward.default
-    op.py_kernels[torch._C.DispatchKey.Autograd] = multilabel_margin_loss_forward
+    op.py_kernels.pop(torch._C.DispatchKey.Autograd, None)
     op._dispatch_cache.clear()
 
 

@@ -50,6 +50,12 @@ CPU_DEPENDENT = (
     "special_scaled_modified_bessel_k1", "special_hermite_polynomial_h",
     "special_hermite_polynomial_he",
     *(f"special_{s}chebyshev_polynomial_{k}" for s in ("", "shifted_") for k in "tuvw"),
+    # ``start + step * i`` in the first half, ``end - step * (steps - 1 - i)`` in the
+    # second, but a vector of ATen's loop takes the first element's half for all its
+    # lanes and adds ``k * step`` to it: where the halves meet depends on the vector width
+    # (8 or 16 floats), and a factory has no operand to call eager's kernel on (-2 to -3
+    # in 50 steps was off in 4 elements, the exact lowering sweep)
+    "linspace",
 )
 # overload packets whose eager bits were equal under both, and are a routine's we lack
 EAGER_BITS = (
