@@ -99,6 +99,11 @@ def _scaled_addmm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return beta != 1 or alpha != 1
 
 
+def _batched_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """A call whose first operand has two dims or more."""
+    return bool(args) and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2
+
+
 def _weighted_bag(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """A bag with ``per_sample_weights`` (position 6); without, the lowered sum is eager's."""
     weights = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
@@ -252,8 +257,11 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     EagerKernel(("native_group_norm_backward",), "reduce", vector=8, scalar=0),
     EagerKernel(("avg_pool2d", "avg_pool2d_backward", "avg_pool3d", "avg_pool3d_backward",
                  "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "renorm",
-                 "multilabel_margin_loss_forward", "multilabel_margin_loss_backward"), "reduce",
-                vector=2, scalar=0),
+                 "multilabel_margin_loss_backward"), "reduce", vector=2, scalar=0),
+    # (a 1-d input's unreduced loss is 0-d from the kernel, [1] from PyTorch's meta
+    # kernel: that call keeps decomp/index's entry, which gives eager's shape)
+    EagerKernel(("multilabel_margin_loss_forward",), "reduce", vector=2, scalar=0,
+                when=_batched_input),
     # bilinear sampling at grid points (four taps weighted in eager's order)
     EagerKernel(("grid_sampler_2d", "grid_sampler_2d_backward"), "elementwise", vector=6,
                 scalar=0),
