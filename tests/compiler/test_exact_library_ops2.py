@@ -59,6 +59,8 @@ def test_bilinear_weighted_embedding_bag_and_multilabel_margin() -> None:
         "multilabel_margin": lambda x1, x2, w, bias, table, psw, idx, off, x, target: (
             F.multilabel_margin_loss(x, target),
             F.multilabel_margin_loss(x * 3, target, reduction="none")),
+        "multilabel_margin_1d": lambda x1, x2, w, bias, table, psw, idx, off, x, target: tuple(
+            F.multilabel_margin_loss(x[i] * 5, target[i], reduction="none") for i in range(10)),
     }
     cases_match_eager(cases, x1, x2, w, bias, table, psw, idx, off, x, target)
 
