@@ -72,23 +72,20 @@ _PAIR_VIEWS = {aten.slice.Tensor, aten.select.int, aten.permute.default, aten.vi
                aten.real.default, aten.imag.default}
 
 
-def in_eager_layout(op: Any, fn: Callable[..., Any], run_cpu: bool, *args: Any,
-                    **kwargs: Any) -> Any:
+def in_eager_layout(op: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` (a decomposition of ``op``) with eager's strides.
 
-    Eager's strides come from ``op`` run on meta tensors of the same layout, or (FFT ops,
-    ``run_cpu``: their meta kernels' strides differ from pocketfft's, ``rfft2`` over dims
-    (0, 1) of a 3-d input) on CPU tensors of zeros. A decomposition that fails returns
-    NotImplemented: the op then stays in the graph and ``refuse_complex`` (or
-    ``refuse_ffts``) refuses it with a typed error, also under AOTAutograd,
-    where a raised error would fail torch.compile instead of running eagerly."""
+    Eager's strides come from ``op`` run on meta tensors of the same layout. A
+    decomposition that fails returns NotImplemented: the op then stays in the graph and
+    ``refuse_complex`` refuses it with a typed error, also under AOTAutograd, where a
+    raised error would fail torch.compile instead of running eagerly."""
     try:
         r = fn(*args, **kwargs)
     except Exception:
         return NotImplemented
     if not isinstance(r, torch.Tensor) or op in _PAIR_VIEWS:
         return r
-    want = _eager_strides(op, args, kwargs, run_cpu)
+    want = _eager_strides(op, args, kwargs)
     if want is None or tuple(r.stride()) == want or len(want) != r.dim():
         return r
     if r.is_complex():
@@ -98,21 +95,14 @@ def in_eager_layout(op: Any, fn: Callable[..., Any], run_cpu: bool, *args: Any,
     return r if p is None else p
 
 
-_CPU_NUMEL_LIMIT = 1 << 22  # eager's FFT strides from a CPU run only up to this size
-
-
-def _eager_strides(op: Any, args: Any, kwargs: Any, run_cpu: bool) -> tuple[int, ...] | None:
+def _eager_strides(op: Any, args: Any, kwargs: Any) -> tuple[int, ...] | None:
     import torch.utils._pytree as pytree
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
-    tensors = pytree.tree_leaves((args, kwargs))
-    device = "cpu" if run_cpu and sum(t.numel() for t in tensors
-                                      if isinstance(t, torch.Tensor)) <= _CPU_NUMEL_LIMIT         else "meta"
-
     def like(t: torch.Tensor) -> torch.Tensor:
-        e = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
-        return e.zero_() if device == "cpu" else e
+        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                   device="meta")
 
     try:
         with disable_proxy_modes_tracing(), unset_fake_temporarily():

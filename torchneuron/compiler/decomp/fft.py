@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from torchneuron.compiler.decomp.complex import COMPLEX_DECOMPOSITIONS
+from torchneuron.compiler.decomp.complex import COMPLEX_DECOMPOSITIONS, in_eager_layout
 from torchneuron.compiler.errors import PrepareError
 
 __all__ = ["FFT_OPS", "FFT_REASON", "fft_decompositions", "refuse_ffts"]
@@ -41,11 +41,9 @@ def fft_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callab
     (returning NotImplemented on real ones), so where ``table`` already had an entry for
     the op (``sgn``, ``new_zeros``, ``slice_scatter``, ``polar``...), real values still go
     to it. The FFT ops get an entry that keeps the node, for ``refuse_ffts``."""
-    from torchneuron.compiler.decomp.complex import in_eager_layout
-
     out: dict[Any, Callable[..., Any]] = {}
     for op, fn in COMPLEX_DECOMPOSITIONS.items():
-        fn = functools.partial(in_eager_layout, op, fn, False)
+        fn = functools.partial(in_eager_layout, op, fn)
         prev = table.get(op)
         out[op] = fn if prev is None else functools.partial(_chained, fn, prev)
     for op in FFT_OPS:
