@@ -283,11 +283,12 @@ def _is_symbolic(x: Any) -> bool:
 
 def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any = None,
                             reduce: Any = None, reduction: str = "mean") -> torch.Tensor:
-    """``F.multilabel_margin_loss`` through our decomposition (``decomp.index``).
+    """``F.multilabel_margin_loss`` as the aten op (the table makes it eager's kernel), or
+    for a 0-d / 1-d input through our decomposition (``decomp.index``).
 
-    Why: under tracing, PyTorch decomposes the op at its Autograd key with a formula that
-    also counts the positions after a row's -1 (wrong numbers), and its meta kernel gives
-    a 0-d / 1-d input's unreduced loss shape [1] where eager gives a 0-d loss.
+    Why: PyTorch's meta kernel gives a 0-d / 1-d input's unreduced loss shape [1] where
+    eager gives a 0-d loss. (Its Python kernel at the Autograd key, which also counted
+    the positions after a row's -1, is removed by ``decomp.index``.)
     """
     from torch.nn import _reduction
 
@@ -297,6 +298,9 @@ def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any 
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if y.numel():  # eager's range check of the target (index_bounds.py)
         INDEX_BOUNDS(y, -1, int(x.shape[-1]) if x.dim() else 1, 0, "multilabel")
+    if x.dim() >= 2:  # the op itself: the table keeps it as eager's kernel (eager's bits)
+        return torch.ops.aten.multilabel_margin_loss_forward.default(
+            x, y, _reduction.get_enum(reduction))[0]
     return multilabel_margin_loss_forward(x, y, _reduction.get_enum(reduction))[0]
 
 
