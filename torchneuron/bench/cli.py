@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in records:
         if r.get("steps_cap") is not None:
             print(f"  {r['model']}: " + report.auto_steps_line(r))
-        if r.get("whole_run_checks"):
+        if r.get("whole_run_checks") and r.get("steps_cap") is not None:  # (--steps auto)
             print(f"  {r['model']}: " + report.criteria_line(r))
     for r in failed:
         print(f"  {r['model']}/{r['mode']}: {r['status']}: {r['reason']}", file=sys.stderr)

@@ -113,7 +113,8 @@ def criteria_rows(records: list[Record]) -> list[list[str]]:
 def criteria_line(r: Record) -> str:
     """The criteria of one adaptive run in a line, for the command's output."""
     c = r["whole_run_checks"]
-    return (f"{r['mode']}: criteria {'MET' if c['met'] else 'NOT met'} over {c['steps']} steps "
+    verdict = "MET" if c["met"] else "not all judged" if c["why_not_judged"] else "NOT met"
+    return (f"{r['mode']}: criteria {verdict} over {c['steps']} steps "
             f"(<= eager from step {c['at_or_below_eager_from_step']}: "
             f"{_yes(c['at_or_below_eager'])}, most above {_above(c['most_above_eager'])}; "
             f"<= torch.compile every step: {_yes(c['at_or_below_compile_every_step'])}, most "
