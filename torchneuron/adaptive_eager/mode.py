@@ -32,7 +32,7 @@ from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.replay import MISMATCH
-from torchneuron.adaptive_eager.signature import Call, Static, Unsupported, build, meta_of
+from torchneuron.adaptive_eager.signature import Call, Unsupported, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
 from torchneuron.device._registration import keep_dispatch_rule_answers
 from torchneuron.device.tensor import NeuronTensor
@@ -236,10 +236,10 @@ class Runtime(Ledger):
         self.counts["ops_recorded"] += 1
         self.growing.saw(func, static)
         seg = self.segment
-        seg.append(func, build(Static, (*static, struct)), tensors, outs, leaves)
+        seg.append(func, static, struct, tensors, outs, leaves)
         n = len(seg.entries)
         cut = self.detector.cuts.get(n)
-        if cut is not None and seg.entries[n - 1].period_key() in cut and self.detector.try_cut(n):
+        if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):
             return out
         if n in PERIOD_CHECKS or n >= int(_get_value("ae_max_region_ops")):
             self.detector.find_period()
