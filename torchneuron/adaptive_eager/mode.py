@@ -216,7 +216,7 @@ class Runtime(Ledger):
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
                tensors: list[torch.Tensor], rec: OpRecord) -> Any:
         written = None
-        if rec.written:
+        if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         out = run_eagerly(func, args, kwargs, tensors)
