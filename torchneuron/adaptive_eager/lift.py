@@ -275,9 +275,17 @@ def _apply(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
     out = list(sigs)
     for i, subs in by_entry.items():
         sig = sigs[i]
-        out[i] = OpSig(sig.func, _with_args(sig.static, _replace(sig.static.args, subs)), sig.refs,
-                       sig.outs)
+        lifted = OpSig(sig.func, _with_args(sig.static, _replace(sig.static.args, subs)),
+                       sig.refs, sig.outs)
+        # one object per value (as the recorder's ops): a region lifted again next step
+        # is then found by the identities of its ops (``signature.region_key``)
+        if len(_LIFTED) >= _KEEP_BLANKS:
+            _LIFTED.clear()
+        out[i] = _LIFTED.setdefault(lifted, lifted)
     return tuple(out)
+
+
+_LIFTED: dict[OpSig, OpSig] = {}  # a lifted op -> the one object kept for its value
 
 
 def sites(sigs: tuple) -> tuple[dict[int, tuple], list[torch.dtype]]:
