@@ -234,9 +234,9 @@ class Runtime(Ledger):
         core = get_core(self.index)
         core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
         self.counts["ops_recorded"] += 1
-        self.growing.saw(func, static)
         seg = self.segment
-        seg.append(func, static, struct, tensors, outs, leaves)
+        # (the interned ``static``: the growing detector compares three steps' per op)
+        self.growing.saw(func, seg.append(func, static, struct, tensors, outs, leaves))
         n = len(seg.entries)
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):

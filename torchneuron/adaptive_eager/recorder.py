@@ -262,21 +262,21 @@ class Entry(NamedTuple):
 # shapes. Interned, an op seen before adds no object that outlives it, and two steps'
 # signatures are tuples of the same objects (compared by identity first). Values are
 # unchanged: an interned record equals (and prints as) the one it stands for.
-_OPS: dict[tuple, tuple] = {}  # (func, call, struct, outs) -> (func, Static, outs, blind key)
+_OPS: dict[tuple, tuple] = {}  # (func, call, struct, outs) -> (func, Static, outs, blind key, call)
 _SIGS: dict[tuple, OpSig] = {}  # (ids of func, Static, outs; refs) -> the OpSig of them
 _KEPT = 1 << 16  # records kept per table (all forgotten at once past this)
 _VREFS: list[list[ValueRef]] = []  # ValueRef("v", i, k) for small i, k, shared
 
 
 def _op_of(func: Any, call: tuple, struct: str, outs: tuple) -> tuple:
-    """The interned (func, Static, outs, blind key) of a recorded op."""
+    """The interned (func, Static, outs, blind key, Call) of a recorded op."""
     key = (func, call, struct, outs)
     op = _OPS.get(key)
     if op is None:
         if len(_OPS) >= _KEPT:
             _OPS.clear()
         static = build(Static, (*call, struct))
-        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs))
+        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call)
     return op
 
 
@@ -326,9 +326,9 @@ class Segment:
         return len(self.entries)
 
     def append(self, func: Any, call: tuple, struct: str, tensors: list[torch.Tensor],
-               outs: tuple, leaves: list) -> None:
+               outs: tuple, leaves: list) -> Call:
         """Record an op: ``call`` is its ``static_of``, ``struct`` and ``outs`` its
-        ``outputs_of``."""
+        ``outputs_of``. Returns the interned ``call`` (equal to it)."""
         op = _op_of(func, call, struct, outs)
         seq = self.seq
         self.seq += 1
@@ -372,6 +372,7 @@ class Segment:
         if rel0:
             self.sigs0.append(_sig_of(func, op[1], op[2], tuple(refs)))
             self.nslots0.append(len(self.slots0))
+        return op[4]
 
     def clear(self) -> None:
         self.entries.clear()
