@@ -284,12 +284,12 @@ def region_key(sigs: tuple) -> str:
     if key is None:
         parts = []
         for sig in sigs:
-            text = _sig_texts.get(sig)
-            if text is None:
+            got = _sig_texts.get(id(sig))  # (the op kept with its text: its id is its own)
+            if got is None or got[0] is not sig:
                 if len(_sig_texts) >= _SIG_TEXTS_KEPT:
                     _sig_texts.clear()
-                text = _sig_texts[sig] = repr(sig)
-            parts.append(text)
+                got = _sig_texts[id(sig)] = (sig, repr(sig))
+            parts.append(got[1])
         text = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
         key = hashlib.sha256(text.encode()).hexdigest()[:24]
         if len(_region_keys) >= _REGION_KEYS_KEPT:
@@ -302,7 +302,7 @@ def region_key(sigs: tuple) -> str:
 
 
 _SIG_TEXTS_KEPT = 16384
-_sig_texts: dict[tuple, str] = {}
+_sig_texts: dict[int, tuple[tuple, str]] = {}  # id of an op -> (the op, its printed form)
 _REGION_KEYS_KEPT = 1024
 _region_keys: dict[tuple, str] = {}
 _keys_by_ids: dict[tuple, tuple[tuple, str]] = {}  # ids of sigs' items -> (sigs, key)
