@@ -133,30 +133,14 @@ def block_identity(sigs: tuple) -> tuple:
     return _blanked(sigs) or sigs
 
 
-_BLIND: dict[tuple, int] = {}  # (func, static, outs) -> its blind key (``blind_key``)
-_KEEP_BLIND = 1 << 16  # entries remembered (all forgotten at once past this)
-
-
-def blind_key(entry: Any) -> int:
-    """A recorded entry's period key with the floats it could lift blanked: the last op of
+def blind_key(func: Any, static: Static, outs: tuple) -> int:
+    """A recorded op's period key with the floats it could lift blanked: the last op of
     a lifted region (AdamW's ``addcdiv_``) is found at a cut whatever its step's value.
-
-    Remembered per (op, description, outputs): every step records the same ops again, and
-    finding which floats could be lifted cost more than the rest of the per-step search."""
-    whole = (entry.func, entry.static, entry.outs)
-    key = _BLIND.get(whole)
-    if key is None:
-        if len(_BLIND) >= _KEEP_BLIND:
-            _BLIND.clear()
-        key = _BLIND[whole] = _blind_key(entry)
-    return key
-
-
-def _blind_key(entry: Any) -> int:
-    fl = _floats(entry.static)
-    subs = {w: ("float", None) for w, _ in fl if liftable(entry.func, w, entry.static) is not None}
-    static = _with_args(entry.static, _replace(entry.static.args, subs)) if subs else entry.static
-    return hash((entry.func, static, entry.outs))
+    Asked once per distinct op (``recorder._op_of`` keeps it)."""
+    fl = _floats(static)
+    subs = {w: ("float", None) for w, _ in fl if liftable(func, w, static) is not None}
+    blanked = _with_args(static, _replace(static.args, subs)) if subs else static
+    return hash((func, blanked, outs))
 
 
 def _with_args(static: Static, args: tuple) -> Static:
@@ -234,18 +218,54 @@ class Lifter:
 
 
 def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
+    """(skeleton, float values, their (entry, where)) of ``sigs``; the lists are shared,
+    never changed.
+
+    Remembered per signature by the identities of its ops (the recorder interns them):
+    every closed window asks, and a training loop closes the same windows every step."""
+    ids = tuple(map(id, sigs))
+    got = _SKELETONS.get(ids)
+    if got is not None:
+        return got[1]
     skel, floats, where = [], [], []
     for i, sig in enumerate(sigs):
-        fl = _floats(sig.static)
-        if not fl:
-            skel.append(sig)
-            continue
+        _, fl, blank = _blank_of(sig)
+        skel.append(blank)
         for w, r in fl:
             floats.append(r)
             where.append((i, w))
-        blank = _replace(sig.static.args, {w: ("float", None) for w, _ in fl})
-        skel.append(OpSig(sig.func, _with_args(sig.static, blank), sig.refs, sig.outs))
-    return tuple(skel), floats, where
+    out = (tuple(skel), floats, where)
+    if len(_SKELETONS) >= _KEEP_SKELETONS:
+        _SKELETONS.clear()
+    _SKELETONS[ids] = (sigs, out)  # (``sigs`` kept: no other object takes their ids)
+    return out
+
+
+def _blank_of(sig: OpSig) -> tuple[OpSig, list, OpSig]:
+    """(sig, its top-level floats (``_floats``), sig with them blanked), remembered per
+    op (by identity, the op kept); the blanked op is one object per value, so that the
+    skeletons of two steps are tuples of the same objects."""
+    got = _BLANKS.get(id(sig))
+    if got is not None and got[0] is sig:
+        return got
+    fl = _floats(sig.static)
+    blank = sig
+    if fl:
+        b = _replace(sig.static.args, {w: ("float", None) for w, _ in fl})
+        blank = OpSig(sig.func, _with_args(sig.static, b), sig.refs, sig.outs)
+        blank = _BLANKED.setdefault(blank, blank)
+        if len(_BLANKED) >= _KEEP_BLANKS:
+            _BLANKED.clear()
+    if len(_BLANKS) >= _KEEP_BLANKS:
+        _BLANKS.clear()
+    got = _BLANKS[id(sig)] = (sig, fl, blank)
+    return got
+
+
+_SKELETONS: dict[tuple, tuple] = {}  # ids of a signature's ops -> (sigs, ``_skeleton``)
+_BLANKS: dict[int, tuple] = {}  # id of an op -> ``_blank_of`` it
+_BLANKED: dict[OpSig, OpSig] = {}  # a blanked op -> the one object kept for its value
+_KEEP_BLANKS = 1 << 16
 
 
 def _apply(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
@@ -255,9 +275,17 @@ def _apply(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
     out = list(sigs)
     for i, subs in by_entry.items():
         sig = sigs[i]
-        out[i] = OpSig(sig.func, _with_args(sig.static, _replace(sig.static.args, subs)), sig.refs,
-                       sig.outs)
+        lifted = OpSig(sig.func, _with_args(sig.static, _replace(sig.static.args, subs)),
+                       sig.refs, sig.outs)
+        # one object per value (as the recorder's ops): a region lifted again next step
+        # is then found by the identities of its ops (``signature.region_key``)
+        if len(_LIFTED) >= _KEEP_BLANKS:
+            _LIFTED.clear()
+        out[i] = _LIFTED.setdefault(lifted, lifted)
     return tuple(out)
+
+
+_LIFTED: dict[OpSig, OpSig] = {}  # a lifted op -> the one object kept for its value
 
 
 def sites(sigs: tuple) -> tuple[dict[int, tuple], list[torch.dtype]]:

@@ -32,7 +32,7 @@ from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.replay import MISMATCH
-from torchneuron.adaptive_eager.signature import Call, Static, Unsupported, build, meta_of
+from torchneuron.adaptive_eager.signature import Call, Unsupported, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
 from torchneuron.device._registration import keep_dispatch_rule_answers
 from torchneuron.device.tensor import NeuronTensor
@@ -216,7 +216,7 @@ class Runtime(Ledger):
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
                tensors: list[torch.Tensor], rec: OpRecord) -> Any:
         written = None
-        if rec.written:
+        if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         out = run_eagerly(func, args, kwargs, tensors)
@@ -234,12 +234,12 @@ class Runtime(Ledger):
         core = get_core(self.index)
         core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
         self.counts["ops_recorded"] += 1
-        self.growing.saw(func, static)
         seg = self.segment
-        seg.append(func, build(Static, (*static, struct)), tensors, outs, leaves)
+        # (the interned ``static``: the growing detector compares three steps' per op)
+        self.growing.saw(func, seg.append(func, static, struct, tensors, outs, leaves))
         n = len(seg.entries)
         cut = self.detector.cuts.get(n)
-        if cut is not None and seg.entries[n - 1].period_key() in cut and self.detector.try_cut(n):
+        if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):
             return out
         if n in PERIOD_CHECKS or n >= int(_get_value("ae_max_region_ops")):
             self.detector.find_period()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -113,6 +113,7 @@ _SLOTS = [Slot(j) for j in range(64)]  # shared: templates only read ``Slot.j``
 _N_SLOTS = len(_SLOTS)
 _OTHER = object()
 _INPUTS = [InputRef("x", j) for j in range(256)]  # shared: the refs of a window's input slots
+_N_INPUTS = len(_INPUTS)
 
 
 def slot(j: int) -> Slot:
@@ -233,80 +234,182 @@ def _alive_token(t: torch.Tensor) -> _Alive:
     return token
 
 
-@dataclass(slots=True)
-class Entry:
-    """One recorded op."""
+class Entry(NamedTuple):
+    """One recorded op: a plain tuple (built without a frame, one object per op)."""
 
     func: Any
-    static: Static
+    static: Static  # shared by every entry of the same description (``_op_of``)
     vids: tuple[int, ...]  # the wrapper id of each tensor argument
-    outs: tuple  # output descriptions (see ``outputs_of``)
+    outs: tuple  # output descriptions (see ``outputs_of``), shared as ``static`` is
     seq: int  # position in the whole stream
-    key: int | None = None  # hash of (func, static, outs), computed once when first asked
+    key: int  # ``lift.blind_key`` of (func, static, outs), found once per distinct op
 
     def period_key(self) -> int:
-        """The hash ``Segment.keys`` compares: computed once per entry, not per search.
-        Blind to floats that could be lifted (``lift.blind_key``): AdamW's steps, whose
-        bias corrections change, are periods of one stream that never syncs."""
-        k = self.key
-        if k is None:
-            k = self.key = blind_key(self)
-        return k
+        """The hash ``Segment.keys`` compares: found once per distinct op (``_op_of``),
+        not per entry nor per search. Blind to floats that could be lifted
+        (``lift.blind_key``): AdamW's steps, whose bias corrections change, are periods of
+        one stream that never syncs."""
+        return self.key
+
+
+# Interning: the records a recorded op is made of, one object per distinct value.
+#
+# Why: every step records the same ops again. Built afresh, each op's description (a
+# dozen nested tuples), its region-relative ``OpSig`` and the references in it lived until
+# the segment closed, so a step left thousands of new container objects alive: the
+# garbage collector ran several times per recorded step, walking them all, and every
+# later comparison of two steps' signatures went element by element down to the
+# shapes. Interned, an op seen before adds no object that outlives it, and two steps'
+# signatures are tuples of the same objects (compared by identity first). Values are
+# unchanged: an interned record equals (and prints as) the one it stands for.
+_OPS: dict[tuple, tuple] = {}  # (func, call, struct, outs) -> (func, Static, outs, blind key, call)
+_SIGS: dict[tuple, OpSig] = {}  # (ids of func, Static, outs; refs) -> the OpSig of them
+_KEPT = 1 << 16  # records kept per table (all forgotten at once past this)
+_VREFS: list[list[ValueRef]] = []  # ValueRef("v", i, k) for small i, k, shared
+
+
+def _op_of(func: Any, call: tuple, struct: str, outs: tuple) -> tuple:
+    """The interned (func, Static, outs, blind key, Call) of a recorded op."""
+    key = (func, call, struct, outs)
+    op = _OPS.get(key)
+    if op is None:
+        if len(_OPS) >= _KEPT:
+            _OPS.clear()
+        static = build(Static, (*call, struct))
+        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call)
+    return op
+
+
+def _sig_of(func: Any, static: Static, outs: tuple, refs: tuple) -> OpSig:
+    """The interned ``OpSig`` of an entry's interned parts with these references. Keyed
+    by the parts' identities: the ``OpSig`` kept holds them, so no other object has
+    their ids while it is kept."""
+    key = (id(func), id(static), id(outs), refs)
+    sig = _SIGS.get(key)
+    if sig is None:
+        if len(_SIGS) >= _KEPT:
+            _SIGS.clear()
+        sig = _SIGS[key] = build(OpSig, (func, static, refs, outs))
+    return sig
+
+
+def _vref(i: int, k: int) -> ValueRef:
+    """``ValueRef("v", i, k)``, shared for small ``i`` and ``k``."""
+    if i < 4096 and k < 8:
+        while len(_VREFS) <= i:
+            _VREFS.append([build(ValueRef, ("v", len(_VREFS), j)) for j in range(8)])
+        return _VREFS[i][k]
+    return build(ValueRef, ("v", i, k))
 
 
 @dataclass
 class Segment:
     """Entries since the last start point, which values they produced, and weak
-    references to those values (liveness at the segment's end)."""
+    references to those values (liveness at the segment's end).
+
+    Each entry's ``OpSig`` relative to the segment's start (``relative(0, e)``, what a
+    closed segment and a cut are keyed by) is built as the entry is appended, interned
+    (``_sig_of``), so closing or cutting the segment reads them instead of building a
+    new signature per op per search. A segment whose start moved (``drop``), or in which
+    a value was produced twice, builds its signatures as before (``_relative``)."""
 
     entries: list[Entry] = field(default_factory=list)
     src: dict[int, tuple[int, int]] = field(default_factory=dict)  # vid -> (seq, output)
     wrefs: list[tuple] = field(default_factory=list)  # per entry: weakref per output or None
     seq: int = 0  # the next entry's stream position
+    sigs0: list[OpSig] = field(default_factory=list)  # per entry: its OpSig from the start
+    slots0: dict[int, int] = field(default_factory=dict)  # input vid -> slot, from the start
+    nslots0: list[int] = field(default_factory=list)  # per entry: slots used up to it
+    rel0: bool = True  # sigs0 / slots0 hold (no drop, no value produced twice)
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def append(self, func: Any, static: Static, tensors: list[torch.Tensor], outs: tuple,
-               leaves: list) -> None:
+    def append(self, func: Any, call: tuple, struct: str, tensors: list[torch.Tensor],
+               outs: tuple, leaves: list) -> Call:
+        """Record an op: ``call`` is its ``static_of``, ``struct`` and ``outs`` its
+        ``outputs_of``. Returns the interned ``call`` (equal to it)."""
+        op = _op_of(func, call, struct, outs)
         seq = self.seq
         self.seq += 1
+        src = self.src
+        rel0 = self.rel0
+        vids = []
         refs = []
+        if rel0:
+            base = self.entries[0].seq if self.entries else seq
+            slots = self.slots0
+        for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
+            v = t.__dict__.get("_ae_vid")
+            vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
+            vids.append(vid)
+            if rel0:  # ``_relative``'s reference, for the window from the start
+                p = src.get(vid)
+                if p is not None and p[0] >= base:
+                    refs.append(_vref(p[0] - base, p[1]))
+                else:
+                    j = slots.get(vid)
+                    if j is None:
+                        j = slots[vid] = len(slots)
+                    refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
+        wrefs = []
         for k, (out, r) in enumerate(zip(outs, leaves, strict=True)):
             if out is not None and type(out) is not SameOut:
                 d = r.__dict__  # ``vid_of`` and ``_alive_token``, without their calls
                 v = d.get("_ae_vid")
-                self.src[v[0] if v is not None and v[1] == id(r) else vid_of(r)] = (seq, k)
+                vid = v[0] if v is not None and v[1] == id(r) else vid_of(r)
+                if vid in src or (rel0 and vid in self.slots0):
+                    # produced twice, or used before it was produced: the signatures from
+                    # the start are built at the end, as they always were
+                    self.rel0 = rel0 = False
+                src[vid] = (seq, k)
                 token = d.get("_ae_alive")
-                refs.append(weakref.ref(token if token is not None else _alive_token(r)))
+                wrefs.append(weakref.ref(token if token is not None else _alive_token(r)))
             else:
-                refs.append(None)
-        vids = []
-        for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
-            v = t.__dict__.get("_ae_vid")
-            vids.append(v[0] if v is not None and v[1] == id(t) else vid_of(t))
-        self.entries.append(Entry(func, static, tuple(vids), outs, seq))
-        self.wrefs.append(tuple(refs))
+                wrefs.append(None)
+        self.entries.append(build(Entry, (func, op[1], tuple(vids), op[2], seq, op[3])))
+        self.wrefs.append(tuple(wrefs))
+        if rel0:
+            self.sigs0.append(_sig_of(func, op[1], op[2], tuple(refs)))
+            self.nslots0.append(len(self.slots0))
+        return op[4]
 
     def clear(self) -> None:
         self.entries.clear()
         self.src.clear()
         self.wrefs.clear()
+        self.sigs0.clear()
+        self.slots0.clear()
+        self.nslots0.clear()
+        self.rel0 = True
 
     def drop(self, k: int) -> None:
         """Forget the first ``k`` entries (closed as regions); values they produced count
         as inputs of later windows from now on."""
         del self.entries[:k]
         del self.wrefs[:k]
+        self.rel0 = False  # (the start moved: ``relative`` builds its signatures)
+        self.sigs0.clear()
+        self.slots0.clear()
+        self.nslots0.clear()
 
     def keys(self, start: int = 0) -> list[int]:
         """Hashes of the static signatures from ``start`` (for finding periods)."""
-        return [e.period_key() for e in self.entries[start:]]
+        return [e.key for e in self.entries[start:]]
 
     def relative(self, s: int, e: int) -> tuple[tuple[OpSig, ...], list[int]]:
         """The signature of window ``[s, e)``: an ``OpSig`` per entry, whose refs are
         ``ValueRef``s (output k of window entry i) or ``InputRef``s (input slots); and the
         wrapper id of each input slot."""
+        if s == 0 and self.rel0 and e > 0:
+            slots = self.slots0
+            n = self.nslots0[e - 1]
+            return tuple(self.sigs0[:e]), (list(slots) if n == len(slots)
+                                           else list(itertools.islice(slots, n)))
+        return self._relative(s, e)
+
+    def _relative(self, s: int, e: int) -> tuple[tuple[OpSig, ...], list[int]]:
+        """``relative``, built from the entries."""
         base = self.entries[s].seq
         slots: dict[int, int] = {}
         sigs = []
@@ -315,11 +418,11 @@ class Segment:
             for vid in entry.vids:
                 p = self.src.get(vid)
                 if p is not None and p[0] >= base:
-                    refs.append(build(ValueRef, ("v", p[0] - base, p[1])))
+                    refs.append(_vref(p[0] - base, p[1]))
                 else:
                     j = slots.setdefault(vid, len(slots))
-                    refs.append(_INPUTS[j] if j < len(_INPUTS) else InputRef("x", j))
-            sigs.append(build(OpSig, (entry.func, entry.static, tuple(refs), entry.outs)))
+                    refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
+            sigs.append(_sig_of(entry.func, entry.static, entry.outs, tuple(refs)))
         return tuple(sigs), list(slots)
 
     def live_at(self, s: int, e: int) -> set[tuple[int, int]]:

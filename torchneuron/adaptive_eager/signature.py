@@ -271,31 +271,41 @@ def region_key(sigs: tuple) -> str:
     Remembered per signature, and the printed form of each op remembered too: every
     closed window asks, windows share most of their ops with earlier ones (the same step
     again, a prefix, AdamW's step with only its bias corrections changed), and printing a
-    long signature costs far more than finding its ops again. Descriptions compare equal
+    long signature costs far more than finding its ops again; first by the identities of
+    its ops (the recorder interns them, see ``recorder.Segment``), which costs no walk
+    down each op's description to hash it. Descriptions compare equal
     exactly when they print the same (scalars carry their type names, floats their
     ``repr``), so the text hashed is ``repr(sigs)`` either way."""
+    ids = tuple(map(id, sigs))  # the recorder's ops are interned: found by identity
+    got = _keys_by_ids.get(ids)
+    if got is not None:
+        return got[1]
     key = _region_keys.get(sigs)
     if key is None:
         parts = []
         for sig in sigs:
-            text = _sig_texts.get(sig)
-            if text is None:
+            got = _sig_texts.get(id(sig))  # (the op kept with its text: its id is its own)
+            if got is None or got[0] is not sig:
                 if len(_sig_texts) >= _SIG_TEXTS_KEPT:
                     _sig_texts.clear()
-                text = _sig_texts[sig] = repr(sig)
-            parts.append(text)
+                got = _sig_texts[id(sig)] = (sig, repr(sig))
+            parts.append(got[1])
         text = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
         key = hashlib.sha256(text.encode()).hexdigest()[:24]
         if len(_region_keys) >= _REGION_KEYS_KEPT:
             _region_keys.clear()
         _region_keys[sigs] = key
+    if len(_keys_by_ids) >= _REGION_KEYS_KEPT:
+        _keys_by_ids.clear()
+    _keys_by_ids[ids] = (sigs, key)  # (``sigs`` kept: no other object takes their ids)
     return key
 
 
 _SIG_TEXTS_KEPT = 16384
-_sig_texts: dict[tuple, str] = {}
+_sig_texts: dict[int, tuple[tuple, str]] = {}  # id of an op -> (the op, its printed form)
 _REGION_KEYS_KEPT = 1024
 _region_keys: dict[tuple, str] = {}
+_keys_by_ids: dict[tuple, tuple[tuple, str]] = {}  # ids of sigs' items -> (sigs, key)
 
 
 _SHORT = {
