@@ -5,4 +5,4 @@ re-exports it, and the compiler's version (part of every cache key) is this stri
 release bump makes every cached executable of the previous release unreachable.
 """
 
-__version__ = "0.1.8"
+__version__ = "0.1.9"
