@@ -13,11 +13,14 @@ random inputs drawn under the same seed). Per op:
               no sample gives different numbers
   MISMATCH    some sample compiles and gives numbers different from eager (a defect)
   RUN-ERROR   some sample compiles and then fails when run (a defect)
+  LAST-BIT    (with --exact) some sample is within the tolerance below but not eager's
+              bits (NaN payloads aside, signed zeros included): a defect, since the
+              compiler promises eager's bits; without --exact it counts as a pass
   eager-fails no sample works eagerly (on CPU and on the device); skipped: unspecified
               results (empty*), no float32
 
     python tools/lowering_coverage.py [--only a,b.variant] [--shard I/N] [--samples K]
-        [--json out.json] [--skip done.json ...] [--merge a.json b.json ...] [-v]
+        [--json out.json] [--skip done.json ...] [--merge a.json b.json ...] [--exact] [-v]
 
 The full sweep takes a long time: run it with `nice -n 10`, sharded, in the background,
 then `--merge` the shards' JSON into one report. `--skip` resumes an interrupted sweep: ops
@@ -40,8 +43,9 @@ import torch.utils._pytree as pytree
 
 UNSPECIFIED = ("empty", "new_empty", "_refs.empty", "empty_like", "empty_strided",
                "new_empty_strided", "_refs.new_empty")
-DEFECTS = ("mismatch", "run-error")
+DEFECTS = ("mismatch", "run-error", "last-bit")
 RTOL, ATOL = 1e-3, 1e-4
+EXACT = [False]  # --exact: a last-bit difference is a defect
 
 
 class _EagerFails(Exception):
@@ -66,6 +70,29 @@ def _sample_fn(op: Any, sample: Any) -> tuple[Any, list[torch.Tensor]]:
         return op.op(inp, *args, **kwargs)
 
     return fn, tensors
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as integers, every NaN alike (its payload and sign are not
+    compared: eager's own differ between CPU paths)."""
+    t = t.detach().resolve_conj().resolve_neg().contiguous()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if not t.is_floating_point():
+        return t
+    t = torch.where(t.isnan(), torch.full_like(t, float("nan")), t)
+    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _last_bits(ref: Any, got: Any) -> str | None:
+    """None when every float output of ``got`` has ``ref``'s bits, else where not."""
+    for i, (r, g) in enumerate(zip(pytree.tree_leaves(ref), pytree.tree_leaves(got), strict=True)):
+        if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex()):
+            rb, gb = _bits(r), _bits(g.cpu())
+            if not torch.equal(rb, gb):
+                n = int((rb != gb).sum())
+                return f"output {i}: {n} of {rb.numel()} elements not eager's bits"
+    return None
 
 
 def _differs(ref: Any, got: Any) -> str | None:
@@ -150,7 +177,10 @@ def run_sample(op: Any, sample: Any, seed: int) -> tuple[str, str] | None:
     except Exception as e:  # noqa: BLE001 - a compiled graph that cannot run is a defect
         return ("run-error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
     why = _differs(ref, got)
-    return None if why is None else ("mismatch", why)
+    if why is not None:
+        return ("mismatch", why)
+    why = _last_bits(ref, got) if EXACT[0] else None
+    return None if why is None else ("last-bit", why)
 
 
 def run_op(op: Any, max_samples: int) -> dict[str, Any]:
@@ -185,13 +215,15 @@ def run_op(op: Any, max_samples: int) -> dict[str, Any]:
             continue
         counts[fail[0]] += 1
         first.setdefault(fail[0], {"sample": i, "detail": fail[1], "input": _describe(sample)})
-    tested = counts["pass"] + counts["refused"] + counts["mismatch"] + counts["run-error"]
+    tested = sum(counts[s] for s in ("pass", "refused", *DEFECTS))
     if tested == 0:
         status = "skipped" if counts["unreproducible"] else "eager-fails"
     elif counts["mismatch"]:
         status = "mismatch"
     elif counts["run-error"]:
         status = "run-error"
+    elif counts["last-bit"]:
+        status = "last-bit"
     elif counts["refused"]:
         status = "refused"
     else:
@@ -239,7 +271,8 @@ def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]
     print(f"\nwhole compiler, all samples ({n_samples} samples): {counts['pass']}/{tested} ops "
           f"pass ({rate:.1f}%) of ops with a sample that works eagerly (CPU and device); "
           f"{counts['refused']} refused, {counts['mismatch']} MISMATCH, "
-          f"{counts['run-error']} RUN-ERROR; {counts['eager-fails']} eager-fails, "
+          f"{counts['run-error']} RUN-ERROR, {counts['last-bit']} LAST-BIT; "
+          f"{counts['eager-fails']} eager-fails, "
           f"{len(skipped)} skipped; {seconds:.0f}s")
     return {"pass": counts["pass"], "tested": tested, "rate": rate,
             "counts": dict(counts), "samples": n_samples, "seconds": seconds, "ops": results}
@@ -276,8 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="", help="write per-op results here")
     ap.add_argument("--skip", nargs="+", default=[], help="skip ops already in these JSON files")
     ap.add_argument("--merge", nargs="+", default=[], help="merge shard JSON files and report")
+    ap.add_argument("--exact", action="store_true",
+                    help="a float output within tolerance but not eager's bits is a defect")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
+    EXACT[0] = args.exact
     if args.merge:
         results, seconds = read_shards(args.merge, max)
         summary = report(results, seconds)

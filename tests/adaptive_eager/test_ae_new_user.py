@@ -88,6 +88,11 @@ def test_new_users_script_gives_eagers_numbers_and_replays_whole_steps(kind: str
     assert_same(cpu, adaptive, rtol=1e-4, atol=1e-4)
     per_step = [b - a for a, b in zip([0, *recorded], recorded, strict=False)]
     # steady state early, and it stays there: the .item() every 10 steps ends a replay
-    # inside its region (a side exit) now and then, which never backs the region off
-    assert all(n <= 4 for n in per_step[8:]), (per_step, ae.explain())
+    # inside its region (a side exit) now and then, which never backs the region off.
+    # The LSTM's oneDNN layers run between regions (refused, ``onednn-rnn-layer``), which
+    # cuts each step into pieces, and a piece counts one sighting per sync (every 10
+    # steps) until the stream has run ``ae_max_region_ops`` without one: steady after
+    # the sync of step 10
+    steady = 12 if kind == "lstm" else 8
+    assert all(n <= 4 for n in per_step[steady:]), (per_step, ae.explain())
     assert ae.Reason.BACKED_OFF.value not in ae.stats()["fallback_reasons"], ae.explain()

@@ -52,6 +52,13 @@ def test_auto_runs_until_the_last_tier_is_in_and_every_mode_as_long(tmp_path: Pa
     md = (tmp_path / "report.md").read_text()
     assert "## --steps auto: steps to adaptive eager's last tier" in md
     assert f"last tier in after step {ae['last_tier_step']}" in md
+    # the report judges the whole run (no compile run here: that criterion is not judged)
+    checks = ae["whole_run_checks"]
+    assert checks["last_tier_in"] is True and checks["steps"] == ae["steps"]
+    assert checks["at_or_below_eager"] is (ae["below_eager_from"] is not None
+                                           and ae["below_eager_from"] <= 5)
+    assert checks["met"] is False and "no compile run" in checks["why_not_judged"]
+    assert "## Adaptive eager over the whole run: issue 20's criteria" in md
 
 
 def test_the_stop_rule_reads_adaptive_eagers_stats() -> None:

@@ -68,6 +68,27 @@ def store(tmp_path: Path) -> CacheStore:
     return CacheStore(tmp_path / "cache")
 
 
+def test_the_compiler_version_follows_the_source(tmp_path: Path) -> None:
+    """An edited lowering must not find its predecessor's executables: the compiler version
+    (in every key) carries a digest of the package's source, which any edit changes."""
+    from torchneuron import __version__
+
+    tree = tmp_path / "pkg"
+    (tree / "sub" / "__pycache__").mkdir(parents=True)
+    (tree / "a.py").write_text("x = 1\n")
+    (tree / "sub" / "b.py").write_text("y = 2\n")
+    first = versions.source_digest(tree)
+    (tree / "sub" / "__pycache__" / "b.cpython-311.py").write_text("bytecode\n")
+    (tree / "notes.md").write_text("not code\n")
+    assert versions.source_digest(tree) == first
+    (tree / "sub" / "b.py").write_text("y = 3\n")
+    edited = versions.source_digest(tree)
+    assert edited != first
+    (tree / "sub" / "b.py").rename(tree / "b.py")
+    assert versions.source_digest(tree) not in (first, edited)
+    assert versions.COMPILER_VERSION == f"{__version__}+src.{versions.source_digest()}"
+
+
 def test_compiler_version_bump_makes_entries_unreachable(store: CacheStore,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     compile_graph(f, _xs(), store=store, graph_key="g", in_process=True)

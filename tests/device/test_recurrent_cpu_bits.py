@@ -45,3 +45,36 @@ def test_recurrent_bits_equal_cpu(name, make, shape) -> None:  # noqa: ANN001
                         *(p.grad.cpu() for p in module.parameters())])
     for i, (c, d) in enumerate(zip(*results, strict=True)):
         assert torch.equal(c, d), f"{name}: tensor {i} max diff {(c - d).abs().max().item()}"
+
+
+PACKED = [
+    ("gru", lambda: nn.GRU(5, 6, batch_first=True)),
+    ("gru_deep_bidir", lambda: nn.GRU(5, 6, num_layers=2, bidirectional=True,
+                                      batch_first=True)),
+    ("rnn_relu_nobias_bidir", lambda: nn.RNN(5, 6, nonlinearity="relu", bias=False,
+                                             bidirectional=True, batch_first=True)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "make"), PACKED, ids=[c[0] for c in PACKED])
+def test_packed_sequence_bits_equal_cpu(name, make) -> None:  # noqa: ANN001
+    """A packed sequence (``aten::gru.data``): the CPU's packed layers, with initial states."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    torch.manual_seed(0)
+    cpu = make()
+    dev = copy.deepcopy(cpu).to("neuron")
+    x = torch.randn(3, 7, 5)
+    h0 = torch.randn(cpu.num_layers * (2 if cpu.bidirectional else 1), 3, 6)
+    results = []
+    for module, device in ((cpu, "cpu"), (dev, "neuron")):
+        xi = x.clone().to(device).requires_grad_()
+        hi = h0.clone().to(device).requires_grad_()
+        packed = pack_padded_sequence(xi, torch.tensor([4, 7, 2]), batch_first=True,
+                                      enforce_sorted=False)
+        out, h = module(packed, hi)
+        (out.data.sum() + 2 * h.sum()).backward()
+        results.append([out.data.detach().cpu(), h.detach().cpu(), xi.grad.cpu(),
+                        hi.grad.cpu(), *(p.grad.cpu() for p in module.parameters())])
+    for i, (c, d) in enumerate(zip(*results, strict=True)):
+        assert torch.equal(c, d), f"{name}: tensor {i}: {int((c != d).sum())} of {c.numel()} differ"

@@ -120,3 +120,24 @@ def test_transposed_convolution_gemm() -> None:
     assert conv is not None and conv.matmuls == [(1, 50, 8, 36, "f32")]
     # flops of the direct form: every input element meets Cout * kh * kw weights
     assert conv.flops == 2 * x.numel() * w.shape[1] * 9
+
+
+def test_lstm_layer_is_one_kernel_of_its_steps() -> None:
+    """oneDNN's LSTM layer (``rnn_work``): the input projection and one recurrent matmul
+    per step on TensorE, gates on ScalarE / VectorE, an instruction per gate operation per
+    step; oneDNN's workspace (host-specific size) is not HBM traffic, the saved gates are."""
+    t, b, i, h = 7, 3, 5, 6
+    x, hx, cx = torch.randn(t, b, i), torch.randn(b, h), torch.randn(b, h)
+    w0, w1, b0, b1 = torch.randn(4 * h, i), torch.randn(4 * h, h), torch.randn(4 * h), torch.randn(4 * h)
+    w = _work(aten.mkldnn_rnn_layer.default, x, w0, w1, b0, b1, hx, cx, False, [], 2, h, 1,
+              True, False, False, True)
+    assert w is not None
+    assert w.matmuls == [(1, t * b, i, 4 * h, "f32"), (t, b, h, 4 * h, "f32")]
+    assert w.scalar_elems == t * b * 5 * h and w.vector_elems == t * b * 12 * h
+    assert w.instructions == 9 * t
+    tensors = (x, w0, w1, b0, b1, hx, cx)
+    assert w.hbm_read_bytes == sum(a.numel() for a in tensors) * 4
+    saved = t * b * 5 * h * 4
+    assert w.hbm_write_bytes == (t * b * h + 2 * b * h) * 4 + saved
+    cost = kernel_cost(w, get_profile("trn2"))
+    assert cost.engine_ns["tensor"] > 0 and cost.total_ns > 0

@@ -157,8 +157,7 @@ class Runtime(Ledger):
                 # decomposes them as the CPU does, so their views are recorded as views)
                 self.detector.end_segment()
                 return func(*args, **kwargs)
-            refused = self.refused.ops  # a plain dict: no Python call per op
-            if refused and func in refused:
+            if id(func) in self.refused.ids:  # (ids: an overload's hash is a Python call)
                 return self.refused_op(func, args, kwargs)
             try:
                 static, _template, tensors = static_of(func, args, kwargs)
@@ -208,6 +207,7 @@ class Runtime(Ledger):
         ends before it, and it runs eagerly, unrecorded, so that the next op is a start
         point."""
         self.detector.end_segment(boundary=False)
+        self.refused.met(func)
         core = get_core(self.index)
         core.host(core.profile.record_ns, "between-regions")  # as if recorded
         self.counts["ops_between_regions"] += 1

@@ -19,6 +19,9 @@ from typing import Any
 import torch
 
 from torchneuron.compiler.decomp.refusals.cpu_dependent import (
+    ALWAYS_REFUSED,
+)
+from torchneuron.compiler.decomp.refusals.cpu_dependent import (
     REFUSED_REASONS as CPU_DEPENDENT_REASONS,
 )
 
@@ -64,7 +67,20 @@ class RefusedOps:
 
     def __init__(self) -> None:
         self.ops: dict[Any, str] = {}  # overload -> "aten.x.overload (reason)"
+        self.ids: set[int] = set()  # ``id`` of each: the op path's test, no Python hash
         self.names: set[str] = set()
+        # refused in every call (oneDNN's LSTM layer): known before any region fails, so
+        # the first regions already end around them (an LSTM's training step replayed
+        # whole only after two regions had failed to compile, a dozen steps in); shown
+        # (``describe``) once met
+        self.unmet: set[Any] = set(ALWAYS_REFUSED)
+        for f, reason in ALWAYS_REFUSED.items():
+            self.ops[f] = f"{f} ({reason})"
+            self.ids.add(id(f))
+
+    def met(self, func: Any) -> None:
+        """``func`` ran between regions (a known refusal is then shown)."""
+        self.unmet.discard(func)
 
     def learn(self, err: BaseException, region_ops: Iterable[Any]) -> bool:
         """Learn the overloads of the op a compile error blames that the failed region
@@ -96,10 +112,12 @@ class RefusedOps:
             return False
         for f in funcs:
             self.ops[f] = f"{f} ({reason})"
+            self.ids.add(id(f))
         if funcs:
             self.names.add(name)
         return bool(funcs)
 
     def describe(self) -> dict[str, str]:
         """Each refused overload -> the compiler's reason."""
-        return {text.split(" (")[0]: text.split(" (", 1)[1][:-1] for text in self.ops.values()}
+        return {text.split(" (")[0]: text.split(" (", 1)[1][:-1]
+                for f, text in self.ops.items() if f not in self.unmet}

@@ -6,7 +6,11 @@ importer made when it gave a bool constant a dead constant's values, see
 ``compiler/literal_tracker.py`` - must be refused on its first use) or ``verify`` on, the
 first time a region's executable would run, its captured graph runs eagerly on clones of the same input
 buffers and the same random state (``compiler.verify.run_verified``). Agreeing, the
-executable's results are used and the region is trusted from then on. Differing, the
+executable's results are used and the region is trusted from then on. The comparison is
+bit for bit: the reference is the op stream eager itself ran, on the same buffers, so it
+gives eager's bits, and any difference (a last bit, a zero's sign) is a wrong replay
+(it accepted float32 rounding once, which let replays off in the last bits through: a
+small MLP's gradient product taken as a one-batch ``bmm``). Differing, the
 mismatch is logged and counted (``compiler.stats()`` failure ``verify:verify-mismatch``),
 the inputs, outputs and generator get eager's results, and the region is blacklisted
 (``Reason.VERIFY_MISMATCH``): a wrong region never hands out a number.
@@ -73,7 +77,8 @@ def run_checked(region: Any, inputs: list[torch.Tensor],
     try:
         outs, mismatch = run_verified(f"region_{region.key}", _reference(region.graph), inputs,
                                       run_once, get_rng_state=gen.get_state,
-                                      set_rng_state=gen.set_state, source="adaptive_eager")
+                                      set_rng_state=gen.set_state, source="adaptive_eager",
+                                      exact=True)
     except Exception as e:
         region.verified = False  # not compared: next time
         region.checked_replays -= 1

@@ -1,7 +1,10 @@
 """The chart: simulated ms per step, one panel per model, one line per mode (matplotlib, Agg).
 
 A log scale, because the first steps carry seconds of modeled compile latency while a
-steady step takes milliseconds; both must stay readable on one panel.
+steady step takes milliseconds; both must stay readable on one panel. The cumulative
+chart of a long run (``--steps auto``: thousands of steps) puts steps on a log scale too,
+so that the first steps, where adaptive eager's line crosses the others, stay visible
+beside the step where its last tier came in.
 """
 
 from __future__ import annotations
@@ -20,6 +23,20 @@ _STYLE = {
     "adaptive_warm": ("tab:green", "^"),
     "compile": ("tab:red", "D"),
 }
+
+
+LOG_STEPS_FROM = 200  # a cumulative panel of a longer run gets a log step axis, too
+
+
+def _steps_of(records: list[dict[str, Any]], model: str) -> int:
+    return max((len(r["step_ms"]) for r in records if r["model"] == model and r["step_ms"]),
+               default=0)
+
+
+def _markevery(n: int) -> int | float:
+    """Every point marked on a short run; about 40 marks on a long one (thousands of
+    markers would hide the lines)."""
+    return 1 if n <= 100 else 0.025
 
 
 def tier_marks(records: list[dict[str, Any]], model: str) -> list[tuple[int, str, str]]:
@@ -60,10 +77,13 @@ def write_chart(records: list[dict[str, Any]], path: Path, title: str = "",
             color, marker = _STYLE.get(r["mode"], ("black", "x"))
             ys = cumulative_ms(r["step_ms"]) if cumulative else r["step_ms"]
             ax.plot(range(1, len(ys) + 1) if cumulative else range(len(ys)), ys,
-                    label=r["mode"], color=color, marker=marker, markersize=3, linewidth=1.2)
+                    label=r["mode"], color=color, marker=marker, markersize=3, linewidth=1.2,
+                    markevery=_markevery(len(ys)))
         for step, color, label in tier_marks(records, model):
             ax.axvline(step, color=color, linestyle=":", linewidth=1.0, label=label)
         ax.set_yscale("log")
+        if cumulative and _steps_of(records, model) > LOG_STEPS_FROM:
+            ax.set_xscale("log")  # the first steps (where the lines cross) stay readable
         ax.set_title(model)
         ax.set_xlabel("steps" if cumulative else "step")
         ax.set_ylabel("cumulative simulated ms" if cumulative else "simulated ms per step")

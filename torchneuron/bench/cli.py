@@ -92,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any run is not ok (errors, crashes, timeouts, not run)")
     p.add_argument("--list", action="store_true", help="list the models and modes and exit")
+    p.add_argument("--judge", type=Path, nargs="+", default=None, metavar="REPORT_JSON",
+                   help="judge the adaptive runs of existing report.json files by issue 20's "
+                   "whole-run criteria (bench.criteria), print them and exit (1 if one is "
+                   "not met)")
     p.add_argument("--nproc", type=int, default=None,
                    help="data-parallel training on 1, 2, 4 ... NPROC ranks started by torchrun "
                    "(default models: gpt; modes: eager, compile, adaptive_cold)")
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w.name:<10} {w.kind:<10} {w.description}")
         print("modes:", ", ".join(_parser().get_default("modes")))
         return 0
+    if args.judge:
+        return _judge(args.judge)
     if args.nproc is not None or args.parallel is not None:
         return _main_distributed(args, argv)
     steps = resolve_steps(args.steps, args.quick)
@@ -200,9 +206,29 @@ def main(argv: list[str] | None = None) -> int:
     for r in records:
         if r.get("steps_cap") is not None:
             print(f"  {r['model']}: " + report.auto_steps_line(r))
+        if r.get("whole_run_checks") and r.get("steps_cap") is not None:  # (--steps auto)
+            print(f"  {r['model']}: " + report.criteria_line(r))
     for r in failed:
         print(f"  {r['model']}/{r['mode']}: {r['status']}: {r['reason']}", file=sys.stderr)
     return 1 if failed and args.strict else 0
+
+
+def _judge(paths: list[Path]) -> int:
+    """``--judge``: the whole-run criteria of the adaptive runs in existing reports (also
+    those written before reports stated them), from their per-step simulated times."""
+    import json
+
+    from torchneuron.bench import criteria, report
+
+    records = [r for p in paths for r in json.loads(p.read_text())]
+    criteria.fill(records)
+    judged = [r for r in records if r.get("whole_run_checks")]
+    for r in judged:
+        print(f"{r['model']}: {report.criteria_line(r)}")
+    if not judged:
+        print("torchneuron-bench: --judge found no adaptive run with step times",
+              file=sys.stderr)
+    return 0 if judged and all(r["whole_run_checks"]["met"] for r in judged) else 1
 
 
 def _main_distributed(args: argparse.Namespace, argv: list[str]) -> int:

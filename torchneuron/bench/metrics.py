@@ -68,6 +68,10 @@ def _ok(rec: dict[str, Any] | None) -> bool:
     return rec is not None and rec["status"] == "ok" and rec["steady_ms"] is not None
 
 
+def _has_steps(rec: dict[str, Any] | None) -> bool:
+    return rec is not None and rec["status"] == "ok" and bool(rec.get("step_ms"))
+
+
 _MARKS = (1, 10, 100, 1000)
 
 
@@ -110,13 +114,18 @@ def derive(records: list[dict[str, Any]]) -> None:
         if eager is not None and eager.get("ops_per_step") and r["host_wall_ms_per_step"]:
             r["host_us_per_op"] = round(r["host_wall_ms_per_step"] * 1e3 / eager["ops_per_step"],
                                         2)
-        if r["mode"] == "cpu" or not _ok(r) or not _ok(eager):
+        if r["mode"] == "cpu":
             continue
-        if r.get("step_ms") and eager.get("step_ms"):
+        if _has_steps(r):
+            # the whole run's figures need step times only, not a steady state (a short
+            # adaptive run may end before its steps settle)
             r["cumulative_ms"] = cumulative_marks(r["step_ms"])
-            r["below_eager_from"] = below_from(r["step_ms"], eager["step_ms"])
-            if _ok(compiled) and compiled.get("step_ms"):
+            if _has_steps(eager):
+                r["below_eager_from"] = below_from(r["step_ms"], eager["step_ms"])
+            if _has_steps(compiled):
                 r["below_compile_from"] = below_from(r["step_ms"], compiled["step_ms"])
+        if not _ok(r) or not _ok(eager):
+            continue
         r["speedup_vs_eager"] = round(eager["steady_ms"] / r["steady_ms"], 4)
         if _ok(compiled):
             gap = eager["steady_ms"] - compiled["steady_ms"]

@@ -14,7 +14,8 @@ from typing import Any
 
 from torchneuron.bench.schema import FIELDS
 
-__all__ = ["auto_steps_line", "render_markdown", "table_rows", "write_json", "write_markdown"]
+__all__ = ["auto_steps_line", "criteria_line", "criteria_rows", "render_markdown", "table_rows",
+           "write_json", "write_markdown"]
 
 Record = dict[str, Any]
 
@@ -81,6 +82,44 @@ def auto_steps_line(r: Record) -> str:
     return (f"{r['mode']}: CAP HIT, stopped at --max-steps {r['steps_cap']} before the last "
             f"tier was in (compiled-program replays {second}, first-tier replays "
             f"{st.get('first_tier_replays', '?')}; regions: {by_state or 'none'})")
+
+
+def _yes(x: bool | None) -> str:
+    return "–" if x is None else ("yes" if x else "NO")
+
+
+def _above(x: list[Any] | None) -> str:
+    return "never" if x is None else f"+{x[1]:.3f} ms after step {x[0]}"
+
+
+def criteria_rows(records: list[Record]) -> list[list[str]]:
+    """One row per adaptive run with ``whole_run_checks`` (``bench.criteria``)."""
+    rows = []
+    for r in records:
+        c = r.get("whole_run_checks")
+        if not c:
+            continue
+        rows.append([
+            r["model"], r["mode"], str(c["steps"]),
+            _yes(c["at_or_below_eager"]), _above(c["most_above_eager"]),
+            _yes(c["at_or_below_compile_every_step"]), _above(c["most_above_compile"]),
+            _yes(c["last_tier_in"]) + (f" (after step {r['last_tier_step']})"
+                                       if c["last_tier_in"] else ""),
+            _yes(c["met"]) + (f" ({c['why_not_judged']})" if c["why_not_judged"] else ""),
+        ])
+    return rows
+
+
+def criteria_line(r: Record) -> str:
+    """The criteria of one adaptive run in a line, for the command's output."""
+    c = r["whole_run_checks"]
+    verdict = "MET" if c["met"] else "not all judged" if c["why_not_judged"] else "NOT met"
+    return (f"{r['mode']}: criteria {verdict} over {c['steps']} steps "
+            f"(<= eager from step {c['at_or_below_eager_from_step']}: "
+            f"{_yes(c['at_or_below_eager'])}, most above {_above(c['most_above_eager'])}; "
+            f"<= torch.compile every step: {_yes(c['at_or_below_compile_every_step'])}, most "
+            f"above {_above(c['most_above_compile'])}; last tier in: {_yes(c['last_tier_in'])})"
+            + (f"; {c['why_not_judged']}" if c["why_not_judged"] else ""))
 
 
 def table_rows(records: list[Record]) -> list[list[str]]:
@@ -159,6 +198,18 @@ def render_markdown(records: list[Record], meta: dict[str, Any]) -> str:
              for r in whole])
         if meta.get("cumulative_chart"):
             lines += ["", f"![cumulative simulated time]({meta['cumulative_chart']})"]
+    judged = criteria_rows(records)
+    if judged:
+        lines += ["", "## Adaptive eager over the whole run: issue 20's criteria", "",
+                  "Computed from every step's measured simulated time (`bench.criteria`): "
+                  "adaptive eager's cumulative time at most eager's after every step from "
+                  "step 5 on, at most torch.compile's after every step, and its last tier "
+                  "(the compiled programs) in within the run (`--steps auto`). \"most above\": "
+                  "the largest excess of its cumulative time over the other's, and after "
+                  "which step (from step 5 for eager).", ""]
+        lines += _md_table(["model", "mode", "steps", "<= eager from step 5",
+                            "most above eager", "<= compile every step", "most above compile",
+                            "last tier in", "all met"], judged)
     paced = [r for r in records if r.get("steps_cap") is not None]
     if paced:
         lines += ["", "## --steps auto: steps to adaptive eager's last tier", "",

@@ -51,6 +51,12 @@ FIELDS: dict[str, str] = {
                         "stays at or below eager's to the end of the run, or None",
     "below_compile_from": "first step (1-based) from which this run's cumulative simulated "
                           "time stays at or below torch.compile's to the end, or None",
+    "whole_run_checks": "adaptive modes: issue 20's full-report criteria over the whole run "
+                        "(bench.criteria): at_or_below_eager (cumulative at most eager's after "
+                        "every step from at_or_below_eager_from_step on), "
+                        "at_or_below_compile_every_step, last_tier_in (--steps auto), "
+                        "most_above_eager / most_above_compile ([step, ms] furthest above, or "
+                        "None), met (all hold), why_not_judged; None otherwise",
     "regions": "regions detected by adaptive eager",
     "replays": "region replays by adaptive eager",
     "executables": "distinct executables launched",
@@ -80,7 +86,7 @@ SIMULATED = (
     "step_ms", "last_tier_step", "steps_cap_hit", "first_step_ms", "steady_ms", "steady_step",
     "steady_reached",
     "speedup_vs_eager", "gap_closed", "cumulative_ms", "below_eager_from",
-    "below_compile_from", "compile_ms_critical_path", "compile_ms_background",
+    "below_compile_from", "whole_run_checks", "compile_ms_critical_path", "compile_ms_background",
     "compile_ms_total", "eager_kernel_compiles", "graphs_compiled", "compile_failures",
     "regions", "replays", "executables", "executable_launches", "cache_hits", "side_exits",
     "fallbacks", "max_abs_diff_vs_eager", "ops_per_step", "device_busy_pct_last_step",

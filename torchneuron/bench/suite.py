@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchneuron.bench import metrics, modes, zoo
+from torchneuron.bench import criteria, metrics, modes, zoo
 from torchneuron.bench._pool import run_all
 
 __all__ = ["AUTO", "DEFAULT_MAX_STEPS", "DEFAULT_STEPS", "QUICK_STEPS", "compare_with_eager",
@@ -137,6 +137,7 @@ def run_suite(models: list[str], mode_names: list[str], steps: int | str, hardwa
         compare_with_eager(records, {(s["model"], s["mode"]): Path(s["outputs_path"])
                                      for s in specs})
         metrics.derive(records)
+        criteria.fill(records)
         for r in records:
             if r.get("trace"):
                 r["trace"] = os.path.relpath(r["trace"], out)

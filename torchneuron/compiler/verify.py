@@ -125,9 +125,24 @@ def _uninitialized(graph: fx.Graph | None, output: int) -> bool:
             and node.target.__name__.split(".")[0] in _EMPTY and _only_returned(node))
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bits as integers (a complex value's parts apart), every NaN alike."""
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    t = torch.where(t.isnan(), torch.full_like(t, float("nan")), t).contiguous()
+    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
 def _first_difference(expected: torch.Tensor, got: torch.Tensor, rtol: float, atol: float
                       ) -> tuple[tuple[int, ...], Any, Any] | None:
-    if expected.is_floating_point() or expected.is_complex():
+    """With ``rtol`` and ``atol`` 0: eager's bits (a zero's sign included, NaN payloads
+    aside); else within the tolerance."""
+    if (expected.is_floating_point() or expected.is_complex()) and rtol == atol == 0:
+        bad = _bits(expected) != _bits(got)
+        if expected.is_complex():
+            bad = bad.any(-1)
+    elif expected.is_floating_point() or expected.is_complex():
         e, g = expected.detach().to(torch.float64 if not expected.is_complex() else
                                     torch.complex128), got.detach().to(
             torch.float64 if not expected.is_complex() else torch.complex128)
@@ -149,7 +164,7 @@ def compare_outputs(name: str, expected: Sequence[Any], got: Sequence[Any], *,
     """Compare every output; None when all agree, else the first :class:`Mismatch`.
 
     ``graph`` (optional) is the FX graph whose outputs these are, used to name the op
-    nearest the first differing value.
+    nearest the first differing value. ``rtol`` and ``atol`` 0 ask for eager's bits.
     """
     if len(expected) != len(got):
         return Mismatch(name, min(len(expected), len(got)), None, f"{len(expected)} outputs",
@@ -197,13 +212,14 @@ def run_verified(name: str, gm: fx.GraphModule, args: list[Any],
                  run: Callable[[list[Any]], list[Any]], *,
                  get_rng_state: Callable[[], torch.Tensor] | None = None,
                  set_rng_state: Callable[[torch.Tensor], None] | None = None,
-                 source: str = "api", graph_args: Sequence[Any] | None = None
-                 ) -> tuple[list[Any], Mismatch | None]:
+                 source: str = "api", graph_args: Sequence[Any] | None = None,
+                 exact: bool = False) -> tuple[list[Any], Mismatch | None]:
     """Run the executable (``run``) and ``gm`` eagerly from the same inputs and RNG state.
 
     The outputs are compared, then every input (in-place writes land there); a
     difference that a float64 run shows to be float32 rounding on both sides
-    (``rounding.explained_by_rounding``) is accepted.
+    (``rounding.explained_by_rounding``) is accepted, unless ``exact``: then eager's bits
+    are the only answer (``gm`` is then the op stream eager ran, so it gives them).
     Agreeing: returns the executable's outputs and None. Differing: the mismatch is
     reported (:func:`report_mismatch`), the inputs get eager's mutations, the generator
     eager's end state, and eager's outputs are returned with the mismatch, so even this
@@ -216,14 +232,16 @@ def run_verified(name: str, gm: fx.GraphModule, args: list[Any],
     before = copy_preserving_aliases(full)
     expected, ref_end = run_reference(gm, clones, state)
     got = run(args)
-    mismatch = compare_outputs(name, expected, got, graph=gm.graph)
+    rtol, atol = (0.0, 0.0) if exact else (RTOL, ATOL)
+    mismatch = compare_outputs(name, expected, got, graph=gm.graph, rtol=rtol, atol=atol)
     written = [(c, a) for c, a in zip(clones, full, strict=True) if isinstance(a, torch.Tensor)]
     if mismatch is None:  # in-place writes into the inputs (optimizer state, statistics)
-        mismatch = compare_outputs(name, [c for c, _ in written], [a for _, a in written])
+        mismatch = compare_outputs(name, [c for c, _ in written], [a for _, a in written],
+                                   rtol=rtol, atol=atol)
         if mismatch is not None:
             mismatch.detail = f"input {mismatch.output} after the in-place writes"
             mismatch.op = None
-    if mismatch is not None and explained_by_rounding(
+    if mismatch is not None and not exact and explained_by_rounding(
             gm, before, state, list(expected) + [c for c, _ in written],
             list(got) + [a for _, a in written], RTOL, ATOL):
         log.info("%s; within float32 rounding of a float64 reference: accepted", mismatch)

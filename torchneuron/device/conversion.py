@@ -1,8 +1,8 @@
-"""``Module.to("neuron")`` for the two module kinds PyTorch's generic path cannot move.
+"""``Module.to("neuron")`` for the modules PyTorch's generic path cannot move.
 
 Why: ``nn.Module._apply`` moves a parameter to a tensor *subclass* device with
 ``torch.utils.swap_tensors``, which needs the parameter to be referenced from
-Python only. Two kinds of modules break that, although CUDA moves them fine
+Python only. Three kinds of modules break that, although CUDA moves them fine
 (through ``param.data = ...``, impossible between a host tensor and a wrapper
 subclass):
 
@@ -15,7 +15,15 @@ subclass):
   remember the device on it, and ``materialize`` creates the value on the neuron
   device, so ``reset_parameters`` then initializes it with the device's generator,
   as on CUDA.
+- **parameters a live autograd graph holds**: ``out = lstm(x)`` on the host saves
+  the weights themselves for the backward (``mkldnn_rnn_layer``, ``convolution``),
+  so while ``out`` lives ``lstm.to("neuron")`` failed with "Couldn't swap
+  LSTM.weight_ih_l0" (CUDA moves them with ``.data =``). Those parameters get new
+  ``Parameter`` objects on the device, as ``Module._apply`` gives any tensor type
+  ``.data =`` cannot take; the others keep their identity through the swap. The
+  old graph keeps the host parameters it saved (its backward reaches those).
 """
+
 
 from __future__ import annotations
 
@@ -68,6 +76,38 @@ def _script_apply(original: Callable) -> Callable:
     return _apply
 
 
+def _swap_refused(t: torch.Tensor) -> bool:
+    """Whether ``torch.utils.swap_tensors`` would refuse ``t`` for other references to
+    its TensorImpl: more than one, unless the second is its gradient accumulator."""
+    count = t._use_count()
+    if count <= 1:
+        return False
+    if count > 2 or not t.is_leaf:
+        return True
+    node = torch.autograd.graph.get_gradient_edge(t).node  # (made here if it was not)
+    refused = t._use_count() != 2
+    del node
+    return refused
+
+
+def _held_apply(original: Callable) -> Callable:
+    def _apply(self: Any, fn: Callable, recurse: bool = True) -> Any:
+        held = [k for k, p in self._parameters.items()
+                if p is not None and not isinstance(p, NeuronTensor) and _swap_refused(p)]
+        if held and _target(self, fn) is not None:
+            for key in held:
+                param = self._parameters[key]
+                with torch.no_grad():
+                    new = torch.nn.Parameter(fn(param), param.requires_grad)
+                    if param.grad is not None:
+                        new.grad = fn(param.grad)
+                self._parameters[key] = new
+        return original(self, fn, recurse)
+
+    _apply._torchneuron = True  # type: ignore[attr-defined]
+    return _apply
+
+
 def _lazy_apply(self: Any, fn: Callable, recurse: bool = True) -> Any:
     target = _target(self, fn)
     slots = [self._parameters, self._buffers]
@@ -102,10 +142,13 @@ def _materialize(original: Callable) -> Callable:
 
 
 def install_module_conversion() -> None:
-    """Patch ``RecursiveScriptModule._apply`` and lazy modules (idempotent)."""
+    """Patch ``Module._apply``, ``RecursiveScriptModule._apply`` and lazy modules
+    (idempotent)."""
     script = torch.jit.RecursiveScriptModule
-    if not getattr(script._apply, "_torchneuron", False):
+    if not getattr(script._apply, "_torchneuron", False):  # (before Module's, it inherits)
         script._apply = _script_apply(script._apply)  # type: ignore[method-assign]
+    if not getattr(torch.nn.Module._apply, "_torchneuron", False):
+        torch.nn.Module._apply = _held_apply(torch.nn.Module._apply)  # type: ignore[method-assign]
     LazyModuleMixin._apply = _lazy_apply  # type: ignore[attr-defined]
     if not getattr(UninitializedTensorMixin.materialize, "_torchneuron", False):
         UninitializedTensorMixin.materialize = _materialize(UninitializedTensorMixin.materialize)  # type: ignore[method-assign]

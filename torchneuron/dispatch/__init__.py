@@ -17,6 +17,7 @@ from torchneuron.dispatch import (
     fastpath,
     host_args,
     kernel_over_composite,
+    lstm,
     recurrent,
     value_checks,
 )
@@ -68,3 +69,4 @@ def install() -> None:
     control_flow.install()
     value_checks.install()
     recurrent.install()
+    lstm.install()

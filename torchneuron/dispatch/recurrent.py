@@ -12,10 +12,12 @@ GRU and in every gradient (issue 22: the bench's ``cpu`` row of ``gru``, 1.2e-07
 Here each of those ops has a kernel at the device's autograd key (and at PrivateUse1,
 for ``inference_mode``) that runs the CPU's branch with ordinary ops on the device:
 the same ops in the same order, so autograd records the same backward and every value
-has the CPU's bits. ``nn.LSTM`` and ``nn.LSTMCell`` are not here: the CPU computes a
-float LSTM with oneDNN's fused kernel (``mkldnn_rnn_layer``), which these ops cannot
-reproduce; they keep the fused cells of ``dispatch/rnn.py``. Packed sequences
-(``aten::gru.data``) keep PyTorch's composite too.
+has the CPU's bits. ``nn.LSTM`` and ``nn.LSTMCell`` are ``dispatch/lstm.py``'s: the CPU
+computes a float LSTM with oneDNN's fused layer (``mkldnn_rnn_layer``), which these ops
+cannot reproduce. Packed sequences (``aten::gru.data``, ``rnn_tanh.data``,
+``rnn_relu.data``) take the CPU's packed layers likewise (the whole packed input's
+projection in one ``linear``, the batch narrowed as sequences end): PyTorch's branch for
+PrivateUse1 differed there too (37 of 78 outputs of a packed GRU).
 
 Imports torch only (registered by ``dispatch/__init__``'s ``install``).
 """
@@ -118,6 +120,71 @@ def _stack(cell: Cell) -> Callable[..., tuple[Tensor, Tensor]]:
     return rnn
 
 
+def _packed_layer(cell: Cell, data: Tensor, sizes: list[int], h: Tensor,
+                  p: Sequence[Tensor | None]) -> tuple[Tensor, Tensor]:
+    """``PackedLayer``: sequences end as the batch shrinks; their final states set aside."""
+    xw = _linear(data, p[0], p[2])  # type: ignore[arg-type]
+    outs: list[Tensor] = []
+    finished: list[Tensor] = []
+    offset, last = 0, sizes[0]
+    for size in sizes:
+        x = xw.narrow(0, offset, size)
+        offset += size
+        if last - size > 0:
+            finished.append(h.narrow(0, size, last - size))
+            h = h.narrow(0, 0, size)
+        last = size
+        h = cell(x, h, p, True)
+        outs.append(h)
+    finished.append(h)
+    return torch.cat(outs, 0), torch.cat(list(reversed(finished)), 0)
+
+
+def _reversed_packed_layer(cell: Cell, data: Tensor, sizes: list[int], initial: Tensor,
+                           p: Sequence[Tensor | None]) -> tuple[Tensor, Tensor]:
+    """``ReversedPackedLayer``: from the last step back, sequences join as the batch grows."""
+    xw = _linear(data, p[0], p[2])  # type: ignore[arg-type]
+    outs: list[Tensor] = []
+    offset, last = data.shape[0], sizes[-1]
+    h = initial.narrow(0, 0, sizes[-1])
+    for size in reversed(sizes):
+        if size - last > 0:
+            h = torch.cat([h, initial.narrow(0, last, size - last)], 0)
+        x = xw.narrow(0, offset - size, size)
+        offset -= size
+        last = size
+        h = cell(x, h, p, True)
+        outs.append(h)
+    return torch.cat(list(reversed(outs)), 0), h
+
+
+def _packed_stack(cell: Cell) -> Callable[..., tuple[Tensor, Tensor]]:
+    """``aten::<rnn>.data`` (a packed sequence) as the CPU computes it."""
+    def rnn(data: Tensor, batch_sizes: Tensor, hx: Tensor, params: Sequence[Tensor],
+            has_biases: bool, num_layers: int, dropout: float, train: bool,
+            bidirectional: bool) -> tuple[Tensor, Tensor]:
+        sizes = [int(n) for n in batch_sizes.tolist()]
+        weights = _params(params, has_biases)
+        hiddens = list(hx.unbind(0))
+        finals: list[Tensor] = []
+        x = data
+        for layer in range(num_layers):
+            if bidirectional:
+                fw, h_fw = _packed_layer(cell, x, sizes, hiddens[2 * layer], weights[2 * layer])
+                rev, h_rev = _reversed_packed_layer(cell, x, sizes, hiddens[2 * layer + 1],
+                                                    weights[2 * layer + 1])
+                x = torch.cat([fw, rev], -1)
+                finals += [h_fw, h_rev]
+            else:
+                x, h_last = _packed_layer(cell, x, sizes, hiddens[layer], weights[layer])
+                finals.append(h_last)
+            if dropout != 0 and train and layer < num_layers - 1:
+                x = torch.dropout(x, dropout, True)
+        return x, torch.stack(finals, 0)
+
+    return rnn
+
+
 def _gru_cell(input: Tensor, hx: Tensor, w_ih: Tensor, w_hh: Tensor,
               b_ih: Tensor | None = None, b_hh: Tensor | None = None) -> Tensor:
     return _gru_cell_step(input, hx, (w_ih, w_hh, b_ih, b_hh), False)
@@ -133,6 +200,9 @@ def install() -> None:
         "gru.input": _stack(_gru_cell_step),
         "rnn_tanh.input": _stack(_simple_cell(torch.tanh)),
         "rnn_relu.input": _stack(_simple_cell(torch.relu)),
+        "gru.data": _packed_stack(_gru_cell_step),
+        "rnn_tanh.data": _packed_stack(_simple_cell(torch.tanh)),
+        "rnn_relu.data": _packed_stack(_simple_cell(torch.relu)),
         "gru_cell": _gru_cell,
     }
     for name, fn in kernels.items():

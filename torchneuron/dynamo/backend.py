@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
 from torchneuron.compiler import CompileError, compile_graph, decomposition_table, launch
-from torchneuron.compiler.decomp.upsample_linear import eager_resample_kernels
+from torchneuron.compiler.decomp.upsample_nodes import eager_resample_kernels
 from torchneuron.compiler.keys import fx_graph_key
 from torchneuron.compiler.prepare.index_bounds import (
     INDEX_BOUNDS,
@@ -235,7 +235,7 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     index = _device_index(example_inputs)
     _retarget_factories(gm, "neuron", "cpu", wrap=True)
     # AOTAutograd's trace must not overlap a background one (fx_trace.py); resampling ops
-    # reach the decomposition table (decomp/upsample_linear.py)
+    # reach the decomposition table (decomp/upsample_nodes.py)
     with TRACE_LOCK, eager_resample_kernels():
         return aot_autograd(
             fw_compiler=_compile_graph_for(index, "forward"),
@@ -283,11 +283,12 @@ def _is_symbolic(x: Any) -> bool:
 
 def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any = None,
                             reduce: Any = None, reduction: str = "mean") -> torch.Tensor:
-    """``F.multilabel_margin_loss`` through our decomposition (``decomp.index``).
+    """``F.multilabel_margin_loss`` as the aten op (the table makes it eager's kernel), or
+    for a 0-d / 1-d input through our decomposition (``decomp.index``).
 
-    Why: under tracing, PyTorch decomposes the op at its Autograd key with a formula that
-    also counts the positions after a row's -1 (wrong numbers), and its meta kernel gives
-    a 0-d / 1-d input's unreduced loss shape [1] where eager gives a 0-d loss.
+    Why: PyTorch's meta kernel gives a 0-d / 1-d input's unreduced loss shape [1] where
+    eager gives a 0-d loss. (Its Python kernel at the Autograd key, which also counted
+    the positions after a row's -1, is removed by ``decomp.index``.)
     """
     from torch.nn import _reduction
 
@@ -297,6 +298,9 @@ def _multilabel_margin_loss(x: torch.Tensor, y: torch.Tensor, size_average: Any 
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if y.numel():  # eager's range check of the target (index_bounds.py)
         INDEX_BOUNDS(y, -1, int(x.shape[-1]) if x.dim() else 1, 0, "multilabel")
+    if x.dim() >= 2:  # the op itself: the table keeps it as eager's kernel (eager's bits)
+        return torch.ops.aten.multilabel_margin_loss_forward.default(
+            x, y, _reduction.get_enum(reduction))[0]
     return multilabel_margin_loss_forward(x, y, _reduction.get_enum(reduction))[0]
 
 
@@ -422,8 +426,26 @@ def _control_flow(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
+def _holds_lstm(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` calls ``torch.lstm`` (an ``nn.LSTM`` traced with Dynamo's
+    ``allow_rnn``; by default Dynamo breaks the graph there and it runs eagerly).
+
+    Why refused: on the CPU a float LSTM is oneDNN's fused layer (``dispatch/lstm.py``),
+    whose forward keeps the backward's workspace only in grad mode, which AOTAutograd's
+    compiled forward turns off (the forward then handed the backward no workspace), and
+    whose bits are oneDNN's own. Run eagerly, the device takes the CPU's path."""
+    return any(node.op == "call_function" and node.target is torch._C._VariableFunctions.lstm
+               for node in gm.graph.nodes)
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
     """The ``neuron`` torch.compile backend."""
+    if _holds_lstm(gm):
+        record_failure("dynamo", "prepare", "lstm-layer",
+                       "torch.lstm (nn.LSTM under allow_rnn) is the CPU's oneDNN layer in "
+                       "eager, which a compiled graph cannot reproduce, so the graph runs "
+                       "eagerly on the device")
+        return gm.forward
     flow = _control_flow(gm)
     if flow is not None:
         record_failure("dynamo", "prepare", "control-flow",

@@ -3,7 +3,7 @@
 ``torchneuron.hardware`` is the bottom layer. It owns the facts about the (simulated)
 Trainium hardware and the simulated clock: which figures a profile has (``profiles``),
 the one table of tunables (``settings``; each package declares its own rows), how long
-a kernel takes (``cost``, ``eager_work``), how host and device time advance
+a kernel takes (``cost``, ``eager_work``; a whole LSTM layer: ``rnn_work``), how host and device time advance
 (``timeline``; work issued under side streams: ``side_streams``), HBM accounting (``memory``) and the per-index core that ties them
 together (``core``). ``state`` is the seam through which every layer
 registers its reset and counters for ``torchneuron.reset()`` / ``torchneuron.stats()``.

@@ -35,6 +35,7 @@ from ._aten_ops import (
     _WRITE_ONLY,
 )
 from .cost import KernelWork
+from .rnn_work import RNN_LAYER_OPS, rnn_layer_work
 
 __all__ = ["aten_kernel_work", "dtype_name", "launches_kernel", "op_name"]
 
@@ -310,6 +311,8 @@ def aten_kernel_work(
     outs = list(_tensors(out))
     if not outs and _is_inplace(func) and args:
         outs = list(_tensors(args[0]))  # _foreach_add_ & co. return None but write self
+    if name in RNN_LAYER_OPS:  # a whole sequence's LSTM layer (``rnn_work``)
+        return rnn_layer_work(name, args, outs, dtype_name(args[0].dtype))
     foreach = name.startswith("_foreach_")
     if foreach:
         name = name[len("_foreach_") :]  # the same kernel over a list of tensors

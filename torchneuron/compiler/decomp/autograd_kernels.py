@@ -12,7 +12,7 @@ and the table's entry (``decomp.eager_kernels``) keeps the node for eager's own 
 hardshrink likewise: the derivative of its reference's ``where`` gave the gradient at a
 NaN input, which eager's vector body gives as 0 (``aten.hardshrink_backward`` now).
 
-Entered by ``decomp.upsample_linear.eager_resample_kernels`` (which holds
+Entered by ``decomp.upsample_nodes.eager_resample_kernels`` (which holds
 ``TRACE_LOCK``, since the kernels are process-wide). Imports torch only.
 """
 

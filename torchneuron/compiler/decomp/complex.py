@@ -6,15 +6,14 @@ layout of a complex tensor's own memory, so the executable's boundary is a free 
 (``view_as_real`` in, ``view_as_complex`` out, see prepare.py and executable.py); each
 complex value stays one FX node, so a decomposition can return a complex tensor
 (``view_as_complex(pairs)``) and the next op reads it back (``view_as_real``), and
-``fold_complex_pairs`` removes every such round trip after tracing; and interleaved
-(re, im) rows make a complex-by-complex DFT one real matmul (decomp/fft.py).
+``fold_complex_pairs`` removes every such round trip after tracing. (FFTs, which these
+entries first served, are refused: decomp/fft.py.)
 
 Each entry rewrites an op only when it sees complex values (NotImplemented otherwise,
 and ``decomp.fft.fft_decompositions`` hands real values to the table's earlier entry).
-Only what the FFT ops, their OpInfo samples, their backward and simple user code need
-is handled: conj, real/imag, complex, polar, abs, sgn, add/sub/mul, division by a real
-value, casts, ops that move whole elements (slice, select, pad, permute, view, cat,
-flip, index_select for fftshift/roll, ...), sum/mean over dims, where. Any other op on
+Only simple complex arithmetic is handled: conj, real/imag, complex, abs, sgn,
+add/sub/mul, division by a real value, casts, ops that move whole elements (slice,
+select, pad, permute, view, cat, flip, index_select for fftshift/roll, ...), where. Any other op on
 complex values stays in the graph, and ``refuse_complex`` refuses the graph with a
 typed ``PrepareError`` naming it.
 """
@@ -73,23 +72,20 @@ _PAIR_VIEWS = {aten.slice.Tensor, aten.select.int, aten.permute.default, aten.vi
                aten.real.default, aten.imag.default}
 
 
-def in_eager_layout(op: Any, fn: Callable[..., Any], run_cpu: bool, *args: Any,
-                    **kwargs: Any) -> Any:
+def in_eager_layout(op: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` (a decomposition of ``op``) with eager's strides.
 
-    Eager's strides come from ``op`` run on meta tensors of the same layout, or (FFT ops,
-    ``run_cpu``: their meta kernels' strides differ from pocketfft's, ``rfft2`` over dims
-    (0, 1) of a 3-d input) on CPU tensors of zeros. A decomposition that fails returns
-    NotImplemented: the op then stays in the graph and ``refuse_complex`` (or
-    ``refuse_unlowered_ffts``) refuses it with a typed error, also under AOTAutograd,
-    where a raised error would fail torch.compile instead of running eagerly."""
+    Eager's strides come from ``op`` run on meta tensors of the same layout. A
+    decomposition that fails returns NotImplemented: the op then stays in the graph and
+    ``refuse_complex`` refuses it with a typed error, also under AOTAutograd, where a
+    raised error would fail torch.compile instead of running eagerly."""
     try:
         r = fn(*args, **kwargs)
     except Exception:
         return NotImplemented
     if not isinstance(r, torch.Tensor) or op in _PAIR_VIEWS:
         return r
-    want = _eager_strides(op, args, kwargs, run_cpu)
+    want = _eager_strides(op, args, kwargs)
     if want is None or tuple(r.stride()) == want or len(want) != r.dim():
         return r
     if r.is_complex():
@@ -99,21 +95,14 @@ def in_eager_layout(op: Any, fn: Callable[..., Any], run_cpu: bool, *args: Any,
     return r if p is None else p
 
 
-_CPU_NUMEL_LIMIT = 1 << 22  # eager's FFT strides from a CPU run only up to this size
-
-
-def _eager_strides(op: Any, args: Any, kwargs: Any, run_cpu: bool) -> tuple[int, ...] | None:
+def _eager_strides(op: Any, args: Any, kwargs: Any) -> tuple[int, ...] | None:
     import torch.utils._pytree as pytree
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
-    tensors = pytree.tree_leaves((args, kwargs))
-    device = "cpu" if run_cpu and sum(t.numel() for t in tensors
-                                      if isinstance(t, torch.Tensor)) <= _CPU_NUMEL_LIMIT         else "meta"
-
     def like(t: torch.Tensor) -> torch.Tensor:
-        e = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
-        return e.zero_() if device == "cpu" else e
+        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype,
+                                   device="meta")
 
     try:
         with disable_proxy_modes_tracing(), unset_fake_temporarily():
@@ -368,11 +357,9 @@ def refuse_complex(gm: fx.GraphModule) -> None:
                 op=str(culprit.target), reason="complex-op")
 
 
-@_register(aten.polar.default)
-def polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
-    """r (cos theta + i sin theta), as eager computes it."""
-    r, theta = torch.broadcast_tensors(r, theta)
-    return from_pairs(torch.stack([r * torch.cos(theta), r * torch.sin(theta)], dim=-1))
+# No entry for ``polar``: eager's r * cos(theta), r * sin(theta) take its own sin and cos
+# (SLEEF's or libm's), which the lowered ones are not (3 of 10 elements off in the last
+# bits, ``tools/lowering_coverage.py --exact``): it stays complex and is refused.
 
 
 # --------------------------------------------------------------------------- layout ops
@@ -521,21 +508,9 @@ def neg(z: torch.Tensor) -> Any:
     return _on_pairs(aten.neg.default, z) if _is_c(z) else NotImplemented
 
 
-def _reduce(op: Any, z: torch.Tensor, dim: Any, keepdim: bool, dtype: Any) -> Any:
-    if not _is_c(z) or (dtype is not None and dtype != z.dtype):
-        return NotImplemented
-    dims = list(range(z.dim())) if not dim else [_d(d, z.dim()) for d in dim]
-    return _on_pairs(op, z, dims, keepdim)
-
-
-@_register(aten.sum.dim_IntList)
-def sum_(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
-    return _reduce(aten.sum.dim_IntList, z, dim, keepdim, dtype)
-
-
-@_register(aten.mean.dim)
-def mean(z: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
-    return _reduce(aten.mean.dim, z, dim, keepdim, dtype)
+# No entry for ``sum`` / ``mean`` of complex values: eager sums complex<float> in the
+# order of its own vector loop, which the pairs' reduction does not reproduce (a sum of
+# 24 complex64 values was off in the last bit): they stay complex and are refused.
 
 
 @_register(aten.where.self)

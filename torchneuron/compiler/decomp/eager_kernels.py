@@ -60,6 +60,8 @@ class EagerKernel:
     vector: int
     scalar: int
     when: Callable[[tuple[Any, ...], dict[str, Any]], bool] | None = None
+    # operands to ask eager whether it takes the call (``_empty``'s zeros by default)
+    probe: Callable[[Any], Any] | None = None
 
     @property
     def costed(self) -> dict[str, Any]:
@@ -89,6 +91,38 @@ def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     agree on every mix.)"""
     dtypes = {a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
     return len(dtypes) == 1
+
+
+def _scaled_addmm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+    alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+    return beta != 1 or alpha != 1
+
+
+def _batched_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """A call whose first operand has two dims or more."""
+    return bool(args) and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2
+
+
+def _weighted_bag(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """A bag with ``per_sample_weights`` (position 6); without, the lowered sum is eager's."""
+    weights = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
+    return isinstance(weights, torch.Tensor)
+
+
+def _lapack_probe(v: Any) -> Any:
+    """``_empty``'s tensors, but square float matrices as identities and integer vectors
+    as pivots that swap nothing (1, 2, ... n): a solve or ``cholesky`` of zeros raises
+    (not positive-definite, pivots below 1), which read as "eager does not take these
+    dtypes" and left ``torch.cholesky(upper=True)``, ``lu_solve`` and ``linalg.solve``
+    to lowerings off in the last bits."""
+    if isinstance(v, torch.Tensor) and v.numel() <= _PROBE_ELEMENTS:
+        if v.is_floating_point() and v.dim() >= 2 and v.shape[-1] == v.shape[-2]:
+            return torch.eye(v.shape[-1], dtype=v.dtype).expand(v.shape).clone()
+        if not v.is_floating_point() and v.dim() >= 1 and not v.is_complex():
+            pivots = torch.arange(1, v.shape[-1] + 1).to(v.dtype)
+            return pivots.expand(v.shape).clone()
+    return [_lapack_probe(x) for x in v] if isinstance(v, (list, tuple)) else _empty(v)
 
 
 def _no_dropout(at: int) -> Callable[[tuple[Any, ...], dict[str, Any]], bool]:
@@ -182,11 +216,14 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
                  "_native_batch_norm_legit_no_training"), "reduce", vector=6, scalar=1,
                 when=_one_dtype),
     EagerKernel(("native_batch_norm_backward",), "reduce", vector=8, scalar=0),
-    # half-precision resizes (their bits differ between ATen's CPU code paths: refused)
-    # and every antialiased one (a filter per output pixel, as eager computes it); the
-    # backward too, or training would expose its lowering. Four taps read and a
-    # weighted sum per output element
-    EagerKernel(_UPSAMPLE[:8], "elementwise", vector=4, scalar=0, when=_input_of(0, _HALVES)),
+    # linear and bicubic resizes of every float dtype (ATen's loops differ by CPU code
+    # path: a float32 bilinear resize decomposed was off in 186 of 378 elements, a half
+    # one depends on the path; decomp/upsample_nodes keeps them whole) and every
+    # antialiased one (a filter per output pixel, as eager computes it); the backward
+    # too, or training would expose a lowering. Four taps read and a weighted sum per
+    # output element
+    EagerKernel(_UPSAMPLE[:8], "elementwise", vector=4, scalar=0,
+                when=_input_of(0, (*_HALVES, *_WIDE))),
     EagerKernel(_UPSAMPLE[8:], "elementwise", vector=6, scalar=0),
     # a norm's sum of powers in the order of eager's reduction loop (gradient clipping's
     # per-parameter norms, replayed in a region, were off by an ulp and so every clipped
@@ -201,6 +238,45 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
                 scalar=1, when=_no_dropout(3)),
     EagerKernel(("_scaled_dot_product_flash_attention_for_cpu_backward",), "reduce",
                 vector=10, scalar=1, when=_no_dropout(6)),
+    # Found by the exact lowering sweep (``tools/lowering_coverage.py --exact``: within
+    # its tolerance, not eager's bits). Products with a vector, which eager hands to BLAS's
+    # level-1/2 routines (``dot``, ``gemv``) and a lowering takes as a matrix product (an
+    # ``mv`` of 5x10 by 10 was off in 4 of 5 elements); ``addmm`` scaled by ``alpha`` or
+    # ``beta`` (BLAS scales inside its sum; a plain bias add is ``collapse.addmm_bias``);
+    # a sum of batch products. A multiply-add per element of the larger operand
+    EagerKernel(("mv", "addmv", "dot", "vdot", "addr", "addbmm"), "reduce", vector=2,
+                scalar=0),
+    EagerKernel(("addmm",), "reduce", vector=2, scalar=0, when=_scaled_addmm),
+    # small elementwise formulas eager evaluates in its own order (``cross``'s two products
+    # per component, ``logaddexp2``'s exp2 and log2)
+    EagerKernel(("linalg_cross", "cross"), "elementwise", vector=3, scalar=0),
+    EagerKernel(("logaddexp2",), "elementwise", vector=2, scalar=1),
+    # moments of a group, pooling windows, norms of slices: sums in the order of eager's
+    # loops (a group norm of 1x6x3 was off in 14 of 18 elements)
+    EagerKernel(("native_group_norm",), "reduce", vector=5, scalar=1),
+    EagerKernel(("native_group_norm_backward",), "reduce", vector=8, scalar=0),
+    EagerKernel(("avg_pool2d", "avg_pool2d_backward", "avg_pool3d", "avg_pool3d_backward",
+                 "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "renorm",
+                 "multilabel_margin_loss_backward"), "reduce", vector=2, scalar=0),
+    # (a 1-d input's unreduced loss is 0-d from the kernel, [1] from PyTorch's meta
+    # kernel: that call keeps decomp/index's entry, which gives eager's shape)
+    EagerKernel(("multilabel_margin_loss_forward",), "reduce", vector=2, scalar=0,
+                when=_batched_input),
+    # bilinear sampling at grid points (four taps weighted in eager's order)
+    EagerKernel(("grid_sampler_2d", "grid_sampler_2d_backward"), "elementwise", vector=6,
+                scalar=0),
+    # LAPACK's factorizations and solves (blocked, in LAPACK's order)
+    EagerKernel(("linalg_cholesky_ex", "cholesky", "geqrf", "linalg_lu_factor_ex", "linalg_lu",
+                 "linalg_lu_solve", "lu_solve", "triangular_solve", "linalg_solve_triangular",
+                 "ormqr", "linalg_householder_product", "linalg_qr", "linalg_inv_ex",
+                 "cholesky_solve", "cholesky_inverse", "linalg_solve_ex", "_linalg_solve_ex"),
+                "reduce", vector=8, scalar=0, probe=_lapack_probe),
+    # Found by the sweep after them: ``bilinear``'s sum of products (``_trilinear``, in
+    # eager's order: 2 of 5 elements off); an embedding bag with per-sample weights (each
+    # row scaled and summed in eager's loop: 1 of 10 off)
+    EagerKernel(("_trilinear",), "reduce", vector=2, scalar=0),
+    EagerKernel(("_embedding_bag", "_embedding_bag_forward_only"), "reduce", vector=2,
+                scalar=0, when=_weighted_bag),
 )
 
 
@@ -229,16 +305,17 @@ def _applies(kernel: EagerKernel, op: Any, args: tuple[Any, ...], kwargs: dict[s
         return False
     if kernel.when is not None and not kernel.when(args, kwargs):
         return False
-    return _eager_runs(op, args, kwargs)
+    return _eager_runs(op, args, kwargs, kernel.probe or _empty)
 
 
 _RUNS: dict[str, bool] = {}
 
 
-def _eager_runs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _eager_runs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                probe: Callable[[Any], Any]) -> bool:
     """Whether eager's kernel takes these dtypes (the Bessel functions have no float16
     kernel: such a call keeps the entry before, and eager's error): asked once per
-    signature, on empty tensors of the same dtypes and ranks, outside any trace."""
+    signature, on ``probe``'s tensors of the same dtypes and shapes, outside any trace."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     key = repr((op, [(a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a for a in args],
@@ -246,7 +323,7 @@ def _eager_runs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if key not in _RUNS:
         with _disable_current_modes():
             try:
-                op(*[_empty(a) for a in args], **{k: _empty(v) for k, v in kwargs.items()})
+                op(*[probe(a) for a in args], **{k: probe(v) for k, v in kwargs.items()})
                 _RUNS[key] = True
             except (NotImplementedError, RuntimeError, TypeError, ValueError, IndexError):
                 _RUNS[key] = False

@@ -2,8 +2,7 @@
 
 - ``fmod.Scalar``: the scalar divisor stays a dangling ``torch.constant.float``; a 0-d
   tensor divisor lowers (``stablehlo.remainder`` is C fmod, as ATen's fmod is).
-- ``polar`` with operands of different shapes: the lowering requires equal shapes; the
-  operands are broadcast first (same arithmetic, abs * cos(angle), abs * sin(angle)).
+- (``polar`` is refused, ``decomp/complex.py``: eager's sin and cos are not the lowered.)
 - ``nextafter``: no lowering. It is pure IEEE bit arithmetic: step the integer
   representation by one towards the target, the smallest subnormal from zero, NaN in,
   NaN out, target returned when equal (C's nextafter, which ATen calls).
@@ -34,16 +33,6 @@ _register = registrar(ELEMENTWISE_DECOMPOSITIONS)
 def fmod_scalar(a: torch.Tensor, b: Any) -> torch.Tensor:
     rhs = torch.scalar_tensor(b, dtype=torch.result_type(a, b), device=a.device)
     return aten.fmod.Tensor(a, rhs)
-
-
-@_register(aten.polar.default)
-def polar(magnitude: torch.Tensor, angle: torch.Tensor) -> Any:
-    """Broadcast, then the op itself (``NotImplemented`` once shapes agree, so tracing
-    records ``polar``, which lowers)."""
-    if magnitude.shape == angle.shape:
-        return NotImplemented
-    shape = torch.broadcast_shapes(magnitude.shape, angle.shape)
-    return aten.polar.default(magnitude.expand(shape).clone(), angle.expand(shape).clone())
 
 
 _BITS = {torch.float32: torch.int32, torch.float64: torch.int64}

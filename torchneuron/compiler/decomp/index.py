@@ -344,6 +344,11 @@ def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor, reduct
     the targets. PyTorch's own decomposition also sums the terms of the positions after
     the -1 (it gathers class 0 there): wrong numbers whenever a -1 ends a row early."""
     x2, t2 = torch.atleast_2d(x), torch.atleast_2d(target)
+    if x.dim() <= 1 and x.dtype in (torch.float32, torch.float64):
+        # one row: eager's kernel on it (eager's bits; the terms summed below were off in
+        # the last bit), with the 0-d loss eager gives where PyTorch's meta says [1]
+        loss, is_target = aten.multilabel_margin_loss_forward.default(x2, t2, reduction)
+        return loss.reshape(()), is_target.reshape(target.shape)
     c = x2.shape[-1]
     pos = torch.arange(c, device=x.device)
     end = torch.amin(torch.where(t2 == -1, pos, c), dim=-1, keepdim=True)
@@ -365,10 +370,13 @@ def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor, reduct
 def _replace_pytorchs_traced_kernel() -> None:
     """PyTorch registers its decomposition of ``multilabel_margin_loss_forward`` as the
     op's Python kernel at the Autograd key, which every trace (make_fx, AOTAutograd) runs
-    before any decomposition table is consulted: ours would never be seen. Ours takes
-    that place; eager (the C++ kernel) is untouched."""
+    before any decomposition table is consulted: no entry of the table would be seen.
+    It is removed, so a trace reaches the C++ autograd kernel (its backward is
+    ``multilabel_margin_loss_backward``) and then the table: eager's own kernel
+    (``decomp/eager_kernels``; a mean over 10 rows lowered was off in the last bit), or
+    the entry above where that does not apply. Eager (the C++ kernel) is untouched."""
     op = aten.multilabel_margin_loss_forward.default
-    op.py_kernels[torch._C.DispatchKey.Autograd] = multilabel_margin_loss_forward
+    op.py_kernels.pop(torch._C.DispatchKey.Autograd, None)
     op._dispatch_cache.clear()
 
 

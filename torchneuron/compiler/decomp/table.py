@@ -61,7 +61,6 @@ from torchneuron.compiler.decomp import (
     shapes,
     special,
     tanh_backward,
-    upsample_linear,
     variance,
     views,
     zeta,
@@ -148,7 +147,7 @@ def _families() -> list[Table]:
             tie_order.TIE_ORDER_DECOMPOSITIONS, addc.ADDC_DECOMPOSITIONS, lerp.LERP_DECOMPOSITIONS,
             tanh_backward.TANH_BACKWARD_DECOMPOSITIONS,
             half_scalar.HALF_SCALAR_DECOMPOSITIONS, foreach.FOREACH_DECOMPOSITIONS,
-            upsample_linear.UPSAMPLE_LINEAR_DECOMPOSITIONS, custom.custom_op_decompositions()]
+            custom.custom_op_decompositions()]
 
 
 def own_entries(table: Table) -> Table:

@@ -9,7 +9,7 @@ max-pooling's argmax mask) it costs ~3 ns per element beyond a few thousand elem
 10x an ``add``. Both are registered through ``_specialize.specializer`` and, as every
 specialization, give exactly the generic implementation's bits:
 
-- ``dot_general``: the same permute, reshape and ``bmm`` calls in the same dtype, with
+- ``dot_general``: the same permute, reshape and ``bmm`` (or ``mm``) calls in the same dtype, with
   everything that depends only on the op's attributes and static shapes worked out once;
 - ``select``: for large tensors with a mask that changes often, the choice made on the
   values' bit patterns (``b ^ ((a ^ b) & -pred)`` on integer views), which picks each
@@ -68,24 +68,33 @@ def _dot_general(op: Operation) -> OpFn | None:
     b3 = (_prod(bs), _prod(cs), _prod(rfs))
     shape = tuple(bs + lfs + rfs)
 
-    # a matrix without batch dims (a linear layer's operands): the same 3-d view made by
-    # ``unsqueeze`` (and ``t``), cheaper than permute + reshape (same sizes and strides);
-    # only with one free and one contracting dim, where the permutation is id or a swap
-    a_mat = not lb and len(lf) == len(lc) == 1
-    b_mat = not rb and len(rf) == len(rc) == 1
+    # a matrix without batch dims (a linear layer's operands): the matrix itself (or its
+    # ``t``), cheaper than permute + reshape (same sizes and strides); only with one free
+    # and one contracting dim, where the permutation is id or a swap
+    a_mat = len(lf) == len(lc) == 1
+    b_mat = len(rf) == len(rc) == 1
+
+    if not lb:  # a matrix product: eager's ``mm``, as the generic path
+        a2, b2 = a3[1:], b3[1:]
+
+        def matrix_product(op: Operation, args: list[Any], run: Runner) -> list[Any]:
+            a, b = args
+            if a.dtype != out or b.dtype != out:
+                return generic(op, args, run)
+            x = (a if a_id else a.t()) if a_mat else \
+                (a if a_id else a.permute(a_perm)).reshape(a2)
+            y = (b if b_id else b.t()) if b_mat else \
+                (b if b_id else b.permute(b_perm)).reshape(b2)
+            return [torch.mm(x, y).reshape(shape)]
+
+        return matrix_product
 
     def dot_general(op: Operation, args: list[Any], run: Runner) -> list[Any]:
         a, b = args
         if a.dtype != out or b.dtype != out:
             return generic(op, args, run)
-        if a_mat:
-            x = (a if a_id else a.t()).unsqueeze(0)
-        else:
-            x = (a if a_id else a.permute(a_perm)).reshape(a3)
-        if b_mat:
-            y = (b if b_id else b.t()).unsqueeze(0)
-        else:
-            y = (b if b_id else b.permute(b_perm)).reshape(b3)
+        x = (a if a_id else a.permute(a_perm)).reshape(a3)
+        y = (b if b_id else b.permute(b_perm)).reshape(b3)
         return [torch.bmm(x, y).reshape(shape)]
 
     return dot_general

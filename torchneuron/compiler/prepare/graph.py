@@ -36,10 +36,10 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torchneuron.compiler.decomp.complex import fold_complex_pairs, refuse_complex
-from torchneuron.compiler.decomp.fft import refuse_unlowered_ffts
+from torchneuron.compiler.decomp.fft import refuse_ffts
 from torchneuron.compiler.decomp.refusals.uint_casts import refuse_float_to_uint32
 from torchneuron.compiler.decomp.table import decomposition_table
-from torchneuron.compiler.decomp.upsample_linear import eager_resample_kernels
+from torchneuron.compiler.decomp.upsample_nodes import eager_resample_kernels
 from torchneuron.compiler.decomp.variance import fix_degenerate_variances
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.prepare.custom_calls import carry_custom_calls
@@ -243,7 +243,7 @@ def _prepare(fn_or_gm: Callable[..., Any], example_inputs: Sequence[Any] | None
     _fold_empty(gm)
     _type_comparison_scalars(gm)
     gm.graph.eliminate_dead_code()
-    refuse_unlowered_ffts(gm)
+    refuse_ffts(gm)
     refuse_complex(gm)
     refuse_float_to_uint32(gm)
     carry_custom_calls(gm)  # (custom ops with a registered target: custom_call.py)

@@ -13,13 +13,15 @@ eager's result on every CPU by construction:
   fixed-order computation tried (float64 statistics, rounded or not to bfloat16; the
   output then 0 to 1741 of 10,590 elements off). float16 keeps its exact entry
   (``decomp.halves.half_batch_norm``).
-- float16 / bfloat16 ``upsample_linear1d`` / ``bilinear2d`` / ``trilinear3d`` /
-  ``bicubic2d``: the same input gives different bits under ``ATEN_CPU_CAPABILITY=default``
-  and ``avx2`` (1 to 6 of 7,440 elements of a (2, 3, 31, 40) resize, up to 2 ulps), so no
-  lowering gives eager's bits on every CPU. float32 and float64 keep their entries
-  (within float32 tolerance; eager's float32 bits differ between those capabilities too).
-``native_layer_norm`` over one element was refused here too (its float16 output differs
-between CPU code paths); layer norm is now eager's own kernel (``decomp/eager_kernels``).
+- oneDNN's LSTM layer (``mkldnn_rnn_layer`` and its backward, which ``nn.LSTM`` on
+  the device calls where the CPU does: ``dispatch/lstm.py``): its bits are oneDNN's
+  fused kernel, which oneDNN picks by CPU (``ONEDNN_MAX_CPU_ISA``), and the forward
+  hands the backward a workspace whose layout and size are the host oneDNN's (PyTorch's
+  fake says 0 bytes; the kernel gives thousands), so no program can carry it. A region
+  holding either runs eagerly, and the op between regions from then on.
+``native_layer_norm`` over one element and half-precision linear resizes were refused here
+too (their bits differ between CPU code paths); they are eager's own kernels now
+(``decomp/eager_kernels``).
 
 While AOTAutograd traces (``torch.compile``) a raise would escape to the user, so the
 entry returns NotImplemented there: the op stays a node and prepare's own trace refuses.
@@ -35,11 +37,14 @@ import torch
 from torchneuron.compiler.decomp.refusals import math_bits
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["cpu_dependent_decompositions", "REFUSED_REASONS"]
+__all__ = ["ALWAYS_REFUSED", "cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
-_HALVES = (torch.float16, torch.bfloat16)
-REFUSED_REASONS = ("batch-norm-bfloat16", "upsample-half", *math_bits.REFUSED_REASONS)
+REFUSED_REASONS = ("batch-norm-bfloat16", "onednn-rnn-layer", *math_bits.REFUSED_REASONS)
+_ONEDNN_RNN = (aten.mkldnn_rnn_layer.default, aten.mkldnn_rnn_layer_backward.default)
+# overloads refused in every call whatever the graph -> their reason (adaptive eager runs
+# them between regions from the start, not after a region holding them failed)
+ALWAYS_REFUSED = dict.fromkeys(_ONEDNN_RNN, "onednn-rnn-layer")
 
 _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
     aten._native_batch_norm_legit.default: 5,
@@ -47,14 +52,6 @@ _BATCH_NORM = {  # op -> position of ``training`` (None: always training)
     aten._native_batch_norm_legit_functional.default: 5,
     aten.native_batch_norm.default: 5,
 }
-_UPSAMPLE = (
-    aten.upsample_linear1d.default, aten.upsample_linear1d.vec,
-    aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
-    aten.upsample_trilinear3d.default, aten.upsample_trilinear3d.vec,
-    aten.upsample_bicubic2d.default, aten.upsample_bicubic2d.vec,
-)
-
-
 def _tracing() -> bool:
     return torch._guards.TracingContext.try_get() is not None
 
@@ -81,13 +78,11 @@ def _batch_norm(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
-def _upsample(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
-    def decomposition(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if x.dtype in _HALVES:
-            return _refuse(op, f"eager's {x.dtype} result differs between its CPU code "
-                           "paths (ATEN_CPU_CAPABILITY=default and avx2) by up to 2 ulps",
-                           "upsample-half")
-        return base(x, *args, **kwargs) if base is not None else NotImplemented
+def _onednn_rnn(op: Any) -> Callable[..., Any]:
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        return _refuse(op, "oneDNN's fused LSTM layer computes eager's bits (oneDNN picks "
+                       "its kernel by CPU) and hands its backward a workspace of the host "
+                       "oneDNN's layout", "onednn-rnn-layer")
 
     return decomposition
 
@@ -99,7 +94,7 @@ def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
     table: dict[Any, Callable[..., Any]] = {}
     for op in _BATCH_NORM:
         table[op] = _batch_norm(op, base.get(op))
-    for op in _UPSAMPLE:
-        table[op] = _upsample(op, base.get(op))
+    for op in _ONEDNN_RNN:
+        table[op] = _onednn_rnn(op)
     table.update(math_bits.math_refusals())  # elementwise math (its own module)
     return table

@@ -34,9 +34,11 @@ import torch
 from torchneuron.compiler.decomp.eager_kernels import functional_overloads
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["math_refusals", "REFUSED_REASONS", "CPU_DEPENDENT", "EAGER_BITS"]
+__all__ = ["math_refusals", "REFUSED_REASONS", "CPU_DEPENDENT", "CPU_DEPENDENT_FACTORIES",
+           "EAGER_BITS"]
 
-REFUSED_REASONS = ("cpu-dependent-math", "eager-math-bits")
+# (and decomp/fft.py's: every FFT is refused, its bits are pocketfft's butterflies')
+REFUSED_REASONS = ("cpu-dependent-math", "eager-math-bits", "eager-fft-bits")
 
 # overload packets (every overload) whose eager bits differ between default and avx2
 CPU_DEPENDENT = (
@@ -50,6 +52,13 @@ CPU_DEPENDENT = (
     "special_hermite_polynomial_he",
     *(f"special_{s}chebyshev_polynomial_{k}" for s in ("", "shifted_") for k in "tuvw"),
 )
+# factories whose bits depend on the CPU, with no operand to call eager's kernel on (the
+# packets above are eager's kernels for real dtypes; these stay refused): ``linspace``
+# is ``start + step * i`` in its first half and ``end - step * (steps - 1 - i)`` in its
+# second, but a vector of ATen's loop takes its first lane's half for every lane and adds
+# ``k * step``, so where the halves meet depends on the vector width (8 or 16 floats;
+# -2 to -3 in 50 steps was off in 4 elements, the exact lowering sweep)
+CPU_DEPENDENT_FACTORIES = ("linspace",)
 # overload packets whose eager bits were equal under both, and are a routine's we lack
 EAGER_BITS = (
     "acos", "acosh", "asin", "asinh", "atan", "erfc", "erfinv", "digamma", "polygamma",
@@ -86,6 +95,7 @@ def math_refusals() -> dict[Any, Callable[..., Any]]:
     an op that is always refused needs no decomposition)."""
     table: dict[Any, Callable[..., Any]] = {}
     for packets, reason in ((CPU_DEPENDENT, "cpu-dependent-math"),
+                            (CPU_DEPENDENT_FACTORIES, "cpu-dependent-math"),
                             (EAGER_BITS, "eager-math-bits")):
         for packet in packets:
             entry = _refusal(packet, reason)
