@@ -9,7 +9,8 @@ the compiler, and a wrong number there is as wrong as anywhere. This sweep runs 
 op and module suites inside such regions and compares each step's results with eager
 on the device.
 
-Each sample runs ``STEPS`` times in a loop under ``torchneuron.adaptive_eager``, one
+Each sample runs ``STEPS`` times in a loop under ``torchneuron.adaptive_eager`` (up to
+``MAX_STEPS`` while its regions still learn their variants from side exits), one
 step per iteration ending in a read of its results (a sync ends the region), with the
 compile latency off and the first tier off (``override(compile_latency=False,
 ae_first_tier=False)``: the program is ready at once and replays are program replays),
@@ -90,6 +91,11 @@ from special_sweep import is_elementwise_or_reduction as _elementwise_or_reducti
 __all__ = ["VERDICTS", "check_module", "check_op", "main", "sweep_settings"]
 
 STEPS = 4  # seen once, seen twice (compiled), then replayed at least twice
+# a sample whose last step replayed programs and side-exited runs on, up to this many
+# steps: a region whose stream goes on elsewhere at some op (two streams with the same
+# first ops) is learned as variants from its exits there (``SwapIn.replay_exited``),
+# steps after it first replayed
+MAX_STEPS = 7
 DEFAULT_SAMPLES = 6
 TIMEOUT_S = 300
 SEED = 0
@@ -151,7 +157,9 @@ def _counters() -> tuple[int, int, int]:
 
 def _under_replay(step: Callable[[int], Any], compare_step: Callable[[int, Any], str | None],
                   ) -> tuple[str, str]:
-    """Run ``step(i)`` for ``STEPS`` iterations under adaptive eager; verdict and detail.
+    """Run ``step(i)`` for ``STEPS`` iterations under adaptive eager (and on, up to
+    ``MAX_STEPS``, while the last step replayed programs and side-exited); verdict and
+    detail.
 
     ``step`` returns the step's results already on the CPU (the read ends the region);
     ``compare_step`` says how they differ from eager (None: equal). The sample replayed
@@ -169,7 +177,9 @@ def _under_replay(step: Callable[[int], Any], compare_step: Callable[[int, Any],
     last = (0, 0, 0)
     try:
         with ae.enabled():
-            for i in range(STEPS):
+            for i in range(MAX_STEPS):
+                if i >= STEPS and not (last[0] and last[2]):
+                    break
                 before = _counters()
                 got = step(i)
                 last = tuple(b - a for a, b in zip(before, _counters(), strict=True))

@@ -6,4 +6,4 @@ digest of the package's source (``compiler/versions.py``), so a release bump, or
 to the code, makes every cached executable of before unreachable.
 """
 
-__version__ = "0.1.8"
+__version__ = "0.1.9"

@@ -106,8 +106,11 @@ class Lifecycle:
         plan = region.plan
         if key in L.regions:
             return L.regions[key].state in (State.COMPILING, State.READY, State.REPLAYING)
+        if k < 1 or plan is None:
+            return False
+        # (one op too: whether a variant pays is ``capture``'s gain check, as for any)
         variants = L.by_start.setdefault(start_key(sigs[0]), [])
-        if k < 2 or plan is None or len(variants) >= _setting("ae_max_variants") * 4:
+        if len(variants) >= _setting("ae_max_variants") * 4:
             return False
         new = L.regions[key] = Region(key, sigs)
         variants.append(new)

@@ -85,7 +85,7 @@ class Region:
         self.first_replay_ns: int | None = None
         self.exits: Counter[Reason] = Counter()
         self.exit_positions: Counter[int] = Counter()
-        self.exit_ops: dict[int, Any] = {}  # position -> the op last met there at an exit
+        self.exit_ops: dict[int, list[Any]] = {}  # position -> ops met there at exits, lately
         self.exits_since_backoff = 0
         self.recaptures = 0  # captured again with more outputs (``Lifecycle.recapture``)
         self.backoffs = 0  # back-offs not yet forgiven (``record_replay``)

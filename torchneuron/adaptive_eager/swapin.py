@@ -34,6 +34,7 @@ __all__ = ["SwapIn"]
 
 log = logging.getLogger("torchneuron.adaptive_eager")
 _RECAPTURES = 2  # recaptures of a region for values held at its end that it lacks
+_EXIT_OPS_KEPT = 4  # ops remembered per position of a region's side exits (``replay_exited``)
 
 
 def _setting(name: str) -> int:
@@ -200,8 +201,13 @@ class SwapIn:
         # never met there before, a new shift say, is forgiven.
         again = False
         if reason is Reason.GUARD_MISMATCH and rp.exit_op is not None:
-            again = region.exit_ops.get(rp.pos) == rp.exit_op
-            region.exit_ops[rp.pos] = rp.exit_op
+            # (every op met there lately, not only the last: two streams going on from
+            # one position in turn, a GRU's layers say, are each met there again)
+            met = region.exit_ops.setdefault(rp.pos, [])
+            again = rp.exit_op in met
+            if not again:
+                met.append(rp.exit_op)
+                del met[:-_EXIT_OPS_KEPT]
             func, static = rp.exit_op
             recorded = region.sigs[rp.pos] if rp.pos < len(region) else None
             new_float = recorded is not None and recorded.func is func \

@@ -359,18 +359,22 @@ def _value(v: Any) -> Any:
     return v
 
 
-# ops whose fake gives a tensor for an output its output_mask (at this position) leaves
-# out, where the kernel gives None: the carrier declares it, so the call computes it too
-# (a BatchNorm on the input, whose gradient is not needed, failed its replay: 2 outputs
-# for 3 declared); the others do not depend on it
-_FAKE_GIVES_MASKED = {aten.native_batch_norm_backward.default: 9}
+# ops whose fake gives a tensor for outputs their output_mask (at this position) may
+# leave out, where the kernel gives None: the carrier declares those, so the call
+# computes them too (a BatchNorm on an input that needs no gradient failed its replay:
+# 2 outputs for 3 declared); the mask's other entries are the fake's as they are (a
+# BatchNorm without affine parameters declares the input's gradient only: computing
+# all three failed the same way, 3 for 1)
+_FAKE_GIVES_MASKED = {aten.native_batch_norm_backward.default: (9, (0,))}
 
 
 def _run(op: Any) -> Callable[[list[Any], dict[str, Any]], tuple[Any, int, list[Any]]]:
+    at, always = _FAKE_GIVES_MASKED.get(op, (-1, ()))
+
     def run(args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, int, list[Any]]:
-        if op in _FAKE_GIVES_MASKED and len(args) > _FAKE_GIVES_MASKED[op]:
-            args = list(args)  # every output, as the fake declares (the masked one unused)
-            args[_FAKE_GIVES_MASKED[op]] = [True] * len(args[_FAKE_GIVES_MASKED[op]])
+        if always and len(args) > at:
+            args = list(args)  # the outputs the fake always declares (unused ones too)
+            args[at] = [bool(m) or i in always for i, m in enumerate(args[at])]
         try:
             out = op(*[_value(a) for a in args], **{k: _value(v) for k, v in kwargs.items()})
         except (IndexError, RuntimeError, ValueError) as e:  # eager's error, for the user
