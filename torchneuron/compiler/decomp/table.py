@@ -74,7 +74,7 @@ from torchneuron.compiler.decomp.halves import (
     half_var,
     opmath,
 )
-from torchneuron.compiler.decomp.refusals import cpu_dependent, half_conv, int_avg_pool, tie_order
+from torchneuron.compiler.decomp.refusals import cpu_dependent, half_conv, tie_order
 from torchneuron.compiler.decomp.registry import owners
 from torchneuron.compiler.prepare.index_bounds import with_index_checks
 from torchneuron.compiler.prepare.random_ops import is_random_op
@@ -162,7 +162,6 @@ LAYERS: list[Layer] = [
     batch_norm_eval.batch_norm_eval_decompositions,    # eval mode; wraps the entries before
     half_batch_norm.half_batch_norm_decompositions,    # float16 training; wraps the entries
     cpu_dependent.cpu_dependent_decompositions,        # refusals; wrap the entries before
-    int_avg_pool.int_avg_pool_decompositions,          # integers refused; wraps the entries
     half_conv.half_conv_decompositions,                # halves refused; wraps the entries
     half_var.half_var_decompositions,                  # halves in float64; wraps the entries
     half_norm.half_norm_decompositions,                # halves in float32; wraps the entries
