@@ -72,3 +72,25 @@ def test_without_verify_the_broken_executable_would_be_used(monkeypatch) -> None
         adaptive = run(_loop, "neuron", adaptive=True)
     assert ae.stats()["replays"] >= 1
     assert not torch.allclose(eager["m"], adaptive["m"])
+
+
+def _one_ulp_launch(real):
+    def launch(exe, inputs, core, index, guard_ns):
+        outs = real(exe, inputs, core, index, guard_ns)
+        return [torch.nextafter(o, torch.full_like(o, float("inf")))
+                if isinstance(o, torch.Tensor) and o.is_floating_point() else o for o in outs]
+    return launch
+
+
+def test_a_replay_one_ulp_off_is_refused_by_default(monkeypatch) -> None:
+    """The default check of a region's first replay wants eager's bits: outputs one ulp
+    off (within any tolerance; the check accepted them before) blacklist the region, and
+    eager's numbers come out bit for bit."""
+    monkeypatch.setattr(replay_mod, "launch", _one_ulp_launch(replay_mod.launch))
+    with override(verify=False, ae_verify_first_replay=True):
+        eager = run(_loop, "neuron")
+        adaptive = run(_loop, "neuron", adaptive=True)
+        s = ae.stats()
+    assert s["fallback_reasons"].get("verify-mismatch", 0) >= 1, ae.explain()
+    assert_same(eager, adaptive, rtol=0, atol=0)
+    ae.reset()  # the mismatch was the point (conftest refuses any other)
