@@ -36,6 +36,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from torchneuron.dispatch.recurrent import packed_steps, reversed_packed_steps
+
 __all__ = ["cpu_takes_onednn", "install"]
 
 _lib: torch.library.Library | None = None
@@ -180,50 +182,14 @@ def _full_bidirectional(x: Tensor, hidden: tuple[Hidden, Hidden], w: tuple[Weigh
     return torch.cat([fw, rev], fw.dim() - 1), (fw_h, rev_h)
 
 
-def _narrow(h: Hidden, start: int, end: int) -> Hidden:
-    return h[0].narrow(0, start, end - start), h[1].narrow(0, start, end - start)
-
-
-def _concat(hiddens: Sequence[Hidden]) -> Hidden:
-    return torch.cat([h[0] for h in hiddens], 0), torch.cat([h[1] for h in hiddens], 0)
-
-
-def _packed_layer(data: Tensor, sizes: list[int], hidden: Hidden, w: Weights
-                  ) -> tuple[Tensor, Hidden]:
-    """``PackedLayer``: sequences end as the batch shrinks; their final states set aside."""
-    xw = _project(data, w)
-    outs: list[Tensor] = []
-    finished: list[Hidden] = []
-    offset, last = 0, sizes[0]
-    for size in sizes:
-        x = xw.narrow(0, offset, size)
-        offset += size
-        if last - size > 0:
-            finished.append(_narrow(hidden, size, last))
-            hidden = _narrow(hidden, 0, size)
-        last = size
-        hidden = _cell(x, hidden, w, True)
-        outs.append(hidden[0])
-    finished.append(hidden)
-    return torch.cat(outs, 0), _concat(list(reversed(finished)))
-
-
-def _reversed_packed_layer(data: Tensor, sizes: list[int], initial: Hidden, w: Weights
-                           ) -> tuple[Tensor, Hidden]:
-    """``ReversedPackedLayer``: from the last step back, sequences join as the batch grows."""
-    xw = _project(data, w)
-    outs: list[Tensor] = []
-    offset, last = data.shape[0], sizes[-1]
-    hidden = _narrow(initial, 0, sizes[-1])
-    for size in reversed(sizes):
-        if size - last > 0:
-            hidden = _concat([hidden, _narrow(initial, last, size)])
-        x = xw.narrow(0, offset - size, size)
-        offset -= size
-        last = size
-        hidden = _cell(x, hidden, w, True)
-        outs.append(hidden[0])
-    return torch.cat(list(reversed(outs)), 0), hidden
+def _packed_layer(data: Tensor, sizes: list[int], hidden: Hidden, w: Weights,
+                  reverse: bool = False) -> tuple[Tensor, Hidden]:
+    """ATen's ``PackedLayer`` (or ``ReversedPackedLayer``) with the LSTM cell
+    (``recurrent.packed_steps``: the loop GRU and RNN share)."""
+    run = reversed_packed_steps if reverse else packed_steps
+    out, (h, c) = run(lambda x, s: _cell(x, (s[0], s[1]), w, True), _project(data, w), sizes,
+                      hidden)
+    return out, (h, c)
 
 
 def _default(x: Tensor, sizes: list[int] | None, hx: Sequence[Tensor],
@@ -240,7 +206,7 @@ def _default(x: Tensor, sizes: list[int] | None, hx: Sequence[Tensor],
                 x, (h_fw, h_rev) = _full_bidirectional(x, h, w)
             else:
                 fw, h_fw = _packed_layer(x, sizes, h[0], w[0])
-                rev, h_rev = _reversed_packed_layer(x, sizes, h[1], w[1])
+                rev, h_rev = _packed_layer(x, sizes, h[1], w[1], reverse=True)
                 x = torch.cat([fw, rev], -1)
             finals += [h_fw, h_rev]
         else:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["install"]
+__all__ = ["install", "packed_steps", "reversed_packed_steps"]
 
 _lib: torch.library.Library | None = None
 
@@ -120,42 +120,56 @@ def _stack(cell: Cell) -> Callable[..., tuple[Tensor, Tensor]]:
     return rnn
 
 
-def _packed_layer(cell: Cell, data: Tensor, sizes: list[int], h: Tensor,
-                  p: Sequence[Tensor | None]) -> tuple[Tensor, Tensor]:
-    """``PackedLayer``: sequences end as the batch shrinks; their final states set aside."""
-    xw = _linear(data, p[0], p[2])  # type: ignore[arg-type]
+State = tuple[Tensor, ...]
+
+
+def packed_steps(step: Callable[[Tensor, State], State], xw: Tensor, sizes: list[int],
+                 state: State) -> tuple[Tensor, State]:
+    """ATen's ``PackedLayer`` over a state of one tensor (GRU, RNN) or two (LSTM's h and c):
+    ``xw`` is the projected packed data, ``sizes`` the batch size of each step; sequences
+    end as the batch shrinks and their final states are set aside. ``step`` returns the new
+    state, whose first tensor is the step's output."""
     outs: list[Tensor] = []
-    finished: list[Tensor] = []
+    finished: list[State] = []
     offset, last = 0, sizes[0]
     for size in sizes:
         x = xw.narrow(0, offset, size)
         offset += size
         if last - size > 0:
-            finished.append(h.narrow(0, size, last - size))
-            h = h.narrow(0, 0, size)
+            finished.append(tuple(t.narrow(0, size, last - size) for t in state))
+            state = tuple(t.narrow(0, 0, size) for t in state)
         last = size
-        h = cell(x, h, p, True)
-        outs.append(h)
-    finished.append(h)
-    return torch.cat(outs, 0), torch.cat(list(reversed(finished)), 0)
+        state = step(x, state)
+        outs.append(state[0])
+    finished.append(state)
+    return torch.cat(outs, 0), tuple(torch.cat(parts, 0) for parts in zip(*reversed(finished), strict=True))
 
 
-def _reversed_packed_layer(cell: Cell, data: Tensor, sizes: list[int], initial: Tensor,
-                           p: Sequence[Tensor | None]) -> tuple[Tensor, Tensor]:
-    """``ReversedPackedLayer``: from the last step back, sequences join as the batch grows."""
-    xw = _linear(data, p[0], p[2])  # type: ignore[arg-type]
+def reversed_packed_steps(step: Callable[[Tensor, State], State], xw: Tensor,
+                          sizes: list[int], initial: State) -> tuple[Tensor, State]:
+    """ATen's ``ReversedPackedLayer``: from the last step back, sequences join as the batch
+    grows (their initial states appended)."""
     outs: list[Tensor] = []
-    offset, last = data.shape[0], sizes[-1]
-    h = initial.narrow(0, 0, sizes[-1])
+    offset, last = xw.shape[0], sizes[-1]
+    state = tuple(t.narrow(0, 0, sizes[-1]) for t in initial)
     for size in reversed(sizes):
         if size - last > 0:
-            h = torch.cat([h, initial.narrow(0, last, size - last)], 0)
+            state = tuple(torch.cat([t, i.narrow(0, last, size - last)], 0)
+                          for t, i in zip(state, initial, strict=True))
         x = xw.narrow(0, offset - size, size)
         offset -= size
         last = size
-        h = cell(x, h, p, True)
-        outs.append(h)
-    return torch.cat(list(reversed(outs)), 0), h
+        state = step(x, state)
+        outs.append(state[0])
+    return torch.cat(list(reversed(outs)), 0), state
+
+
+def _packed_layer(cell: Cell, data: Tensor, sizes: list[int], h: Tensor,
+                  p: Sequence[Tensor | None], reverse: bool = False) -> tuple[Tensor, Tensor]:
+    xw = _linear(data, p[0], p[2])  # type: ignore[arg-type]
+    run = reversed_packed_steps if reverse else packed_steps
+    out, (h,) = run(lambda x, s: (cell(x, s[0], p, True),), xw, sizes, (h,))
+    return out, h
 
 
 def _packed_stack(cell: Cell) -> Callable[..., tuple[Tensor, Tensor]]:
@@ -171,8 +185,8 @@ def _packed_stack(cell: Cell) -> Callable[..., tuple[Tensor, Tensor]]:
         for layer in range(num_layers):
             if bidirectional:
                 fw, h_fw = _packed_layer(cell, x, sizes, hiddens[2 * layer], weights[2 * layer])
-                rev, h_rev = _reversed_packed_layer(cell, x, sizes, hiddens[2 * layer + 1],
-                                                    weights[2 * layer + 1])
+                rev, h_rev = _packed_layer(cell, x, sizes, hiddens[2 * layer + 1],
+                                           weights[2 * layer + 1], reverse=True)
                 x = torch.cat([fw, rev], -1)
                 finals += [h_fw, h_rev]
             else:
