@@ -72,27 +72,17 @@ def _sample_fn(op: Any, sample: Any) -> tuple[Any, list[torch.Tensor]]:
     return fn, tensors
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bits as integers, every NaN alike (its payload and sign are not
-    compared: eager's own differ between CPU paths)."""
-    t = t.detach().resolve_conj().resolve_neg().contiguous()
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    if not t.is_floating_point():
-        return t
-    t = torch.where(t.isnan(), torch.full_like(t, float("nan")), t)
-    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
 def _last_bits(ref: Any, got: Any) -> str | None:
-    """None when every float output of ``got`` has ``ref``'s bits, else where not."""
-    for i, (r, g) in enumerate(zip(pytree.tree_leaves(ref), pytree.tree_leaves(got), strict=True)):
-        if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex()):
-            rb, gb = _bits(r), _bits(g.cpu())
-            if not torch.equal(rb, gb):
-                n = int((rb != gb).sum())
-                return f"output {i}: {n} of {rb.numel()} elements not eager's bits"
-    return None
+    """None when every output of ``got`` has ``ref``'s bits (NaN payloads aside), else where
+    not: the compiler's own judge of a replay (``verify.compare_outputs`` with no
+    tolerance)."""
+    from torchneuron.compiler.verify import compare_outputs
+
+    m = compare_outputs("sample", pytree.tree_leaves(ref),
+                        [g.cpu() if isinstance(g, torch.Tensor) else g
+                         for g in pytree.tree_leaves(got)], rtol=0.0, atol=0.0)
+    return None if m is None else \
+        f"output {m.output} at {list(m.index or [])}: {m.got!r}, eager's bits {m.expected!r}"
 
 
 def _differs(ref: Any, got: Any) -> str | None:
