@@ -7,6 +7,8 @@ eager CPU bit for bit; each failed on the code before:
   in 339 of 768 elements, float16 and bfloat16 alike (``prepare/eager_linear.py``);
 - half-precision ``soft_margin_loss`` (float16: eager's inf where the lowering gave 7.6),
   ``smooth_l1_loss``, ``huber_loss``, ``mse_loss`` and their gradients: eager's kernels;
+- a linear layer's product that a plain ``x @ w.t()`` of the same operands shares
+  (Torch-MLIR's CSE): its bias add was a separate rounding (``collapse/addmm_bias``);
 - a complex product: eager's bits depend on the CPU, so it is refused; complex
   ``logsumexp`` gave a real number: refused; a bfloat16 ``embedding_bag`` with per-sample
   weights failed when run (its meta kernel's shapes are not the CPU kernel's).
@@ -47,6 +49,16 @@ def test_linear_of_every_input_rank_is_eagers(dtype: torch.dtype, case: str) -> 
     w, b = torch.randn(64, 512, generator=g), torch.randn(64, generator=g)
     b2 = torch.randn(2, 64, generator=g)
     matches_eager(_LINEAR_CASES[case], *(t.to(dtype) for t in (x1, x4, w, b, b2)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *HALVES])
+def test_linear_whose_product_is_also_used_alone(dtype: torch.dtype) -> None:
+    """Torch-MLIR's CSE makes one product of the two: the biased one is still eager's
+    ``addmm`` (it was the product plus a separate bias add)."""
+    g = torch.Generator().manual_seed(1)
+    x, w, b = (torch.randn(s, generator=g).to(dtype) for s in ((6, 512), (64, 512), (64,)))
+    matches_eager(lambda x, w, b: (F.linear(x, w, b), F.linear(x, w), (x @ w.t()).relu()),
+                  x, w, b)
 
 
 def test_linear_module_on_a_4d_input_under_compile_graph() -> None:
