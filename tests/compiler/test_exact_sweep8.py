@@ -9,6 +9,9 @@ eager CPU bit for bit; each failed on the code before:
   ``smooth_l1_loss``, ``huber_loss``, ``mse_loss`` and their gradients: eager's kernels;
 - a linear layer's product that a plain ``x @ w.t()`` of the same operands shares
   (Torch-MLIR's CSE): its bias add was a separate rounding (``collapse/addmm_bias``);
+- ``binary_cross_entropy_with_logits`` traced as functorch's older formula (float16 with
+  a weight: 11 of 25 elements off); float16 ``torch.gradient`` with a spacing of 2.1
+  (``div.Scalar`` of a half tensor divided by the half's 2.1, eager by float32's);
 - a complex product: eager's bits depend on the CPU, so it is refused; complex
   ``logsumexp`` gave a real number: refused; a bfloat16 ``embedding_bag`` with per-sample
   weights failed when run (its meta kernel's shapes are not the CPU kernel's).
@@ -61,6 +64,18 @@ def test_linear_whose_product_is_also_used_alone(dtype: torch.dtype) -> None:
                   x, w, b)
 
 
+@pytest.mark.parametrize("dtype", HALVES)
+def test_half_tensor_divided_and_multiplied_by_a_scalar_overload(dtype: torch.dtype) -> None:
+    """``div.Scalar`` / ``mul.Scalar`` (``torch.gradient``'s spacing) read the scalar at
+    float32, as ``div.Tensor`` with a Python number does (``halves/half_scalar.py``)."""
+    x = (torch.randn(5, 67, generator=torch.Generator().manual_seed(8)) * 3).to(dtype)
+    cases_match_eager({
+        "gradient": lambda x: torch.gradient(x, spacing=[2.0, 2.1], edge_order=1),
+        "div.Scalar": lambda x: torch.ops.aten.div.Scalar(x, 3.3),
+        "mul.Scalar": lambda x: torch.ops.aten.mul.Scalar(x, 0.01),
+    }, x)
+
+
 def test_linear_module_on_a_4d_input_under_compile_graph() -> None:
     torch.manual_seed(0)
     layer = torch.nn.Linear(512, 64).requires_grad_(False)
@@ -105,6 +120,25 @@ def test_half_precision_loss_gradients_under_torch_compile(dtype: torch.dtype, l
     want.backward()
     got.backward()
     bits_equal(dev.grad.cpu(), cpu.grad, "gradient")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *HALVES])
+def test_logits_binary_cross_entropy_is_eagers_formula(dtype: torch.dtype) -> None:
+    """Eager's ``(1 - y) * x - log_sigmoid(x)`` with its weights, not functorch's older
+    formula (``prepare/eager_composites.py``), and the probabilities' BCE as its kernel."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(6, 67, generator=g) * 4).to(dtype)
+    y = torch.rand(6, 67, generator=g).to(dtype)
+    w = torch.rand(67, generator=g).to(dtype) * 2
+    cases = {}
+    for red in ("none", "mean", "sum"):
+        cases[f"logits {red}"] = lambda x, y, w, r=red: F.binary_cross_entropy_with_logits(
+            x, y, reduction=r)
+        cases[f"logits weighted {red}"] = lambda x, y, w, r=red: \
+            F.binary_cross_entropy_with_logits(x, y, weight=w, pos_weight=w, reduction=r)
+        cases[f"probabilities {red}"] = lambda x, y, w, r=red: F.binary_cross_entropy(
+            torch.sigmoid(x), y, weight=w, reduction=r)
+    cases_match_eager(cases, x, y, w)
 
 
 @pytest.mark.same_on_every_cpu

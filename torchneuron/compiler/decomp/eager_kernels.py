@@ -281,17 +281,25 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     EagerKernel(("_trilinear",), "reduce", vector=2, scalar=0),
     EagerKernel(("_embedding_bag", "_embedding_bag_forward_only"), "reduce", vector=2,
                 scalar=0, when=_weighted_bag),
-    # Found by the exact sweep in float16 and bfloat16: half-precision losses, whose
-    # kernels compute each element in float32 and round once (PyTorch's decompositions
-    # round after each step: float16 soft_margin_loss's exp overflowed to inf in eager and
-    # not when lowered, a MISMATCH; smooth_l1, huber and mse 1 ulp off) and take the
-    # mean of a half tensor as eager does. The loss's formula and its sum per element;
-    # the gradients' few multiply-adds
-    EagerKernel(("soft_margin_loss", "smooth_l1_loss", "huber_loss", "mse_loss"), "reduce",
-                vector=3, scalar=1, when=_input_of(0, _HALVES)),
+    # Found by the exact sweep in float16 and bfloat16: half-precision losses, which
+    # eager rounds in places of its own (smooth_l1, huber, mse and binary cross-entropy
+    # compute an element in float32 and round once; soft_margin_loss and the logits' BCE
+    # round after each step, so float16 exp(-x * y) overflows to inf) that PyTorch's
+    # decompositions do not follow (float16 soft margin gave 7.6 where eager gives inf and
+    # the logits' BCE was 0.0012 off, MISMATCHes; the others 1 ulp), then the mean of a
+    # half tensor as eager takes it. The loss's formula and its sum per element; the
+    # gradients' few multiply-adds
+    EagerKernel(("soft_margin_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
+                 "binary_cross_entropy_with_logits"), "reduce", vector=3, scalar=1,
+                when=_input_of(0, _HALVES)),
     EagerKernel(("soft_margin_loss_backward", "smooth_l1_loss_backward", "huber_loss_backward",
                  "mse_loss_backward"), "elementwise", vector=3, scalar=1,
                 when=_input_of(1, _HALVES)),
+    # the probabilities' binary cross-entropy of every float dtype: its kernel is a scalar
+    # loop of libm's log and log1p (not the vector loop's), which no lowering reproduces
+    # (float32 with a weight: elements off in the last bit)
+    EagerKernel(("binary_cross_entropy",), "reduce", vector=3, scalar=2),
+    EagerKernel(("binary_cross_entropy_backward",), "elementwise", vector=3, scalar=0),
 )
 
 

@@ -43,7 +43,7 @@ from torchneuron.compiler.decomp.upsample_nodes import eager_resample_kernels
 from torchneuron.compiler.decomp.variance import fix_degenerate_variances
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.prepare.custom_calls import carry_custom_calls
-from torchneuron.compiler.prepare.eager_linear import EagerLinear
+from torchneuron.compiler.prepare.eager_composites import EagerComposites
 from torchneuron.compiler.prepare.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.prepare.index_bounds import (
     IndexCheck,
@@ -413,7 +413,7 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
 
     def trace(f: Callable[..., Any]) -> fx.GraphModule:
         def eager_ops(*args: Any) -> Any:
-            with EagerLinear():  # F.linear as eager's ATen, not functorch's (eager_linear.py)
+            with EagerComposites():  # as eager's ATen, not functorch's (eager_composites.py)
                 return f(*args)
 
         return make_fx(torch.func.functionalize(eager_ops, remove="mutations"),
