@@ -12,6 +12,9 @@ eager CPU bit for bit; each failed on the code before:
 - ``binary_cross_entropy_with_logits`` traced as functorch's older formula (float16 with
   a weight: 11 of 25 elements off); float16 ``torch.gradient`` with a spacing of 2.1
   (``div.Scalar`` of a half tensor divided by the half's 2.1, eager by float32's);
+- ``index_reduce`` (float32 and float16, another order of its repeated indices), float16
+  ``grid_sample`` of a 5-d input over a million elements: eager's kernels; float16
+  ``poisson_nll_loss`` (its scalar products);
 - a complex product: eager's bits depend on the CPU, so it is refused; complex
   ``logsumexp`` gave a real number: refused; a bfloat16 ``embedding_bag`` with per-sample
   weights failed when run (its meta kernel's shapes are not the CPU kernel's).
@@ -139,6 +142,37 @@ def test_logits_binary_cross_entropy_is_eagers_formula(dtype: torch.dtype) -> No
         cases[f"probabilities {red}"] = lambda x, y, w, r=red: F.binary_cross_entropy(
             torch.sigmoid(x), y, weight=w, reduction=r)
     cases_match_eager(cases, x, y, w)
+
+
+def test_float16_poisson_nll_loss_found_by_the_sweep() -> None:
+    """The values the sweep found off by an ulp (element 2), with all terms on."""
+    x = torch.tensor([4.89453125, -2.111328125, 4.39453125, 0.51318359375, 2.955078125],
+                     dtype=torch.float16)
+    t = torch.tensor([1.978515625, 3.271484375, 4.4609375, -8.3359375, 4.53125],
+                     dtype=torch.float16)
+    matches_eager(lambda x, t: F.poisson_nll_loss(x, t, log_input=False, full=True,
+                                                  eps=0.000966453871156782, reduction="none"),
+                  x, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax"])
+def test_index_reduce_folds_rows_as_eager(dtype: torch.dtype, reduce: str) -> None:
+    """Repeated indices: eager folds each source row into the output in index order."""
+    g = torch.Generator().manual_seed(9)
+    x = (torch.randn(5, 6, generator=g) * 2).to(dtype)
+    src = (torch.randn(5, 40, generator=g) * 2).to(dtype)
+    idx = torch.randint(0, 6, (40,), generator=g)
+    matches_eager(lambda x, i, s: x.index_reduce(1, i, s, reduce, include_self=True), x, idx, src)
+
+
+def test_float16_grid_sample_3d_of_a_large_input() -> None:
+    """Over a million elements: eager's kernel still (its probe was refused, and the
+    lowering was off by up to 1.6)."""
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(4, 5, 22, 23, 24, generator=g).to(torch.float16)
+    grid = (torch.rand(4, 6, 5, 4, 3, generator=g) * 2.2 - 1.1).to(torch.float16)
+    matches_eager(lambda x, grid: F.grid_sample(x, grid, align_corners=False), x, grid)
 
 
 @pytest.mark.same_on_every_cpu
