@@ -16,8 +16,9 @@ eager CPU bit for bit; each failed on the code before:
   ``grid_sample`` of a 5-d input over a million elements: eager's kernels; float16
   ``poisson_nll_loss`` (its scalar products);
 - a complex product: eager's bits depend on the CPU, so it is refused; complex
-  ``logsumexp`` gave a real number: refused; a bfloat16 ``embedding_bag`` with per-sample
-  weights failed when run (its meta kernel's shapes are not the CPU kernel's).
+  ``logsumexp`` gave a real number, a complex norm of one element was its ``abs``: both
+  refused; a bfloat16 ``embedding_bag`` with per-sample weights failed when run (its meta
+  kernel's shapes are not the CPU kernel's).
 
 Rerun at every other CPU capability by test_bits_per_cpu_capability.py.
 """
@@ -193,6 +194,15 @@ def test_real_times_complex_stays_compiled_with_eagers_bits() -> None:
     r = torch.randn(67, generator=g) * 3
     (got,) = compile_graph(lambda z, r: (z * r, r * z[3]), [z, r]).run([z, r])[:1]
     bits_equal(torch.view_as_real(got), torch.view_as_real(z * r))
+
+
+@pytest.mark.same_on_every_cpu
+def test_complex_vector_norm_of_one_element_is_refused() -> None:
+    """Eager's complex norm of one element is not its ``abs`` (ord 6: an ulp apart)."""
+    z = torch.tensor(5.0 + 7.07j, dtype=torch.complex64)
+    with pytest.raises(CompileError) as info:
+        compile_graph(lambda z: torch.linalg.vector_norm(z, ord=6, dim=0, keepdim=True), [z])
+    assert info.value.reason == "complex-op"
 
 
 @pytest.mark.same_on_every_cpu
