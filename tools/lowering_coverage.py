@@ -1,12 +1,15 @@
 """Every sample of every OpInfo op through the whole compiler, compared with eager.
 
-For each op in PyTorch's `op_db` (float32 CPU samples), each sample is run eagerly (the
+For each op in PyTorch's `op_db` and each dtype asked for (`--dtypes`, float32 by default;
+OpInfo's CPU samples of that dtype, an op that does not support it on the CPU skipped), each
+sample is run eagerly (the
 reference, twice under one seed: a sample whose eager result is not reproducible, like
 `empty`, is not tested; and once on the `neuron` device, every tensor there or only the
 first: a sample that fails eagerly either way, like a sparse tensor, is one users cannot
 run eagerly either, so it is not tested), then compiled with `compile_graph` (prepare -> Torch-MLIR in the
 worker -> StableHLO -> the neuron compiler) and run as an executable (`Executable.run`,
-random inputs drawn under the same seed). Per op:
+random inputs drawn under the same seed). Results are keyed per op and dtype
+(`abs@float16`); per op and dtype:
 
   pass        every sample that works eagerly compiles and matches eager
   refused     some sample is refused with a typed CompileError (fine: it runs eagerly);
@@ -15,16 +18,20 @@ random inputs drawn under the same seed). Per op:
   RUN-ERROR   some sample compiles and then fails when run (a defect)
   LAST-BIT    (with --exact) some sample is within the tolerance below but not eager's
               bits (NaN payloads aside, signed zeros included): a defect, since the
-              compiler promises eager's bits; without --exact it counts as a pass
+              compiler promises eager's bits; without --exact it counts as a pass.
+              (The tolerance: float32's below for every output but a half-precision
+              one, which takes torch.testing's float16 / bfloat16 defaults.)
   eager-fails no sample works eagerly (on CPU and on the device); skipped: unspecified
-              results (empty*), no float32
+              results (empty*), the dtype not supported on the CPU
 
     python tools/lowering_coverage.py [--only a,b.variant] [--shard I/N] [--samples K]
-        [--json out.json] [--skip done.json ...] [--merge a.json b.json ...] [--exact] [-v]
+        [--json out.json] [--skip done.json ...] [--merge a.json b.json ...] [--exact]
+        [--dtypes float32,float16,bfloat16,complex64] [-v]
 
 The full sweep takes a long time: run it with `nice -n 10`, sharded, in the background,
 then `--merge` the shards' JSON into one report. `--skip` resumes an interrupted sweep: ops
-already in the given JSON files (complete or partial shard results) are not run again. Exit status 1 when any op is a defect.
+and dtypes already in the given JSON files (complete or partial shard results) are not run
+again. The report prints totals per dtype. Exit status 1 when any op is a defect.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ UNSPECIFIED = ("empty", "new_empty", "_refs.empty", "empty_like", "empty_strided
                "new_empty_strided", "_refs.new_empty")
 DEFECTS = ("mismatch", "run-error", "last-bit")
 RTOL, ATOL = 1e-3, 1e-4
+HALVES = (torch.float16, torch.bfloat16)  # their outputs: torch.testing's own tolerances
 EXACT = [False]  # --exact: a last-bit difference is a defect
 
 
@@ -86,7 +94,8 @@ def _last_bits(ref: Any, got: Any) -> str | None:
 
 
 def _differs(ref: Any, got: Any) -> str | None:
-    """None when ``got`` matches ``ref`` (fp32 tolerance, NaN == NaN), else why not."""
+    """None when ``got`` matches ``ref`` (fp32 tolerance, a half-precision output its
+    dtype's default; NaN == NaN), else why not."""
     rl, gl = pytree.tree_leaves(ref), pytree.tree_leaves(got)
     if len(rl) != len(gl):
         return f"{len(gl)} outputs, expected {len(rl)}"
@@ -95,8 +104,9 @@ def _differs(ref: Any, got: Any) -> str | None:
             if not isinstance(g, torch.Tensor) or g.shape != r.shape or g.dtype != r.dtype:
                 return (f"output {i}: {type(g).__name__} {getattr(g, 'dtype', '')}"
                         f"{list(getattr(g, 'shape', []))}, expected {r.dtype}{list(r.shape)}")
+            rtol, atol = (None, None) if r.dtype in HALVES else (RTOL, ATOL)
             try:
-                torch.testing.assert_close(g, r, rtol=RTOL, atol=ATOL, equal_nan=True,
+                torch.testing.assert_close(g, r, rtol=rtol, atol=atol, equal_nan=True,
                                            check_stride=False)
             except AssertionError as e:
                 lines = [s.strip() for s in str(e).splitlines() if s.strip()]
@@ -173,14 +183,15 @@ def run_sample(op: Any, sample: Any, seed: int) -> tuple[str, str] | None:
     return None if why is None else ("last-bit", why)
 
 
-def run_op(op: Any, max_samples: int) -> dict[str, Any]:
+def run_op(op: Any, max_samples: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """The op's first ``max_samples`` (0: all) CPU samples of ``dtype``, run and judged."""
     name = op.name
     if name in UNSPECIFIED or name.startswith("empty") or name.startswith("new_empty"):
         return {"status": "skipped", "reason": "unspecified results"}
-    if torch.float32 not in op.supported_dtypes("cpu"):
-        return {"status": "skipped", "reason": "no float32"}
+    if dtype not in op.supported_dtypes("cpu"):
+        return {"status": "skipped", "reason": f"no {str(dtype).removeprefix('torch.')}"}
     try:
-        samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
     except Exception as e:  # noqa: BLE001
         return {"status": "skipped", "reason": f"no samples: {e}"[:100]}
     if max_samples:
@@ -234,10 +245,30 @@ def _select(ops: list[Any], only: str, shard: str) -> list[Any]:
     return picked
 
 
-def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
+def dtype_of(key: str) -> str:
+    """``abs@float16`` -> ``float16``."""
+    return key.rpartition("@")[2]
+
+
+def _totals(results: dict[str, dict[str, Any]], seconds: float, label: str) -> dict[str, Any]:
+    """Print one totals line of ``results`` and return it as data."""
     counts = collections.Counter(r["status"] for r in results.values())
     tested = sum(counts[s] for s in ("pass", "refused", *DEFECTS))
     rate = 100.0 * counts["pass"] / tested if tested else 0.0
+    n_samples = sum(sum(r.get("samples", {}).values()) for r in results.values())
+    print(f"{label} ({n_samples} samples): {counts['pass']}/{tested} ops "
+          f"pass ({rate:.1f}%) of ops with a sample that works eagerly (CPU and device); "
+          f"{counts['refused']} refused, {counts['mismatch']} MISMATCH, "
+          f"{counts['run-error']} RUN-ERROR, {counts['last-bit']} LAST-BIT; "
+          f"{counts['eager-fails']} eager-fails, {counts['skipped']} skipped; "
+          f"{seconds:.0f}s")
+    return {"pass": counts["pass"], "tested": tested, "rate": rate, "counts": dict(counts),
+            "samples": n_samples, "seconds": round(seconds, 1)}
+
+
+def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """Print the defects, refusals and skips of ``results`` (keyed ``op@dtype``) and the
+    totals per dtype and overall; return the totals and the results."""
     for status in (*DEFECTS, "refused"):
         names = sorted(n for n, r in results.items() if r["status"] == status)
         if not names:
@@ -256,16 +287,14 @@ def report(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]
             f = results[n].get("first", {}).get("eager-fails", {})
             print(f"  {n}: first #{f.get('sample', '?')}: {f.get('detail', '')[:120]}")
     skipped = sorted(n for n, r in results.items() if r["status"] == "skipped")
-    n_samples = sum(sum(r.get("samples", {}).values()) for r in results.values())
-    print(f"\nskipped ({len(skipped)}): {', '.join(skipped)}")
-    print(f"\nwhole compiler, all samples ({n_samples} samples): {counts['pass']}/{tested} ops "
-          f"pass ({rate:.1f}%) of ops with a sample that works eagerly (CPU and device); "
-          f"{counts['refused']} refused, {counts['mismatch']} MISMATCH, "
-          f"{counts['run-error']} RUN-ERROR, {counts['last-bit']} LAST-BIT; "
-          f"{counts['eager-fails']} eager-fails, "
-          f"{len(skipped)} skipped; {seconds:.0f}s")
-    return {"pass": counts["pass"], "tested": tested, "rate": rate,
-            "counts": dict(counts), "samples": n_samples, "seconds": seconds, "ops": results}
+    print(f"\nskipped ({len(skipped)}): {', '.join(skipped)}\n")
+    per_dtype = {}
+    for dtype in sorted({dtype_of(k) for k in results}):
+        part = {k: r for k, r in results.items() if dtype_of(k) == dtype}
+        per_dtype[dtype] = _totals(part, sum(r.get("seconds", 0.0) for r in part.values()),
+                                   f"{dtype}, whole compiler")
+    summary = _totals(results, seconds, "all dtypes, whole compiler")
+    return {**summary, "dtypes": per_dtype, "ops": results}
 
 
 def write_json(path: str, data: dict[str, Any], final: bool = False) -> None:
@@ -301,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", nargs="+", default=[], help="merge shard JSON files and report")
     ap.add_argument("--exact", action="store_true",
                     help="a float output within tolerance but not eager's bits is a defect")
+    ap.add_argument("--dtypes", default="float32",
+                    help="comma-separated dtypes to sample, e.g. float32,float16,bfloat16,complex64")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     EXACT[0] = args.exact
@@ -321,12 +352,14 @@ def main(argv: list[str] | None = None) -> int:
                 done.update(json.load(f)["ops"])
         results = {}
         t0 = time.time()
-        for op in _select(cmi.op_db, args.only, args.shard):
-            key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
+        for op, dtype in ((o, d) for d in dtypes for o in _select(cmi.op_db, args.only, args.shard)):
+            key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "") \
+                + f"@{str(dtype).removeprefix('torch.')}"
             if key in done:
                 continue
             t_op = time.time()
-            results[key] = run_op(op, args.samples)
+            results[key] = run_op(op, args.samples, dtype)
             results[key]["seconds"] = round(time.time() - t_op, 2)
             if args.verbose:
                 print(f"{key}: {results[key]['status']} {results[key]['seconds']}s "

@@ -12,7 +12,8 @@ entries first served, are refused: decomp/fft.py.)
 Each entry rewrites an op only when it sees complex values (NotImplemented otherwise,
 and ``decomp.fft.fft_decompositions`` hands real values to the table's earlier entry).
 Only simple complex arithmetic is handled: conj, real/imag, complex, abs, sgn,
-add/sub/mul, division by a real value, casts, ops that move whole elements (slice,
+add/sub, multiplication and division by a real value (a product of two complex
+values depends on the CPU: ``_refuse_complex_product``), casts, ops that move whole elements (slice,
 select, pad, permute, view, cat, flip, index_select for fftshift/roll, ...), where. Any other op on
 complex values stays in the graph, and ``refuse_complex`` refuses the graph with a
 typed ``PrepareError`` naming it.
@@ -288,6 +289,8 @@ def _complex_binary(kind: str) -> Callable[..., Any]:
             if not isinstance(im, torch.Tensor):
                 im = torch.zeros_like(re) + im
         elif kind == "mul":  # a real operand promoted to x + 0j, as eager: 0 * inf terms
+            if ai is not None and bi is not None:
+                return _refuse_complex_product()
             ai = 0.0 if ai is None else ai  # (2 * (1 + inf j) is nan + inf j)
             bi = 0.0 if bi is None else bi
             re, im = ar * br - ai * bi, ar * bi + ai * br
@@ -299,6 +302,18 @@ def _complex_binary(kind: str) -> Callable[..., Any]:
         return from_pairs(torch.stack([re, im], dim=-1))
 
     return fn
+
+
+def _refuse_complex_product() -> Any:
+    """A product of two complex values is not lowered: eager's ``ac - bd`` and ``ad + bc``
+    are two roundings each in its vector loop and one fused multiply-add in the scalar
+    loop of its AVX2 and AVX-512 builds (not in the default one), so eager's bits depend
+    on the CPU and on where an element sits (the exact sweep: complex64 ``z * w`` of 5
+    elements by a 0-d ``w``, one ulp off in one element on AVX-512 and AVX2, equal at
+    ``ATEN_CPU_CAPABILITY=default``). NotImplemented leaves the op in the graph, and
+    ``refuse_complex`` refuses it (``complex-op``). A real operand times a complex one
+    is lowered: its products with the zero imaginary part are exact, fused or not."""
+    return NotImplemented
 
 
 def _div_by_real(a: Any, b: Any, c: Any) -> tuple[Any, Any]:

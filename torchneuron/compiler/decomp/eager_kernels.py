@@ -105,9 +105,13 @@ def _batched_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def _weighted_bag(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """A bag with ``per_sample_weights`` (position 6); without, the lowered sum is eager's."""
+    """A bag with ``per_sample_weights`` (position 6); without, the lowered sum is eager's.
+    Not of bfloat16 rows: PyTorch's meta kernel leaves bfloat16 off FBGEMM's fast path and
+    declares an ``offset2bag`` of one entry per index, where the CPU kernel takes the fast
+    path and returns it empty (the run failed on the shape: the exact sweep's RUN-ERROR)."""
     weights = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
-    return isinstance(weights, torch.Tensor)
+    return isinstance(weights, torch.Tensor) and not (
+        isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bfloat16)
 
 
 def _lapack_probe(v: Any) -> Any:
@@ -123,6 +127,16 @@ def _lapack_probe(v: Any) -> Any:
             pivots = torch.arange(1, v.shape[-1] + 1).to(v.dtype)
             return pivots.expand(v.shape).clone()
     return [_lapack_probe(x) for x in v] if isinstance(v, (list, tuple)) else _empty(v)
+
+
+def _small_probe(v: Any) -> Any:
+    """Zeros of every dim capped at 3 (a grid sampler's batch, channels, sizes and its
+    grid's 3 coordinates stay consistent): ``_empty``'s empty stand-in for a large input
+    has no spatial size, which the grid sampler rejects, and the call would have kept a
+    lowering (a float16 (20, 21, 22, 23, 24) input was a MISMATCH)."""
+    if isinstance(v, torch.Tensor):
+        return torch.zeros([min(d, 3) for d in v.shape], dtype=v.dtype)
+    return [_small_probe(x) for x in v] if isinstance(v, (list, tuple)) else v
 
 
 def _no_dropout(at: int) -> Callable[[tuple[Any, ...], dict[str, Any]], bool]:
@@ -282,6 +296,33 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # vector width's: at ATEN_CPU_CAPABILITY=default a replayed region was one ulp off)
     EagerKernel(("multi_margin_loss", "multi_margin_loss_backward"), "reduce", vector=2,
                 scalar=0),
+    # Found by the exact sweep in float16 and bfloat16: half-precision losses, which
+    # eager rounds in places of its own (smooth_l1, huber, mse and binary cross-entropy
+    # compute an element in float32 and round once; soft_margin_loss and the logits' BCE
+    # round after each step, so float16 exp(-x * y) overflows to inf) that PyTorch's
+    # decompositions do not follow (float16 soft margin gave 7.6 where eager gives inf and
+    # the logits' BCE was 0.0012 off, MISMATCHes; the others 1 ulp), then the mean of a
+    # half tensor as eager takes it. The loss's formula and its sum per element; the
+    # gradients' few multiply-adds
+    EagerKernel(("soft_margin_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
+                 "binary_cross_entropy_with_logits"), "reduce", vector=3, scalar=1,
+                when=_input_of(0, _HALVES)),
+    EagerKernel(("soft_margin_loss_backward", "smooth_l1_loss_backward", "huber_loss_backward",
+                 "mse_loss_backward"), "elementwise", vector=3, scalar=1,
+                when=_input_of(1, _HALVES)),
+    # the probabilities' binary cross-entropy of every float dtype: its kernel is a scalar
+    # loop of libm's log and log1p (not the vector loop's), which no lowering reproduces
+    # (float32 with a weight: elements off in the last bit)
+    EagerKernel(("binary_cross_entropy",), "reduce", vector=3, scalar=2),
+    EagerKernel(("binary_cross_entropy_backward",), "elementwise", vector=3, scalar=0),
+    # index reductions, which eager folds into the output one source row at a time in
+    # index order (the lowering's dense form, another order: float32 mean and prod off in
+    # the last bit, float16 by an ulp of the result, MISMATCHes), and float16 3-d grid
+    # sampling, whose lowering (exact in float32) was off by up to 1.6 in 7070 of 554400
+    # elements. A multiply-add per element; the eight corners' weights
+    EagerKernel(("index_reduce",), "reduce", vector=2, scalar=0),
+    EagerKernel(("grid_sampler_3d", "grid_sampler_3d_backward"), "elementwise", vector=10,
+                scalar=0, when=_input_of(0, _HALVES), probe=_small_probe),
 )
 
 

@@ -24,7 +24,11 @@ def _float(x: torch.Tensor) -> torch.Tensor:
 
 @_register(aten.logsumexp.default)
 def logsumexp(x: torch.Tensor, dim: Sequence[int], keepdim: bool = False) -> torch.Tensor:
-    """Stable form; the max is taken as 0 where it is infinite (all -inf rows give -inf)."""
+    """Stable form; the max is taken as 0 where it is infinite (all -inf rows give -inf).
+    Complex values keep the op (``refuse_complex`` refuses it): cast to float here, they
+    lost their imaginary parts (the exact sweep's complex64 logsumexp gave a real number)."""
+    if x.is_complex():
+        return NotImplemented
     if not x.dtype.is_floating_point:
         x = x.to(torch.get_default_dtype())
     dims = list(dim) if len(dim) else list(range(x.dim()))

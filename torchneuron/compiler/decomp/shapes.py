@@ -15,7 +15,9 @@ Each entry here rewrites only those cases into the same op on shapes the lowerin
 - ``linalg_vector_norm`` over dims that all have size 1 (a 0-d tensor included) is
   ``abs`` (``x != 0`` for ord 0), as ATen's kernel computes it before any reduction: the
   lowered ``sum(|x| ** ord) ** (1 / ord)`` overflowed, ``vector_norm(tensor(3.4e38),
-  ord=6)`` gave inf where eager gives 3.4e38 (tools/special_sweep.py, ``big``);
+  ord=6)`` gave inf where eager gives 3.4e38 (tools/special_sweep.py, ``big``); not a
+  complex one, whose eager norm is not its ``abs`` (complex64 ord 6 of a 0-d: an ulp
+  off in the exact sweep) and which the entry before leaves to ``refuse_complex``;
 - ``_cdist_forward`` with an empty result or no features is zeros of the result's shape
   (PyTorch's decomposition fails to trace the p=inf norm over an empty dim);
 - ``copysign.Scalar`` divides through a 0-d tensor, as ``copysign.Tensor`` lowers.
@@ -98,7 +100,7 @@ def _vector_norm(prev: Callable[..., Any] | None) -> Callable[..., Any]:
             dims = list(range(x.dim()))
         else:
             dims = [d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)]
-        if any(x.shape[d] != 1 for d in dims if x.dim()):
+        if any(x.shape[d] != 1 for d in dims if x.dim()) or x.is_complex():
             return _call(op, prev, x, ord, dim, keepdim, dtype=dtype)
         one = x if dtype is None else x.to(dtype)
         if not keepdim and dims and x.dim():

@@ -43,6 +43,7 @@ from torchneuron.compiler.decomp.upsample_nodes import eager_resample_kernels
 from torchneuron.compiler.decomp.variance import fix_degenerate_variances
 from torchneuron.compiler.errors import PrepareError
 from torchneuron.compiler.prepare.custom_calls import carry_custom_calls
+from torchneuron.compiler.prepare.eager_composites import EagerComposites
 from torchneuron.compiler.prepare.host_devices import DEVICE_MOVE_DECOMPOSITIONS
 from torchneuron.compiler.prepare.index_bounds import (
     IndexCheck,
@@ -411,9 +412,13 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
     functionalize_mutating_targets()  # (custom ops that write an input: mutating_calls.py)
 
     def trace(f: Callable[..., Any]) -> fx.GraphModule:
-        return make_fx(torch.func.functionalize(f, remove="mutations"), decomposition_table=table,
-                       tracing_mode="fake", _allow_non_fake_inputs=True,
-                       pre_dispatch=False)(*fake_inputs)
+        def eager_ops(*args: Any) -> Any:
+            with EagerComposites():  # as eager's ATen, not functorch's (eager_composites.py)
+                return f(*args)
+
+        return make_fx(torch.func.functionalize(eager_ops, remove="mutations"),
+                       decomposition_table=table, tracing_mode="fake",
+                       _allow_non_fake_inputs=True, pre_dispatch=False)(*fake_inputs)
 
     try:
         # The python dispatcher (as AOTAutograd uses) turns native_batch_norm, whose schema

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torchneuron.compiler.interpreter.collapse.addmm_bias import addmm_with_bias
+from torchneuron.compiler.interpreter.collapse.addmm_bias import KEEP, addmm_with_bias
 from torchneuron.compiler.interpreter.collapse.base import Body, Collapsed, _Graph
 from torchneuron.compiler.interpreter.collapse.clamp import clamp_bound
 from torchneuron.compiler.interpreter.collapse.conv_bias import conv_with_bias
@@ -109,7 +109,8 @@ def _collapse_with(body: Body, returns: tuple[str, ...] | None, pinned: set[str]
                 if any(r in pinned for i in ids for r in body[i][0].results):
                     continue
                 replace[at] = collapsed
-                gone.update(i for i in ids if i != at)
+                keep = collapsed.attributes.get(KEEP, ())  # (read by others: addmm_bias)
+                gone.update(i for i in ids if i != at and i not in keep)
                 break
     if not replace:
         return body
