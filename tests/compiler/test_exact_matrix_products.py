@@ -52,3 +52,19 @@ def test_tiny_mlp_training_step_under_torch_compile() -> None:
                step(model, x))
     for p, q in zip(model.parameters(), device_model.parameters(), strict=True):
         bits_equal(q.grad.cpu(), p.grad)
+
+
+@pytest.mark.parametrize("shapes", [((10,), (5, 10, 5)), ((7,), (2, 3, 7, 4)),
+                                    ((3, 6, 4), (4,)), ((6,), (2, 6, 3))])
+def test_vector_times_batch_takes_eagers_path(shapes: tuple) -> None:
+    """``matmul`` of a vector and a batch of matrices: PyTorch's Python decomposition
+    folded it into an ``mv`` of the batch (its fold check reads the untransposed layout),
+    where eager broadcasts the vector into a ``bmm``; [10] by [5, 10, 5] was one ulp off
+    (OpInfo's sample, found by the lowering sweep with all samples)."""
+    from tests.compiler.exact import torch_compile_matches_eager
+
+    g = torch.Generator().manual_seed(3)
+    a, b = (torch.randn(*s, generator=g) for s in shapes)
+    want = torch.matmul(a, b)
+    bits_equal(compile_graph(torch.matmul, [a, b]).run([a, b])[0], want, "compile_graph")
+    torch_compile_matches_eager(torch.matmul, a, b, grad=True)

@@ -1,4 +1,4 @@
-"""Ops whose Python Autograd kernel PyTorch decomposes before our table sees them.
+"""Ops whose Python kernel PyTorch decomposes before our table sees them.
 
 Why: PyTorch registers a Python kernel for the Autograd key of ``aten.softshrink`` and
 ``aten.hardshrink`` (their references, ``torch._refs.nn.functional``), which the Python dispatcher (on in
@@ -11,9 +11,14 @@ kernel records ``aten.softshrink`` (and its derivative, ``aten.softshrink_backwa
 and the table's entry (``decomp.eager_kernels``) keeps the node for eager's own kernel.
 hardshrink likewise: the derivative of its reference's ``where`` gave the gradient at a
 NaN input, which eager's vector body gives as 0 (``aten.hardshrink_backward`` now).
-``multi_margin_loss`` likewise: its reference sums a sample's margins with ATen's
-reduction, whose order is the CPU's vector width's, where eager's kernel sums them in a
-loop of its own (last bits off in 7 of 8 outputs and gradients under torch.compile).
+``matmul`` (its Python kernel at ``CompositeImplicitAutograd``): its ``should_fold``
+checks the larger operand's layout where ATen checks the transposed one's, so a vector
+times a batch of matrices folded into an ``mv`` that eager never calls (eager broadcasts
+the vector into a ``bmm``: one ulp off in OpInfo's sample of [10] by [5, 10, 5]); ATen's
+own composite decomposes it now. ``multi_margin_loss`` at the Autograd key: its
+reference sums a sample's margins with ATen's reduction, whose order is the CPU's vector
+width's, where eager's kernel sums them in a loop of its own (last bits off in 7 of 8
+outputs and gradients under torch.compile).
 
 Entered by ``decomp.upsample_nodes.eager_resample_kernels`` (which holds
 ``TRACE_LOCK``, since the kernels are process-wide). Imports torch only.
@@ -31,21 +36,27 @@ from torch._C import DispatchKey
 __all__ = ["UNDECOMPOSED", "undecomposed"]
 
 aten = torch.ops.aten
-UNDECOMPOSED = (aten.softshrink.default, aten.hardshrink.default, aten.multi_margin_loss.default)
+# (op, the dispatch key of the Python kernel taken away)
+UNDECOMPOSED = (
+    (aten.softshrink.default, DispatchKey.Autograd),
+    (aten.hardshrink.default, DispatchKey.Autograd),
+    (aten.multi_margin_loss.default, DispatchKey.Autograd),
+    (aten.matmul.default, DispatchKey.CompositeImplicitAutograd),
+)
 
 
 @contextlib.contextmanager
 def undecomposed() -> Iterator[None]:
-    """While inside: the ops above have no Python Autograd kernel (restored after)."""
-    saved: list[tuple[Any, Any]] = []
-    for op in UNDECOMPOSED:
-        kernel = op.py_kernels.pop(DispatchKey.Autograd, None)
+    """While inside: the ops above have no Python kernel at their key (restored after)."""
+    saved: list[tuple[Any, Any, Any]] = []
+    for op, key in UNDECOMPOSED:
+        kernel = op.py_kernels.pop(key, None)
         if kernel is not None:
-            saved.append((op, kernel))
+            saved.append((op, key, kernel))
             op._dispatch_cache.clear()
     try:
         yield
     finally:
-        for op, kernel in saved:
-            op.py_kernels[DispatchKey.Autograd] = kernel
+        for op, key, kernel in saved:
+            op.py_kernels[key] = kernel
             op._dispatch_cache.clear()
