@@ -24,7 +24,7 @@ import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchneuron.adaptive_eager import hostdata
+from torchneuron.adaptive_eager import hostdata, trail
 from torchneuron.adaptive_eager.detect import PERIOD_CHECKS, Detector
 from torchneuron.adaptive_eager.growing import NEW
 from torchneuron.adaptive_eager.ledger import Ledger
@@ -159,22 +159,29 @@ class Runtime(Ledger):
                 return func(*args, **kwargs)
             if id(func) in self.refused.ids:  # (ids: an overload's hash is a Python call)
                 return self.refused_op(func, args, kwargs)
-            try:
-                static, _template, tensors = static_of(func, args, kwargs)
-            except Unsupported:
-                self.detector.end_segment()
-                return func(*args, **kwargs)
+            seg = self.segment
+            op = seg.expect(func) if seg.trail is not None else None
+            tensors = trail.check(op, args, kwargs) if op is not None else None
+            if tensors is not None:  # the trail's op (``trail``): not described again
+                static = op[4]  # type: ignore[index]
+            else:
+                op = None  # (this op in full)
+                try:
+                    static, _template, tensors = static_of(func, args, kwargs)
+                except Unsupported:
+                    self.detector.end_segment()
+                    return func(*args, **kwargs)
             if self.growing.at:
                 kind = self.growing.kind(func, static)
                 if kind == NEW:
                     return self.between_regions(func, args, kwargs, static, tensors)
                 if self.growing.cut(kind) and self.segment.entries:
                     self.detector.end_segment(boundary=False)  # a run of growing ops: its own region
-            if not self.segment.entries:
+            if not seg.entries:
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
                     return out
-            return self.record(func, args, kwargs, static, tensors, rec)
+            return self.record(func, args, kwargs, static, tensors, rec, op)
 
     def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
@@ -214,7 +221,10 @@ class Runtime(Ledger):
         return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
-               tensors: list[torch.Tensor], rec: OpRecord) -> Any:
+               tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None) -> Any:
+        """Run the op eagerly and append it to the segment. ``op``: the trail's op the call
+        was checked against (``trail.check``), appended as it is if the outputs are its
+        outputs too."""
         written = None
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
@@ -235,8 +245,12 @@ class Runtime(Ledger):
         core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
         self.counts["ops_recorded"] += 1
         seg = self.segment
+        if op is not None and op[2] == outs and op[1].result == struct:
+            seg.append_op(op, tensors, leaves)
+        else:
+            static = seg.append(func, static, struct, tensors, outs, leaves)
         # (the interned ``static``: the growing detector compares three steps' per op)
-        self.growing.saw(func, seg.append(func, static, struct, tensors, outs, leaves))
+        self.growing.saw(func, static)
         n = len(seg.entries)
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):

@@ -262,21 +262,26 @@ class Entry(NamedTuple):
 # shapes. Interned, an op seen before adds no object that outlives it, and two steps'
 # signatures are tuples of the same objects (compared by identity first). Values are
 # unchanged: an interned record equals (and prints as) the one it stands for.
-_OPS: dict[tuple, tuple] = {}  # (func, call, struct, outs) -> (func, Static, outs, blind key, call)
+# (func, call, struct, outs) -> (func, Static, outs, blind key, call, [fast check]): the
+# last item is a one-item list, the op's check built once by ``trail.check`` (None: not
+# built yet, False: the op has no flat check)
+_OPS: dict[tuple, tuple] = {}
 _SIGS: dict[tuple, OpSig] = {}  # (ids of func, Static, outs; refs) -> the OpSig of them
 _KEPT = 1 << 16  # records kept per table (all forgotten at once past this)
 _VREFS: list[list[ValueRef]] = []  # ValueRef("v", i, k) for small i, k, shared
+_TRAILS_KEPT = 256  # first ops whose trails are kept (all forgotten at once past this)
+_TRAILS_PER_START = 4  # trails kept per first op (segments from it that went on differently)
 
 
 def _op_of(func: Any, call: tuple, struct: str, outs: tuple) -> tuple:
-    """The interned (func, Static, outs, blind key, Call) of a recorded op."""
+    """The interned (func, Static, outs, blind key, Call, [check]) of a recorded op."""
     key = (func, call, struct, outs)
     op = _OPS.get(key)
     if op is None:
         if len(_OPS) >= _KEPT:
             _OPS.clear()
         static = build(Static, (*call, struct))
-        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call)
+        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call, [None])
     return op
 
 
@@ -321,6 +326,13 @@ class Segment:
     slots0: dict[int, int] = field(default_factory=dict)  # input vid -> slot, from the start
     nslots0: list[int] = field(default_factory=list)  # per entry: slots used up to it
     rel0: bool = True  # sigs0 / slots0 hold (no drop, no value produced twice)
+    ops: list[tuple] = field(default_factory=list)  # per entry: its interned op (``_op_of``)
+    # the stream this segment follows (``trail``): (first op, its ops, their sigs0), the
+    # last segment closed that began with this segment's first op; None once they differ
+    trail: tuple | None = None
+    whole: bool = True  # ``ops`` are all since the segment's start (no ``drop``)
+    # id(first op) -> trails of segments that began with it, most recent first
+    trails: dict[int, list[tuple]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -330,7 +342,43 @@ class Segment:
         """Record an op: ``call`` is its ``static_of``, ``struct`` and ``outs`` its
         ``outputs_of``. Returns the interned ``call`` (equal to it)."""
         op = _op_of(func, call, struct, outs)
+        self.append_op(op, tensors, leaves)
+        return op[4]
+
+    def expect(self, func: Any) -> tuple | None:
+        """The interned op the trail has at the next position, if it is ``func``'s; else
+        the op of another trail from the same first op that went the same way so far and
+        goes on with ``func`` (which is followed from now on); else None (the op is
+        recorded in full, and, if no trail goes on with ``func``, so is the rest)."""
+        tr = self.trail
+        if tr is None:
+            return None
+        ops = tr[1]
+        n = len(self.entries)
+        if n < len(ops):
+            op = ops[n]
+            if op[0] is func:
+                return op
+        mine = self.ops
+        for alt in self.trails.get(id(mine[0]), ()):  # (``ops`` from the start: no drop)
+            ops = alt[1]
+            if alt is not tr and n < len(ops) and ops[n][0] is func and ops[:n] == mine:
+                self.trail = alt
+                return ops[n]
+        self.trail = None
+        return None
+
+    def append_op(self, op: tuple, tensors: list[torch.Tensor], leaves: list) -> None:
+        """Record an op given as its interned op (``_op_of``): what ``append`` stores,
+        found without describing the op again when the caller checked it against the
+        trail (``trail.check``). The op's signature from the start is the trail's when its
+        references are (the same interned object ``_sig_of`` would find)."""
+        func, outs = op[0], op[2]
         seq = self.seq
+        n = len(self.entries)
+        if n == 0:  # the first op: the last segment that began with it, if any
+            trs = self.trails.get(id(op))
+            self.trail = trs[0] if trs and trs[0][0] is op else None
         self.seq += 1
         src = self.src
         rel0 = self.rel0
@@ -368,26 +416,55 @@ class Segment:
             else:
                 wrefs.append(None)
         self.entries.append(build(Entry, (func, op[1], tuple(vids), op[2], seq, op[3])))
+        self.ops.append(op)
         self.wrefs.append(tuple(wrefs))
         if rel0:
-            self.sigs0.append(_sig_of(func, op[1], op[2], tuple(refs)))
+            refs = tuple(refs)
+            tr = self.trail
+            if tr is not None and n < len(tr[2]) and tr[1][n] is op and tr[2][n].refs == refs:
+                self.sigs0.append(tr[2][n])
+            else:
+                self.sigs0.append(_sig_of(func, op[1], op[2], refs))
             self.nslots0.append(len(self.slots0))
-        return op[4]
 
     def clear(self) -> None:
+        ops = self.ops
+        if ops and self.whole:  # a trail of the next segments that begin with the same op
+            self._keep_trail(ops)
+            self.ops, self.sigs0 = [], []  # (kept by the trail: new lists)
+        else:
+            ops.clear()
+            self.sigs0.clear()
+        self.trail = None
+        self.whole = True
         self.entries.clear()
         self.src.clear()
         self.wrefs.clear()
-        self.sigs0.clear()
         self.slots0.clear()
         self.nslots0.clear()
         self.rel0 = True
+
+    def _keep_trail(self, ops: list[tuple]) -> None:
+        """Keep the segment closing now as the first trail of its first op (the most recent
+        ``_TRAILS_PER_START``, a trail of the same ops replaced)."""
+        trails = self.trails
+        key = id(ops[0])
+        if len(trails) >= _TRAILS_KEPT and key not in trails:
+            trails.clear()
+        kept = trails.get(key)
+        if kept is None or kept[0][0] is not ops[0]:
+            kept = trails[key] = []
+        kept[:] = [(ops[0], ops, self.sigs0),
+                   *(t for t in kept if t[1] != ops)][:_TRAILS_PER_START]
 
     def drop(self, k: int) -> None:
         """Forget the first ``k`` entries (closed as regions); values they produced count
         as inputs of later windows from now on."""
         del self.entries[:k]
         del self.wrefs[:k]
+        del self.ops[:k]
+        self.trail = None  # (positions moved: not followed, nor kept, until the next start)
+        self.whole = False
         self.rel0 = False  # (the start moved: ``relative`` builds its signatures)
         self.sigs0.clear()
         self.slots0.clear()

@@ -1,0 +1,60 @@
+"""The recorder's fast path: a segment that repeats one recorded before is checked against it.
+
+Every step records the same ops again. Recording an op in full describes its arguments
+(``recorder.static_of``: a nested tuple per argument), looks the description up among the
+ops seen before (``recorder._op_of``: a hash down to the shapes) and builds its signature
+from the segment's start (``recorder._sig_of``). When the segment so far is the segment
+that last began with the same op (its *trail*, ``recorder.Segment.trails``), the next op
+is most likely the trail's next op: it is checked against that op as a replay's guard
+checks it (``guard``: the same overload, the exact argument description, grad mode and
+autocast state, compared without building anything) and, if it is that op, recorded as a
+reference to the trail's interned op. At the first difference (another overload, another
+argument, another output) the rest of the segment is recorded in full.
+
+Nothing recorded changes: an op the check takes is one ``static_of`` describes exactly as
+the trail's op (``guard.match`` is sound, never lenient), its outputs are still described
+by ``recorder.outputs_of`` and compared with the trail's, and ``_op_of`` would have found
+the trail's op for it. Regions, their keys and counts, and so every decision the runtime
+makes, are those of the full path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchneuron.adaptive_eager.guard import _guard
+from torchneuron.adaptive_eager.signature import OpSig
+
+__all__ = ["check"]
+
+_NoTorchFunction = torch._C.DisableTorchFunctionSubclass
+_NO_INDEX_CHECKS: frozenset = frozenset()
+
+
+def _check_of(op: tuple) -> Any:
+    """The flat check of interned op ``op`` (``guard._generate``), built on first use and
+    kept in the op (its last item), or False if the op has none."""
+    box = op[5]
+    got = box[0]
+    if got is None:
+        func, static, outs = op[0], op[1], op[2]
+        # (no references: only the arguments are checked here, the dataflow is found as
+        # the op is appended)
+        g = _guard(0, OpSig(func, static, (), outs), _NO_INDEX_CHECKS)
+        got = box[0] = g.check if g.check is not None else False
+    return got
+
+
+def check(op: tuple, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
+    """The tensor arguments of a call of ``op``'s overload, in ``static_of``'s order, if
+    ``static_of`` would describe the call exactly as ``op`` (its ``Call``); else None."""
+    fn = _check_of(op)
+    if fn is False:
+        return None
+    tensors: list[torch.Tensor] = []
+    with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
+        if fn(args, kwargs, tensors, []) is None:
+            return None
+    return tensors
