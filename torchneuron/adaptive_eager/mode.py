@@ -47,6 +47,7 @@ _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
 _inference_mode = torch.is_inference_mode_enabled
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 _get_value = settings.get_value
+_NO_LIFTED: list = []  # (a trail's op has no lifted floats: the check never appends)
 
 
 def _device_index(args: tuple, kwargs: dict) -> int | None:
@@ -160,9 +161,23 @@ class Runtime(Ledger):
             if id(func) in self.refused.ids:  # (ids: an overload's hash is a Python call)
                 return self.refused_op(func, args, kwargs)
             seg = self.segment
-            op = seg.expect(func) if seg.trail is not None else None
-            tensors = trail.check(op, args, kwargs) if op is not None else None
-            if tensors is not None:  # the trail's op (``trail``): not described again
+            tr = seg.trail
+            tensors = None
+            if tr is not None:  # the trail's op (``trail``) if the call is it
+                n = len(seg.entries)
+                op = tr[1][n] if n < len(tr[1]) else None
+                if op is None or op[0] is not func:
+                    op = seg.expect(func)  # (another trail, or none)
+                if op is not None:
+                    fn = op[5][0]  # the op's flat check (``trail.check``, inlined)
+                    if fn:
+                        tensors = []
+                        with _NoTorchFunction():
+                            if fn(args, kwargs, tensors, _NO_LIFTED) is None:
+                                tensors = None
+                    elif fn is None:
+                        tensors = trail.check(op, args, kwargs)
+            if tensors is not None:  # not described again
                 static = op[4]  # type: ignore[index]
             else:
                 op = None  # (this op in full)
@@ -230,11 +245,14 @@ class Runtime(Ledger):
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         out = run_eagerly(func, args, kwargs, tensors)
-        try:
-            struct, outs, leaves = outputs_of(out, tensors)
-        except Unsupported:
-            self.detector.end_segment()
-            return out
+        leaves = trail.outputs(op, out, tensors) if op is not None else None
+        if leaves is None:  # (not the trail's op's outputs: described in full)
+            op = None
+            try:
+                struct, outs, leaves = outputs_of(out, tensors)
+            except Unsupported:
+                self.detector.end_segment()
+                return out
         if written:
             with _NoTorchFunction():
                 changed = any(meta_of(t) != m for t, m in written)
@@ -245,7 +263,7 @@ class Runtime(Ledger):
         core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
         self.counts["ops_recorded"] += 1
         seg = self.segment
-        if op is not None and op[2] == outs and op[1].result == struct:
+        if op is not None:
             seg.append_op(op, tensors, leaves)
         else:
             static = seg.append(func, static, struct, tensors, outs, leaves)

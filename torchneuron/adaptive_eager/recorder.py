@@ -37,6 +37,7 @@ from torchneuron.adaptive_eager.signature import (
 )
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
+from torchneuron.hardware.settings import get_value
 
 __all__ = ["Entry", "Segment", "vid_of", "known_vid", "static_of", "outputs_of", "run_eagerly", "slot"]
 
@@ -378,15 +379,17 @@ class Segment:
         n = len(self.entries)
         if n == 0:  # the first op: the last segment that began with it, if any
             trs = self.trails.get(id(op))
-            self.trail = trs[0] if trs and trs[0][0] is op else None
+            self.trail = trs[0] if trs and trs[0][0] is op and get_value("ae_record_trail") \
+                else None
         self.seq += 1
         src = self.src
         rel0 = self.rel0
         vids = []
         refs = []
         if rel0:
-            base = self.entries[0].seq if self.entries else seq
+            base = self.entries[0].seq if n else seq
             slots = self.slots0
+            vrefs = _VREFS
         for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
             v = t.__dict__.get("_ae_vid")
             vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
@@ -394,28 +397,39 @@ class Segment:
             if rel0:  # ``_relative``'s reference, for the window from the start
                 p = src.get(vid)
                 if p is not None and p[0] >= base:
-                    refs.append(_vref(p[0] - base, p[1]))
+                    i = p[0] - base
+                    refs.append(vrefs[i][p[1]] if i < len(vrefs) and p[1] < 8
+                                else _vref(i, p[1]))
                 else:
                     j = slots.get(vid)
                     if j is None:
                         j = slots[vid] = len(slots)
                     refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
         wrefs = []
-        for k, (out, r) in enumerate(zip(outs, leaves, strict=True)):
+        k = 0
+        for out in outs:
             if out is not None and type(out) is not SameOut:
+                r = leaves[k]
                 d = r.__dict__  # ``vid_of`` and ``_alive_token``, without their calls
                 v = d.get("_ae_vid")
-                vid = v[0] if v is not None and v[1] == id(r) else vid_of(r)
-                if vid in src or (rel0 and vid in self.slots0):
-                    # produced twice, or used before it was produced: the signatures from
-                    # the start are built at the end, as they always were
-                    self.rel0 = rel0 = False
+                if v is not None and v[1] == id(r):
+                    vid = v[0]
+                    if vid in src or (rel0 and vid in slots):
+                        # produced twice, or used before it was produced: the signatures
+                        # from the start are built at the end, as they always were
+                        self.rel0 = rel0 = False
+                else:  # a new wrapper (most outputs): a value never seen
+                    vid = next(_vids)
+                    d["_ae_vid"] = (vid, id(r))
                 src[vid] = (seq, k)
                 token = d.get("_ae_alive")
-                wrefs.append(weakref.ref(token if token is not None else _alive_token(r)))
+                if token is None:
+                    token = d["_ae_alive"] = _Alive()
+                wrefs.append(weakref.ref(token))
             else:
                 wrefs.append(None)
-        self.entries.append(build(Entry, (func, op[1], tuple(vids), op[2], seq, op[3])))
+            k += 1
+        self.entries.append(build(Entry, (func, op[1], tuple(vids), outs, seq, op[3])))
         self.ops.append(op)
         self.wrefs.append(tuple(wrefs))
         if rel0:
@@ -424,8 +438,8 @@ class Segment:
             if tr is not None and n < len(tr[2]) and tr[1][n] is op and tr[2][n].refs == refs:
                 self.sigs0.append(tr[2][n])
             else:
-                self.sigs0.append(_sig_of(func, op[1], op[2], refs))
-            self.nslots0.append(len(self.slots0))
+                self.sigs0.append(_sig_of(func, op[1], outs, refs))
+            self.nslots0.append(len(slots))
 
     def clear(self) -> None:
         ops = self.ops
