@@ -18,8 +18,8 @@ from torchneuron.hardware import settings
 
 def _train(steps: int, branch_at: int | None = None) -> list[float]:
     """SGD steps of a small MLP, each ending in a read of the loss. With ``branch_at``,
-    the steps from that one on take another branch in the middle of the forward (an extra
-    op, chosen by a host value: no sync)."""
+    the steps from that one on take another branch in the middle of the forward, chosen
+    by a host value (no sync): one more op, whose scalar changes from step to step."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
                                 torch.nn.Linear(16, 4)).to("neuron")
@@ -29,8 +29,8 @@ def _train(steps: int, branch_at: int | None = None) -> list[float]:
     for i in range(steps):
         opt.zero_grad()
         h = model[1](model[0](x))
-        if branch_at is not None and i >= branch_at and i % 2 == 0:
-            h = h * 0.5
+        if branch_at is not None and i >= branch_at:
+            h = h * (0.5 if i % 2 == 0 else 0.25)
         loss = model[2](h).square().mean()
         loss.backward()
         opt.step()
@@ -101,9 +101,10 @@ def test_a_repeated_step_takes_the_trail_and_records_what_recording_in_full_does
 
 
 def test_a_step_that_goes_another_way_midway_is_recorded_as_in_full(monkeypatch: Any) -> None:
-    """From step 4 on, every other step has one more op in the middle of its forward: the
-    trail is followed up to it, the differing op and those after it (the next step's
-    trail, or another one from the same first op) are recorded exactly as in full."""
+    """From step 4 on, the forward has one more op in its middle (a multiplication by a
+    scalar that alternates between two values): the trail is followed up to the first
+    op that differs, which is recorded in full (another overload, or the same overload
+    with another scalar), and what follows is recorded exactly as in full."""
     fast = _recorded(monkeypatch, True, 4)
     full = _recorded(monkeypatch, False, 4)
     steps = _by_segment(fast)
@@ -111,13 +112,15 @@ def test_a_step_that_goes_another_way_midway_is_recorded_as_in_full(monkeypatch:
     assert len(lengths) == 8 and lengths[4] == lengths[3] + 2  # (the mul, its backward's)
     for key in ("closed", "regions", "stats", "losses", "explain"):
         assert fast[key] == full[key], key
-    # the first step with the extra op follows the trail up to it, then records in full
-    # (no trail from its first op went that way)
-    first = steps[4]
-    k = first.index(False, 1)
-    assert k >= 3 and all(first[1:k]) and not any(first[k:])
-    # a later step that goes the same way follows the earlier one, all of it
-    assert all(steps[6][1:])
+    # step 4: another overload at the mul (no trail went that way): the rest in full
+    k = steps[4].index(False, 1)
+    assert k >= 3 and all(steps[4][1:k]) and not any(steps[4][k:])
+    # step 5: the mul's scalar differs from step 4's (in full), the ops after it follow
+    # the trail again, but the mul's backward, which carries the scalar too
+    k = steps[5].index(False, 1)
+    assert k >= 3 and all(steps[5][1:k]) and steps[5][k + 1:].count(False) == 1
+    # step 6 goes as step 4 went, step 7 as step 5: the trails of those steps, all of it
+    assert all(steps[6][1:]) and all(steps[7][1:])
     assert not any(full["taken"])
 
 

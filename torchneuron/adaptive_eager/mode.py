@@ -177,6 +177,10 @@ class Runtime(Ledger):
                                 tensors = None
                     elif fn is None:
                         tensors = trail.check(op, args, kwargs)
+                    if tensors is None:  # another argument: a trail that had this one?
+                        op = seg.expect(func, op)
+                        if op is not None:
+                            tensors = trail.check(op, args, kwargs)
             if tensors is not None:  # not described again
                 static = op[4]  # type: ignore[index]
             else:

@@ -346,27 +346,31 @@ class Segment:
         self.append_op(op, tensors, leaves)
         return op[4]
 
-    def expect(self, func: Any) -> tuple | None:
+    def expect(self, func: Any, tried: tuple | None = None) -> tuple | None:
         """The interned op the trail has at the next position, if it is ``func``'s; else
         the op of another trail from the same first op that went the same way so far and
         goes on with ``func`` (which is followed from now on); else None (the op is
-        recorded in full, and, if no trail goes on with ``func``, so is the rest)."""
+        recorded in full, and, if no trail goes on with ``func``, so is the rest).
+        ``tried``: the trail's op, which the call is not (another argument): another
+        trail's op for ``func`` there, if any; else the trail stays as it is."""
         tr = self.trail
         if tr is None:
             return None
         ops = tr[1]
         n = len(self.entries)
-        if n < len(ops):
+        if tried is None and n < len(ops):
             op = ops[n]
             if op[0] is func:
                 return op
         mine = self.ops
         for alt in self.trails.get(id(mine[0]), ()):  # (``ops`` from the start: no drop)
             ops = alt[1]
-            if alt is not tr and n < len(ops) and ops[n][0] is func and ops[:n] == mine:
+            if alt is not tr and n < len(ops) and ops[n][0] is func \
+                    and ops[n] is not tried and ops[:n] == mine:
                 self.trail = alt
                 return ops[n]
-        self.trail = None
+        if tried is None:
+            self.trail = None
         return None
 
     def append_op(self, op: tuple, tensors: list[torch.Tensor], leaves: list) -> None:
