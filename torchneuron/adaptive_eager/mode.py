@@ -6,7 +6,8 @@ backward and optimizer ops too, and factory ops with ``device="neuron"``) into
 ``Runtime.on_op``. While a replay is in progress the op is deferred into it (``replay``)
 or the replay switches variant or side-exits (``swapin``). Otherwise the op runs eagerly
 and is recorded into the segment (``detect`` closes segments into region sightings), or,
-at a start point, starts a replay (``swapin``). Host-to-device copies run eagerly and
+at a start point, starts a replay (``swapin``). An op of a segment that repeats one seen
+before is checked against that segment's op and recorded as a reference to it (``trail``). Host-to-device copies run eagerly and
 stay inside (``hostdata``); reads and syncs end the segment; ops the compiler refused or
 whose shapes grow every step run eagerly between regions.
 

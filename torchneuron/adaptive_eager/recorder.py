@@ -6,7 +6,9 @@ and what each output is: a new value, a view of an argument, or the argument its
 in-place op). A *segment* is the run of entries since the last start point (a sync, the
 end of a replay, a cut). Windows of a segment become regions: ``relative`` re-expresses a
 window's dataflow relative to its start (earlier values of the window, or input slots in
-order of first use), which is what a region is keyed and guarded by.
+order of first use), which is what a region is keyed and guarded by. A closed segment is
+kept as a *trail* of its first op: the next segment that begins with that op is checked
+against it op by op and appended by reference where it repeats it (``trail``).
 """
 
 from __future__ import annotations
