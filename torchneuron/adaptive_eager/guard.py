@@ -375,8 +375,26 @@ def _generate(g: OpGuard) -> Any:
                 ns[f"{c}_{j}"] = x
                 code.append(f"    if _leaf({c}_{j}, a[{j}], tensors, lifted) is _FAIL: return None")
     code.append("    return _fill(g, args, kwargs)" if g.floats else "    return T")
-    exec(compile("\n".join(code), f"<guard of {g.func}>", "exec"), ns)  # noqa: S102
+    exec(_compiled("\n".join(code), f"<guard of {g.func}>"), ns)  # noqa: S102
     return ns["check"]
+
+
+_CODES: dict[tuple[str, str], Any] = {}  # (text, name) -> its code object
+_CODES_KEPT = 4096  # (all forgotten at once past this)
+
+
+def _compiled(text: str, name: str) -> Any:
+    """``compile(text, name, "exec")``, once per distinct text and name: most guards of
+    an overload read the same (the expected values are names bound in each guard's own
+    namespace), and compiling costs far more than the check it makes, a cost paid
+    during the first steps a guard is used in (the recorder's trail, a replay)."""
+    key = (text, name)
+    code = _CODES.get(key)
+    if code is None:
+        if len(_CODES) >= _CODES_KEPT:
+            _CODES.clear()
+        code = _CODES[key] = compile(text, name, "exec")
+    return code
 
 
 def _match_walk(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
