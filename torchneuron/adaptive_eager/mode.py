@@ -176,7 +176,7 @@ class Runtime(Ledger):
                         with _NoTorchFunction():
                             if fn(args, kwargs, tensors, _NO_LIFTED) is None:
                                 tensors = None
-                    elif fn is not False:  # (not built yet: ``trail._check_of``)
+                    elif fn is None:
                         tensors = trail.check(op, args, kwargs)
                     if tensors is None:  # another argument: a trail that had this one?
                         op = seg.expect(func, op)

@@ -267,8 +267,7 @@ class Entry(NamedTuple):
 # unchanged: an interned record equals (and prints as) the one it stands for.
 # (func, call, struct, outs) -> (func, Static, outs, blind key, call, [fast check]): the
 # last item is a one-item list, the op's check built once by ``trail.check`` (None: not
-# met as a trail's op yet, then a falsy mark until it is met again, False: the op has no
-# flat check)
+# built yet, False: the op has no flat check)
 _OPS: dict[tuple, tuple] = {}
 _SIGS: dict[tuple, OpSig] = {}  # (ids of func, Static, outs; refs) -> the OpSig of them
 _KEPT = 1 << 16  # records kept per table (all forgotten at once past this)

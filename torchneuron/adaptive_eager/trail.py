@@ -35,30 +35,12 @@ _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 _NO_INDEX_CHECKS: frozenset = frozenset()
 
 
-class _Later:
-    """An op met once as a trail's op: its check is built if it is met there again."""
-
-    __slots__ = ()
-
-    def __bool__(self) -> bool:
-        return False
-
-
-_LATER = _Later()
-
-
 def _check_of(op: tuple) -> Any:
-    """The flat check of interned op ``op`` (``guard._generate``), kept in the op (its last
-    item), or False if the op has none; None the first time the op is a trail's op (the
-    call is then described in full). Why not at once: an op whose floats change every
-    step (AdamW's bias corrections) is a new op each step, met once as a trail's op and
-    never taken (the next call has other floats); its check would be built for nothing."""
+    """The flat check of interned op ``op`` (``guard._generate``), built on first use and
+    kept in the op (its last item), or False if the op has none."""
     box = op[5]
     got = box[0]
     if got is None:
-        box[0] = _LATER
-        return None
-    if got is _LATER:
         func, static, outs = op[0], op[1], op[2]
         # (no references: only the arguments are checked here, the dataflow is found as
         # the op is appended)
@@ -71,7 +53,7 @@ def check(op: tuple, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
     """The tensor arguments of a call of ``op``'s overload, in ``static_of``'s order, if
     ``static_of`` would describe the call exactly as ``op`` (its ``Call``); else None."""
     fn = _check_of(op)
-    if not fn:
+    if fn is False:
         return None
     tensors: list[torch.Tensor] = []
     with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
