@@ -76,17 +76,23 @@ def run(rp: Replay) -> None:
             refs = all_refs[start:end]
             start = end
             f = facts[i]
+            g = guards[i]
+            template = templates[i]
+            # (the guard's template of only the tensors, in order: no rebuilding)
+            plain = g.plain and template is g.template
             try:
                 if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
                     tensors = [bufs[r] if type(r) is tuple else ext_buf[id(r)]
                                for r in refs]
-                    args, kwargs = rebuild_call(templates[i], tensors)
+                    args, kwargs = (tuple(tensors), {}) if plain else rebuild_call(template,
+                                                                                  tensors)
                     out = rerun(f, args, kwargs, tensors, core)
                     wrap = False
                 else:
                     tensors = [_wrapped(r, bufs, wrapped, index) if type(r) is tuple
                                else moved.get(id(r), r) for r in refs]
-                    args, kwargs = rebuild_call(templates[i], tensors)
+                    args, kwargs = (tuple(tensors), {}) if plain else rebuild_call(template,
+                                                                                  tensors)
                     if f is _UNSEEN:
                         facts[i] = facts_of(func, args, kwargs)
                     out = run_eagerly(func, args, kwargs, tensors)  # (factories as eager)
@@ -99,7 +105,6 @@ def run(rp: Replay) -> None:
                     e.add_note(f"(raised by {func}, {detail})")
                     raise
                 raise issued.pointing_at(e, where, func, detail) from None
-            g = guards[i]
             news = g.news  # the outputs that are values of the region
             if not news:
                 continue

@@ -301,6 +301,8 @@ class Growing:
             self._learn(n, *hist)
 
     def _learn(self, n: int, a: list[_Chunk], b: list[_Chunk], c: list[_Chunk]) -> None:
+        if a == b == c:  # the same step three times (compared in C): nothing grows
+            return
         found = []
         if _aligned(a, b, c):  # compare only the single ops
             pos = 0

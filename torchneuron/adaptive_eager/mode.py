@@ -6,7 +6,8 @@ backward and optimizer ops too, and factory ops with ``device="neuron"``) into
 ``Runtime.on_op``. While a replay is in progress the op is deferred into it (``replay``)
 or the replay switches variant or side-exits (``swapin``). Otherwise the op runs eagerly
 and is recorded into the segment (``detect`` closes segments into region sightings), or,
-at a start point, starts a replay (``swapin``). Host-to-device copies run eagerly and
+at a start point, starts a replay (``swapin``). An op of a segment that repeats one seen
+before is checked against that segment's op and recorded as a reference to it (``trail``). Host-to-device copies run eagerly and
 stay inside (``hostdata``); reads and syncs end the segment; ops the compiler refused or
 whose shapes grow every step run eagerly between regions.
 
@@ -24,7 +25,7 @@ import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchneuron.adaptive_eager import hostdata
+from torchneuron.adaptive_eager import hostdata, trail
 from torchneuron.adaptive_eager.detect import PERIOD_CHECKS, Detector
 from torchneuron.adaptive_eager.growing import NEW
 from torchneuron.adaptive_eager.ledger import Ledger
@@ -47,6 +48,7 @@ _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
 _inference_mode = torch.is_inference_mode_enabled
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 _get_value = settings.get_value
+_NO_LIFTED: list = []  # (a trail's op has no lifted floats: the check never appends)
 
 
 def _device_index(args: tuple, kwargs: dict) -> int | None:
@@ -159,22 +161,47 @@ class Runtime(Ledger):
                 return func(*args, **kwargs)
             if id(func) in self.refused.ids:  # (ids: an overload's hash is a Python call)
                 return self.refused_op(func, args, kwargs)
-            try:
-                static, _template, tensors = static_of(func, args, kwargs)
-            except Unsupported:
-                self.detector.end_segment()
-                return func(*args, **kwargs)
+            seg = self.segment
+            tr = seg.trail
+            tensors = None
+            if tr is not None:  # the trail's op (``trail``) if the call is it
+                n = len(seg.entries)
+                op = tr[1][n] if n < len(tr[1]) else None
+                if op is None or op[0] is not func:
+                    op = seg.expect(func)  # (another trail, or none)
+                if op is not None:
+                    fn = op[5][0]  # the op's flat check (``trail.check``, inlined)
+                    if fn:
+                        tensors = []
+                        with _NoTorchFunction():
+                            if fn(args, kwargs, tensors, _NO_LIFTED) is None:
+                                tensors = None
+                    elif fn is None:
+                        tensors = trail.check(op, args, kwargs)
+                    if tensors is None:  # another argument: a trail that had this one?
+                        op = seg.expect(func, op)
+                        if op is not None:
+                            tensors = trail.check(op, args, kwargs)
+            if tensors is not None:  # not described again
+                static = op[4]  # type: ignore[index]
+            else:
+                op = None  # (this op in full)
+                try:
+                    static, _template, tensors = static_of(func, args, kwargs)
+                except Unsupported:
+                    self.detector.end_segment()
+                    return func(*args, **kwargs)
             if self.growing.at:
                 kind = self.growing.kind(func, static)
                 if kind == NEW:
                     return self.between_regions(func, args, kwargs, static, tensors)
                 if self.growing.cut(kind) and self.segment.entries:
                     self.detector.end_segment(boundary=False)  # a run of growing ops: its own region
-            if not self.segment.entries:
+            if not seg.entries:
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
                     return out
-            return self.record(func, args, kwargs, static, tensors, rec)
+            return self.record(func, args, kwargs, static, tensors, rec, op)
 
     def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
@@ -214,17 +241,23 @@ class Runtime(Ledger):
         return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
-               tensors: list[torch.Tensor], rec: OpRecord) -> Any:
+               tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None) -> Any:
+        """Run the op eagerly and append it to the segment. ``op``: the trail's op the call
+        was checked against (``trail.check``), appended as it is if the outputs are its
+        outputs too."""
         written = None
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         out = run_eagerly(func, args, kwargs, tensors)
-        try:
-            struct, outs, leaves = outputs_of(out, tensors)
-        except Unsupported:
-            self.detector.end_segment()
-            return out
+        leaves = trail.outputs(op, out, tensors) if op is not None else None
+        if leaves is None:  # (not the trail's op's outputs: described in full)
+            op = None
+            try:
+                struct, outs, leaves = outputs_of(out, tensors)
+            except Unsupported:
+                self.detector.end_segment()
+                return out
         if written:
             with _NoTorchFunction():
                 changed = any(meta_of(t) != m for t, m in written)
@@ -235,8 +268,12 @@ class Runtime(Ledger):
         core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
         self.counts["ops_recorded"] += 1
         seg = self.segment
+        if op is not None:
+            seg.append_op(op, tensors, leaves)
+        else:
+            static = seg.append(func, static, struct, tensors, outs, leaves)
         # (the interned ``static``: the growing detector compares three steps' per op)
-        self.growing.saw(func, seg.append(func, static, struct, tensors, outs, leaves))
+        self.growing.saw(func, static)
         n = len(seg.entries)
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):

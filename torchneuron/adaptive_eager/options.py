@@ -19,6 +19,7 @@ TORCHNEURON_AE_MIN_GAIN_NS              50000      least predicted saving worth 
 TORCHNEURON_AE_FIRST_TIER               1          replay recorded kernels while compiling
 TORCHNEURON_AE_VERIFY_FIRST_REPLAY      1          check each region's first replay
 TORCHNEURON_AE_VERIFY_REPLAYS           0          check every replay
+TORCHNEURON_AE_RECORD_TRAIL             1          record a repeated segment by reference
 ======================================  =========  =========================================
 """
 
@@ -51,6 +52,9 @@ ROWS: tuple[Setting, ...] = (
             "each region's first replay also runs eagerly and is compared (as verify does)"),
     Setting("ae_verify_replays", "TORCHNEURON_AE_VERIFY_REPLAYS", False, parse_bool,
             "every replay runs eagerly too and is compared; a divergent region is blacklisted"),
+    Setting("ae_record_trail", "TORCHNEURON_AE_RECORD_TRAIL", True, parse_bool,
+            "an op of a segment that repeats one recorded before is checked against it and "
+            "recorded as a reference to its op (trail.py); 0: every op described in full"),
 )
 
 declare(*ROWS)

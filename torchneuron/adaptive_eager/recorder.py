@@ -6,7 +6,9 @@ and what each output is: a new value, a view of an argument, or the argument its
 in-place op). A *segment* is the run of entries since the last start point (a sync, the
 end of a replay, a cut). Windows of a segment become regions: ``relative`` re-expresses a
 window's dataflow relative to its start (earlier values of the window, or input slots in
-order of first use), which is what a region is keyed and guarded by.
+order of first use), which is what a region is keyed and guarded by. A closed segment is
+kept as a *trail* of its first op: the next segment that begins with that op is checked
+against it op by op and appended by reference where it repeats it (``trail``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from torchneuron.adaptive_eager.signature import (
 )
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
+from torchneuron.hardware.settings import get_value
 
 __all__ = ["Entry", "Segment", "vid_of", "known_vid", "static_of", "outputs_of", "run_eagerly", "slot"]
 
@@ -262,21 +265,26 @@ class Entry(NamedTuple):
 # shapes. Interned, an op seen before adds no object that outlives it, and two steps'
 # signatures are tuples of the same objects (compared by identity first). Values are
 # unchanged: an interned record equals (and prints as) the one it stands for.
-_OPS: dict[tuple, tuple] = {}  # (func, call, struct, outs) -> (func, Static, outs, blind key, call)
+# (func, call, struct, outs) -> (func, Static, outs, blind key, call, [fast check]): the
+# last item is a one-item list, the op's check built once by ``trail.check`` (None: not
+# built yet, False: the op has no flat check)
+_OPS: dict[tuple, tuple] = {}
 _SIGS: dict[tuple, OpSig] = {}  # (ids of func, Static, outs; refs) -> the OpSig of them
 _KEPT = 1 << 16  # records kept per table (all forgotten at once past this)
 _VREFS: list[list[ValueRef]] = []  # ValueRef("v", i, k) for small i, k, shared
+_TRAILS_KEPT = 256  # first ops whose trails are kept (all forgotten at once past this)
+_TRAILS_PER_START = 4  # trails kept per first op (segments from it that went on differently)
 
 
 def _op_of(func: Any, call: tuple, struct: str, outs: tuple) -> tuple:
-    """The interned (func, Static, outs, blind key, Call) of a recorded op."""
+    """The interned (func, Static, outs, blind key, Call, [check]) of a recorded op."""
     key = (func, call, struct, outs)
     op = _OPS.get(key)
     if op is None:
         if len(_OPS) >= _KEPT:
             _OPS.clear()
         static = build(Static, (*call, struct))
-        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call)
+        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call, [None])
     return op
 
 
@@ -321,6 +329,13 @@ class Segment:
     slots0: dict[int, int] = field(default_factory=dict)  # input vid -> slot, from the start
     nslots0: list[int] = field(default_factory=list)  # per entry: slots used up to it
     rel0: bool = True  # sigs0 / slots0 hold (no drop, no value produced twice)
+    ops: list[tuple] = field(default_factory=list)  # per entry: its interned op (``_op_of``)
+    # the stream this segment follows (``trail``): (first op, its ops, their sigs0), the
+    # last segment closed that began with this segment's first op; None once they differ
+    trail: tuple | None = None
+    whole: bool = True  # ``ops`` are all since the segment's start (no ``drop``)
+    # id(first op) -> trails of segments that began with it, most recent first
+    trails: dict[int, list[tuple]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -330,15 +345,57 @@ class Segment:
         """Record an op: ``call`` is its ``static_of``, ``struct`` and ``outs`` its
         ``outputs_of``. Returns the interned ``call`` (equal to it)."""
         op = _op_of(func, call, struct, outs)
+        self.append_op(op, tensors, leaves)
+        return op[4]
+
+    def expect(self, func: Any, tried: tuple | None = None) -> tuple | None:
+        """The interned op the trail has at the next position, if it is ``func``'s; else
+        the op of another trail from the same first op that went the same way so far and
+        goes on with ``func`` (which is followed from now on); else None (the op is
+        recorded in full, and, if no trail goes on with ``func``, so is the rest).
+        ``tried``: the trail's op, which the call is not (another argument): another
+        trail's op for ``func`` there, if any; else the trail stays as it is."""
+        tr = self.trail
+        if tr is None:
+            return None
+        ops = tr[1]
+        n = len(self.entries)
+        if tried is None and n < len(ops):
+            op = ops[n]
+            if op[0] is func:
+                return op
+        mine = self.ops
+        for alt in self.trails.get(id(mine[0]), ()):  # (``ops`` from the start: no drop)
+            ops = alt[1]
+            if alt is not tr and n < len(ops) and ops[n][0] is func \
+                    and ops[n] is not tried and ops[:n] == mine:
+                self.trail = alt
+                return ops[n]
+        if tried is None:
+            self.trail = None
+        return None
+
+    def append_op(self, op: tuple, tensors: list[torch.Tensor], leaves: list) -> None:
+        """Record an op given as its interned op (``_op_of``): what ``append`` stores,
+        found without describing the op again when the caller checked it against the
+        trail (``trail.check``). The op's signature from the start is the trail's when its
+        references are (the same interned object ``_sig_of`` would find)."""
+        func, outs = op[0], op[2]
         seq = self.seq
+        n = len(self.entries)
+        if n == 0:  # the first op: the last segment that began with it, if any
+            trs = self.trails.get(id(op))
+            self.trail = trs[0] if trs and trs[0][0] is op and get_value("ae_record_trail") \
+                else None
         self.seq += 1
         src = self.src
         rel0 = self.rel0
         vids = []
         refs = []
         if rel0:
-            base = self.entries[0].seq if self.entries else seq
+            base = self.entries[0].seq if n else seq
             slots = self.slots0
+            vrefs = _VREFS
         for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
             v = t.__dict__.get("_ae_vid")
             vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
@@ -346,48 +403,88 @@ class Segment:
             if rel0:  # ``_relative``'s reference, for the window from the start
                 p = src.get(vid)
                 if p is not None and p[0] >= base:
-                    refs.append(_vref(p[0] - base, p[1]))
+                    i = p[0] - base
+                    refs.append(vrefs[i][p[1]] if i < len(vrefs) and p[1] < 8
+                                else _vref(i, p[1]))
                 else:
                     j = slots.get(vid)
                     if j is None:
                         j = slots[vid] = len(slots)
                     refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
         wrefs = []
-        for k, (out, r) in enumerate(zip(outs, leaves, strict=True)):
+        k = 0
+        for out in outs:
             if out is not None and type(out) is not SameOut:
+                r = leaves[k]
                 d = r.__dict__  # ``vid_of`` and ``_alive_token``, without their calls
                 v = d.get("_ae_vid")
-                vid = v[0] if v is not None and v[1] == id(r) else vid_of(r)
-                if vid in src or (rel0 and vid in self.slots0):
-                    # produced twice, or used before it was produced: the signatures from
-                    # the start are built at the end, as they always were
-                    self.rel0 = rel0 = False
+                if v is not None and v[1] == id(r):
+                    vid = v[0]
+                    if vid in src or (rel0 and vid in slots):
+                        # produced twice, or used before it was produced: the signatures
+                        # from the start are built at the end, as they always were
+                        self.rel0 = rel0 = False
+                else:  # a new wrapper (most outputs): a value never seen
+                    vid = next(_vids)
+                    d["_ae_vid"] = (vid, id(r))
                 src[vid] = (seq, k)
                 token = d.get("_ae_alive")
-                wrefs.append(weakref.ref(token if token is not None else _alive_token(r)))
+                if token is None:
+                    token = d["_ae_alive"] = _Alive()
+                wrefs.append(weakref.ref(token))
             else:
                 wrefs.append(None)
-        self.entries.append(build(Entry, (func, op[1], tuple(vids), op[2], seq, op[3])))
+            k += 1
+        self.entries.append(build(Entry, (func, op[1], tuple(vids), outs, seq, op[3])))
+        self.ops.append(op)
         self.wrefs.append(tuple(wrefs))
         if rel0:
-            self.sigs0.append(_sig_of(func, op[1], op[2], tuple(refs)))
-            self.nslots0.append(len(self.slots0))
-        return op[4]
+            refs = tuple(refs)
+            tr = self.trail
+            if tr is not None and n < len(tr[2]) and tr[1][n] is op and tr[2][n].refs == refs:
+                self.sigs0.append(tr[2][n])
+            else:
+                self.sigs0.append(_sig_of(func, op[1], outs, refs))
+            self.nslots0.append(len(slots))
 
     def clear(self) -> None:
+        ops = self.ops
+        if ops and self.whole:  # a trail of the next segments that begin with the same op
+            self._keep_trail(ops)
+            self.ops, self.sigs0 = [], []  # (kept by the trail: new lists)
+        else:
+            ops.clear()
+            self.sigs0.clear()
+        self.trail = None
+        self.whole = True
         self.entries.clear()
         self.src.clear()
         self.wrefs.clear()
-        self.sigs0.clear()
         self.slots0.clear()
         self.nslots0.clear()
         self.rel0 = True
+
+    def _keep_trail(self, ops: list[tuple]) -> None:
+        """Keep the segment closing now as the first trail of its first op (the most recent
+        ``_TRAILS_PER_START``, a trail of the same ops replaced)."""
+        trails = self.trails
+        key = id(ops[0])
+        if len(trails) >= _TRAILS_KEPT and key not in trails:
+            trails.clear()
+        kept = trails.get(key)
+        if kept is None or kept[0][0] is not ops[0]:
+            kept = trails[key] = []
+        kept[:] = [(ops[0], ops, self.sigs0),
+                   *(t for t in kept if t[1] != ops)][:_TRAILS_PER_START]
 
     def drop(self, k: int) -> None:
         """Forget the first ``k`` entries (closed as regions); values they produced count
         as inputs of later windows from now on."""
         del self.entries[:k]
         del self.wrefs[:k]
+        del self.ops[:k]
+        self.trail = None  # (positions moved: not followed, nor kept, until the next start)
+        self.whole = False
         self.rel0 = False  # (the start moved: ``relative`` builds its signatures)
         self.sigs0.clear()
         self.slots0.clear()

@@ -1,0 +1,159 @@
+"""The recorder's trail (issue 20, deliverable 4): an op of a segment that repeats one
+recorded before is checked against the earlier segment's op and recorded as a reference to
+it. The trail must be taken on a repeated step, and must change nothing: every closed
+segment (its ops, signatures, input slots, live values), every region and every counter is
+what recording each op in full gives, also when a step goes another way midway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import torchneuron.adaptive_eager as ae
+from torchneuron.adaptive_eager import recorder
+from torchneuron.adaptive_eager.detect import Detector
+from torchneuron.hardware import settings
+
+
+def _train(steps: int, branch_at: int | None = None) -> list[float]:
+    """SGD steps of a small MLP, each ending in a read of the loss. With ``branch_at``,
+    the steps from that one on take another branch in the middle of the forward, chosen
+    by a host value (no sync): one more op, whose scalar changes from step to step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4)).to("neuron")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(5, 8).to("neuron")
+    losses = []
+    for i in range(steps):
+        opt.zero_grad()
+        h = model[1](model[0](x))
+        if branch_at is not None and i >= branch_at:
+            h = h * (0.5 if i % 2 == 0 else 0.25)
+        loss = model[2](h).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _recorded(monkeypatch: Any, trail: bool, branch_at: int | None) -> dict:
+    """Everything recording learned from ``_train``, with the trail on or off: each closed
+    segment as (ops, signatures from its start, its input slots, values alive at its end),
+    the regions, the counters, explain(); and how many ops the trail took."""
+    closed: list[tuple] = []
+    end_segment = Detector.end_segment
+
+    def seen(self: Detector, boundary: bool = True) -> None:
+        seg = self.ledger.segment
+        if seg.entries:
+            n = len(seg)
+            sigs, slots = seg.relative(0, n)
+            assert (sigs, slots) == seg._relative(0, n)
+            closed.append(([(e.func, e.static, e.outs, e.key) for e in seg.entries], sigs,
+                           len(slots), sorted(seg.live_at(0, n))))
+        end_segment(self, boundary)
+
+    taken: list[bool] = []  # per appended op: by the trail (True) or in full
+    full = [False]
+    append, append_op = recorder.Segment.append, recorder.Segment.append_op
+
+    def appended_in_full(self: recorder.Segment, *args: Any) -> Any:
+        taken.append(False)
+        full[0] = True
+        return append(self, *args)
+
+    def appended(self: recorder.Segment, *args: Any) -> Any:
+        if not full[0]:
+            taken.append(True)
+        full[0] = False
+        return append_op(self, *args)
+
+    monkeypatch.setattr(recorder.Segment, "append", appended_in_full)
+    monkeypatch.setattr(recorder.Segment, "append_op", appended)
+    monkeypatch.setattr(Detector, "end_segment", seen)
+    ae.reset()
+    with settings.override(ae_hot_threshold=10**9, ae_record_trail=trail), ae.enabled():
+        losses = _train(8, branch_at)
+    monkeypatch.undo()
+    regions = [(r.key, r.state, r.times_seen, r.hot_count, len(r.sigs)) for r in ae.regions()]
+    return {"closed": closed, "regions": regions, "stats": ae.stats(), "losses": losses,
+            "explain": ae.explain(), "taken": taken}
+
+
+def test_a_repeated_step_takes_the_trail_and_records_what_recording_in_full_does(
+        monkeypatch: Any) -> None:
+    fast = _recorded(monkeypatch, True, None)
+    full = _recorded(monkeypatch, False, None)
+    steps = _by_segment(fast)
+    assert len(steps) == 8 and len(steps[-1]) > 20
+    # the first step made SGD's momentum buffers (4 ops more): the second is recorded in
+    # full too; from the third on, every op but the first is taken by the trail
+    assert len(steps[0]) == len(steps[1]) + 4 and not any(steps[0]) and not any(steps[1])
+    assert all(not s[0] and all(s[1:]) for s in steps[2:])
+    assert not any(full["taken"])
+    for key in ("closed", "regions", "stats", "losses", "explain"):
+        assert fast[key] == full[key], key
+    # the same step again: the very same (interned) signatures
+    a, b = fast["closed"][-1][1], fast["closed"][-2][1]
+    assert all(x is y for x, y in zip(a, b, strict=True))
+
+
+def test_a_step_that_goes_another_way_midway_is_recorded_as_in_full(monkeypatch: Any) -> None:
+    """From step 4 on, the forward has one more op in its middle (a multiplication by a
+    scalar that alternates between two values): the trail is followed up to the first
+    op that differs, which is recorded in full (another overload, or the same overload
+    with another scalar), and what follows is recorded exactly as in full."""
+    fast = _recorded(monkeypatch, True, 4)
+    full = _recorded(monkeypatch, False, 4)
+    steps = _by_segment(fast)
+    lengths = [len(s) for s in steps]
+    assert len(lengths) == 8 and lengths[4] == lengths[3] + 2  # (the mul, its backward's)
+    for key in ("closed", "regions", "stats", "losses", "explain"):
+        assert fast[key] == full[key], key
+    # step 4: another overload at the mul (no trail went that way): the rest in full
+    k = steps[4].index(False, 1)
+    assert k >= 3 and all(steps[4][1:k]) and not any(steps[4][k:])
+    # step 5: the mul's scalar differs from step 4's (in full), the ops after it follow
+    # the trail again, but the mul's backward, which carries the scalar too
+    k = steps[5].index(False, 1)
+    assert k >= 3 and all(steps[5][1:k]) and steps[5][k + 1:].count(False) == 1
+    # step 6 goes as step 4 went, step 7 as step 5: the trails of those steps, all of it
+    assert all(steps[6][1:]) and all(steps[7][1:])
+    assert not any(full["taken"])
+
+
+def _by_segment(rec: dict) -> list[list[bool]]:
+    """The trail flags of each closed segment's ops."""
+    out, i = [], 0
+    for ops, *_ in rec["closed"]:
+        out.append(rec["taken"][i:i + len(ops)])
+        i += len(ops)
+    assert i == len(rec["taken"])
+    return out
+
+
+
+def test_the_trail_check_refuses_what_static_of_describes_otherwise() -> None:
+    """``trail.check`` takes a call only if ``static_of`` describes it as the trail's op,
+    and ``trail.outputs`` a result only if ``outputs_of`` describes it as the op's: another
+    shape, dtype, scalar value or scalar type, or another output, is refused."""
+    from torchneuron.adaptive_eager import trail
+
+    a = torch.randn(3, 4).to("neuron")
+    add = torch.ops.aten.add.Tensor
+    call, _, tensors = recorder.static_of(add, (a, a), {"alpha": 2})
+    out = torch.add(a, a, alpha=2)
+    struct, outs, _ = recorder.outputs_of(out, tensors)
+    op = recorder._op_of(add, call, struct, outs)
+    assert trail.check(op, (a, a), {"alpha": 2}) == [a, a]
+    b = torch.randn(4, 3).to("neuron")
+    for args, kwargs in (((b, b), {"alpha": 2}), ((a, a), {"alpha": 3}), ((a, a), {"alpha": 2.0}),
+                         ((a.double(), a.double()), {"alpha": 2}), ((a, a), {})):
+        assert trail.check(op, args, kwargs) is None
+        assert recorder.static_of(add, args, kwargs)[0] != call
+    assert trail.outputs(op, out, tensors) == [out]
+    assert trail.outputs(op, a, tensors) is None  # the argument itself: not a new value
+    assert trail.outputs(op, out.t(), tensors) is None  # other shape and strides
+    assert trail.outputs(op, (out,), tensors) is None  # other structure
