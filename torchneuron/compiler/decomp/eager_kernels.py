@@ -186,6 +186,12 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # ``grad * (y * (1 - y))``: one ulp off in many elements, and a replayed GRU training
     # step drifted 1.5e-08 from eager): a subtract and two multiplies
     EagerKernel(("sigmoid_backward",), "elementwise", vector=3, scalar=0),
+    # ``expm1`` in the vector body (SLEEF's) and in the scalar tail (libm's) of ATen's elu
+    # loop, whose split is the CPU's vector width; the backward's ``exp`` alike (written
+    # out, a replayed nn.ELU's outputs were off in the last bit: the replay sweep). An
+    # ``expm1`` and a multiply (selu and celu are elu)
+    EagerKernel(("elu", "celu", "selu"), "elementwise", vector=1, scalar=1),
+    EagerKernel(("elu_backward",), "elementwise", vector=2, scalar=1),
     # a multiply-add: the same work as the add it is
     EagerKernel(("add", "sub"), "elementwise", vector=2, scalar=0, when=_alpha_not_one),
     # a row: max, subtract, exp, sum (and log) on the row, then the output pass
