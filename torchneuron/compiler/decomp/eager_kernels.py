@@ -93,6 +93,20 @@ def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return len(dtypes) == 1
 
 
+_POW_SHORTCUTS = (0, 1, 0.5, -0.5, -1, 2, 3, -2)  # computed by products, sqrt... (or fills)
+
+
+def _pow_without_shortcut(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``pow(float tensor, number)`` that eager computes with C ``pow``: an exponent
+    without one of its shortcuts (decomp/pow.py writes those out), or float16 (none)."""
+    if len(args) != 2 or not isinstance(args[0], torch.Tensor) \
+            or not args[0].is_floating_point() or not isinstance(args[1], (int, float)) \
+            or isinstance(args[1], bool):
+        return False
+    return args[0].dtype == torch.float16 and args[1] not in (0, 1) \
+        or args[1] not in _POW_SHORTCUTS
+
+
 def _scaled_addmm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
     alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
@@ -192,6 +206,26 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # ``expm1`` and a multiply (selu and celu are elu)
     EagerKernel(("elu", "celu", "selu"), "elementwise", vector=1, scalar=1),
     EagerKernel(("elu_backward",), "elementwise", vector=2, scalar=1),
+    # Found by the replay sweep judged bit for bit (``tools/replay_sweep.py``, sweep 8):
+    # losses whose ``log`` / ``exp`` are SLEEF's in the vector body of ATen's loop and
+    # libm's in its tail (binary cross entropy, soft margin: 1 to 3 ulps in one of 6 to
+    # 20 elements), a margin loss's gradient summed in eager's loop, and ``cdist``'s
+    # distances (a 1x2x3 by 1x2x3 ``cdist`` was off by an ulp). A log or exp and a few
+    # multiply-adds per element. (``binary_cross_entropy_with_logits`` and
+    # ``multi_margin_loss`` never reach this table: refusals/cpu_dependent.py)
+    EagerKernel(("binary_cross_entropy", "binary_cross_entropy_backward", "soft_margin_loss",
+                 "soft_margin_loss_backward"), "elementwise", vector=4, scalar=1),
+    EagerKernel(("multi_margin_loss_backward", "_cdist_forward", "_cdist_backward",
+                 "_euclidean_dist"), "reduce", vector=3, scalar=0),
+    # products over several dims at once, in the order of eager's loop over the
+    # coalesced dims (the interpreter multiplies one dim at a time: a 5x5x5 ``prod`` with
+    # halfway values was off by 6 ulps), and ``index_reduce``'s products and means in
+    # eager's order of the indices (off by an ulp in 1 of 12 elements)
+    EagerKernel(("prod", "index_reduce"), "reduce", vector=1, scalar=0),
+    # ``x ** e`` for an exponent eager has no shortcut for (decomp/pow.py keeps those):
+    # SLEEF's ``pow`` in the vector body, libm's in the tail (``F.lp_pool1d``'s
+    # ``** (2/3)`` was off by an ulp in 2 of 9 elements)
+    EagerKernel(("pow",), "elementwise", vector=0, scalar=2, when=_pow_without_shortcut),
     # a multiply-add: the same work as the add it is
     EagerKernel(("add", "sub"), "elementwise", vector=2, scalar=0, when=_alpha_not_one),
     # a row: max, subtract, exp, sum (and log) on the row, then the output pass
