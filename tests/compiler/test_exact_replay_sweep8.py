@@ -56,6 +56,8 @@ def test_cdist_is_eagers() -> None:
     a, b = torch.randn(1, 2, 3), torch.randn(1, 2, 3)
     matches_eager(lambda x, y: torch.cdist(x, y), a, b)
     matches_eager(lambda x, y: torch.cdist(x, y, p=1.5), torch.randn(4, 5), torch.randn(3, 5))
+    # more than 25 rows: eager takes the matrix-product form (``_euclidean_dist``)
+    matches_eager(lambda x, y: torch.cdist(x, y), torch.randn(30, 5), torch.randn(28, 5))
 
 
 def test_prod_over_all_dims_is_eagers() -> None:
