@@ -158,7 +158,7 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
     # found by the replay and special-value sweeps judged bit for bit (sweep 8):
     # test_exact_replay_sweep8.py
     tested |= {"elu", "celu", "selu", "pow", "binary_cross_entropy", "soft_margin_loss",
-               "_cdist_forward", "_euclidean_dist", "prod", "index_reduce"}
+               "_cdist_forward", "_euclidean_dist", "_pdist_forward", "prod", "index_reduce"}
     listed = {p for k in EAGER_KERNELS for p in k.packets}
     assert set(CPU_DEPENDENT) | set(EAGER_BITS) <= listed
     for packet in listed:

@@ -4,7 +4,7 @@
 - ``elu`` / ``celu`` / ``selu`` and the backward: ``expm1`` / ``exp`` are SLEEF's in the
   vector body of ATen's loop and libm's in its tail (eager's kernel now: 3 of 60 off);
 - ``pow`` with an exponent eager has no shortcut for (``F.lp_pool1d``'s ``** (2/3)``);
-- ``cdist``, ``prod`` over several dims, ``index_reduce``, binary cross entropy and
+- ``cdist``, ``pdist``, ``prod`` over several dims, ``index_reduce``, binary cross entropy and
   soft margin loss with their gradients: eager's kernel in the program;
 - ``native_batch_norm_backward`` handed an expanded output gradient (``out.sum()``'s
   ones): eager's kernel takes another path for a broadcast operand, so the program hands
@@ -58,6 +58,12 @@ def test_cdist_is_eagers() -> None:
     matches_eager(lambda x, y: torch.cdist(x, y, p=1.5), torch.randn(4, 5), torch.randn(3, 5))
     # more than 25 rows: eager takes the matrix-product form (``_euclidean_dist``)
     matches_eager(lambda x, y: torch.cdist(x, y), torch.randn(30, 5), torch.randn(28, 5))
+
+
+@pytest.mark.parametrize("p", [2.0, 1.5])
+def test_pdist_and_gradient_are_eagers(p: float) -> None:
+    torch.manual_seed(0)
+    torch_compile_matches_eager(lambda x: F.pdist(x, p), torch.randn(6, 5), grad=True)
 
 
 def test_prod_over_all_dims_is_eagers() -> None:
