@@ -146,7 +146,8 @@ def test_half_precision_is_not_fused(dtype: torch.dtype, monkeypatch: pytest.Mon
     lowered by this Torch-MLIR without ml_dtypes.)"""
     x = torch.tensor([0x7C01, 0xFC01 - (1 << 16), 0x7E00, 0x8000 - (1 << 16)] * 16,
                      dtype=torch.int16).view(dtype)  # fmt: skip
-    assert not _same_bits(torch.relu(x), x)  # the kernel changes the NaNs' bits
+    # (ATen's AVX2 and AVX-512 vector loops change these NaNs' bits, its default scalar
+    # loop does not: nothing below depends on which one this CPU runs)
     fast, slow, fused = _run(torch.relu, [x], monkeypatch)
     assert _FUSED not in fused
     assert _same_bits(fast, slow) and _same_bits(fast, x)

@@ -11,6 +11,9 @@ kernel records ``aten.softshrink`` (and its derivative, ``aten.softshrink_backwa
 and the table's entry (``decomp.eager_kernels``) keeps the node for eager's own kernel.
 hardshrink likewise: the derivative of its reference's ``where`` gave the gradient at a
 NaN input, which eager's vector body gives as 0 (``aten.hardshrink_backward`` now).
+``multi_margin_loss`` likewise: its reference sums a sample's margins with ATen's
+reduction, whose order is the CPU's vector width's, where eager's kernel sums them in a
+loop of its own (last bits off in 7 of 8 outputs and gradients under torch.compile).
 
 Entered by ``decomp.upsample_nodes.eager_resample_kernels`` (which holds
 ``TRACE_LOCK``, since the kernels are process-wide). Imports torch only.
@@ -28,7 +31,7 @@ from torch._C import DispatchKey
 __all__ = ["UNDECOMPOSED", "undecomposed"]
 
 aten = torch.ops.aten
-UNDECOMPOSED = (aten.softshrink.default, aten.hardshrink.default)
+UNDECOMPOSED = (aten.softshrink.default, aten.hardshrink.default, aten.multi_margin_loss.default)
 
 
 @contextlib.contextmanager

@@ -318,6 +318,11 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     EagerKernel(("_trilinear",), "reduce", vector=2, scalar=0),
     EagerKernel(("_embedding_bag", "_embedding_bag_forward_only"), "reduce", vector=2,
                 scalar=0, when=_weighted_bag),
+    # a sample's margins summed in eager's scalar loop, the batch's mean after (PyTorch's
+    # decomposition sums a (3, 4) input with ATen's reduction, whose order is the
+    # vector width's: at ATEN_CPU_CAPABILITY=default a replayed region was one ulp off)
+    EagerKernel(("multi_margin_loss", "multi_margin_loss_backward"), "reduce", vector=2,
+                scalar=0),
 )
 
 

@@ -11,11 +11,16 @@ below writes the per-tensor op out in that op's own arithmetic:
 
 - ``mul`` and ``add`` without ``alpha`` (or ``alpha == 1``): the per-tensor aten op,
   whose lowering is one rounding, as eager's.
-- ``add`` with ``alpha``: eager's float32 kernel is ``fmadd(other, alpha, self)`` (the
-  vector path; the scalar tail is contracted to the same fused multiply-add), one
-  rounding, where the lowering of ``aten.add`` rounds the product first.
-- ``addcmul``: ``self + value * t1 * t2`` in opmath (float32 for float16 / bfloat16),
-  contracted to ``fma(value * t1, t2, self)``; decomp/addc.py rounds the product.
+- ``add`` with ``alpha`` and ``addcmul`` by a number: the per-tensor aten op, which is
+  eager's own kernel in the program (``decomp/eager_kernels.py``): its multiply-add is
+  fused in ATen's AVX2 and AVX-512 builds and not in its ``default`` build, and only the
+  kernel itself is right on both (an exact fused emulation here gave 12 of 1000 float32
+  sums other bits than eager at ``ATEN_CPU_CAPABILITY=default``).
+- ``addcmul`` by the ``Tensor`` overload's scalars (graph inputs, no number to hand
+  eager's kernel): ``self + value * t1 * t2`` in opmath (float32 for float16 /
+  bfloat16), fused (``_fma32``) or not as this CPU's eager computes it
+  (``host_numerics.multiply_add_form``, the premises of ``decomp/addc.py``), refused
+  where neither form is eager's.
 - ``addcdiv``: decomp/addc.py's entry, already eager's arithmetic (no fused step).
 
 The fused multiply-add is computed exactly (``_fma32``): the float32 product in float64
@@ -41,6 +46,7 @@ from typing import Any
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from torchneuron.compiler.decomp.host_numerics import multiply_add_form
 from torchneuron.compiler.decomp.registry import registrar
 
 __all__ = ["FOREACH_DECOMPOSITIONS"]
@@ -99,11 +105,10 @@ def _unit(alpha: Any) -> bool:
 
 
 def _add_alpha(t: torch.Tensor, o: torch.Tensor, alpha: Any) -> torch.Tensor:
-    """``t.add(o, alpha)`` per ATen's kernel (float32 or integer when ``alpha != 1``)."""
-    dtype = _dtype(t, o)
-    if _unit(alpha) or not dtype.is_floating_point:
-        return aten.add.Tensor(t, o, alpha=alpha)  # integers: exact in any order
-    return _fma32(o.to(dtype), _scalar_f32(alpha), t.to(dtype))
+    """``t.add(o, alpha)``: the per-tensor op eager's foreach kernel calls (with a float
+    ``alpha`` other than 1 it is eager's own add kernel in the program,
+    ``decomp/eager_kernels.py``)."""
+    return aten.add.Tensor(t, o, alpha=alpha)
 
 
 def _adds(ts: Sequence[torch.Tensor], others: Sequence[torch.Tensor], alpha: Any) -> Any:
@@ -195,12 +200,17 @@ def _addc(kind: str, s: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, value:
         # decomp.addc's entries: eager's order for floats, the lowering for integers
         op = aten.addcmul.default if kind == "mul" else aten.addcdiv.default
         return op(s, t1, t2, value=value)
+    if not isinstance(value, torch.Tensor):  # a float addcmul: eager's own kernel
+        return aten.addcmul.default(s, t1, t2, value=value)
     opmath = torch.float32 if dtype in _F32 else dtype
-    v = value.to(opmath) if isinstance(value, torch.Tensor) else _scalar_f32(value)
+    v = value.to(opmath)
     a, b, c = (x.to(dtype).to(opmath) for x in (s, t1, t2))  # eager: common dtype first
     if kind == "div":
         return (a + (b * v) / c).to(dtype)
-    return _fma32(b * v, c, a).to(dtype)
+    # the Tensor overload's value is a graph input, no number for eager's kernel: the
+    # multiply-add in the form this CPU's eager computes (decided in _foreach_addc)
+    fused = multiply_add_form("aten.addcmul", dtype)
+    return (_fma32(b * v, c, a) if fused else a + (b * v) * c).to(dtype)
 
 
 def _foreach_addc(kind: str, s: list[torch.Tensor], t1: list[torch.Tensor],
@@ -214,6 +224,9 @@ def _foreach_addc(kind: str, s: list[torch.Tensor], t1: list[torch.Tensor],
     rows = list(zip(s, t1, t2, values, strict=True))
     if any(_addc_refused(kind, *row) for row in rows):  # decided before any op is traced
         return NotImplemented
+    if kind == "mul" and isinstance(scalars, torch.Tensor) and any(
+            multiply_add_form("aten.addcmul", _dtype(*row[:3])) is None for row in rows):
+        return NotImplemented  # this CPU's eager computes neither form (host_numerics)
     return [_addc(kind, *row) for row in rows]
 
 
