@@ -157,6 +157,7 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
                "_embedding_bag", "_embedding_bag_forward_only"}
     # found by the replay and special-value sweeps judged bit for bit (sweep 8):
     # test_exact_replay_sweep8.py
+    tested |= {"multi_margin_loss"}  # test_exact_multi_margin.py
     tested |= {"elu", "celu", "selu", "pow", "binary_cross_entropy", "soft_margin_loss",
                "_cdist_forward", "_euclidean_dist", "_pdist_forward", "prod", "index_reduce"}
     listed = {p for k in EAGER_KERNELS for p in k.packets}

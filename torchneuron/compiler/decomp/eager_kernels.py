@@ -209,15 +209,13 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # Found by the replay sweep judged bit for bit (``tools/replay_sweep.py``, sweep 8):
     # losses whose ``log`` / ``exp`` are SLEEF's in the vector body of ATen's loop and
     # libm's in its tail (binary cross entropy, soft margin: 1 to 3 ulps in one of 6 to
-    # 20 elements), a margin loss's gradient summed in eager's loop, and ``cdist``'s
-    # and ``pdist``'s distances (a 1x2x3 by 1x2x3 ``cdist`` was off by an ulp). A log or exp and a few
-    # multiply-adds per element. (``binary_cross_entropy_with_logits`` and
-    # ``multi_margin_loss`` never reach this table: refusals/cpu_dependent.py)
+    # 20 elements), and ``cdist``'s and ``pdist``'s distances (a 1x2x3 by 1x2x3 ``cdist`` was off by an ulp). A log or exp and a few
+    # multiply-adds per element. (``binary_cross_entropy_with_logits`` never reaches this
+    # table: refusals/cpu_dependent.py)
     EagerKernel(("binary_cross_entropy", "binary_cross_entropy_backward", "soft_margin_loss",
                  "soft_margin_loss_backward"), "elementwise", vector=4, scalar=1),
-    EagerKernel(("multi_margin_loss_backward", "_cdist_forward", "_cdist_backward",
-                 "_euclidean_dist", "_pdist_forward", "_pdist_backward"), "reduce", vector=3,
-                scalar=0),
+    EagerKernel(("_cdist_forward", "_cdist_backward", "_euclidean_dist", "_pdist_forward",
+                 "_pdist_backward"), "reduce", vector=3, scalar=0),
     # products over several dims at once, in the order of eager's loop over the
     # coalesced dims (the interpreter multiplies one dim at a time: a 5x5x5 ``prod`` with
     # halfway values was off by 6 ulps), and ``index_reduce``'s products and means in
