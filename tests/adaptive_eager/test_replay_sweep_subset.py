@@ -1,9 +1,12 @@
 """The replay sweep for CI: representative OpInfo ops and ModuleInfo modules inside regions
 adaptive eager compiled and replays, against eager on the device.
 
+Every step's results are judged bit for bit against eager (the sign of zeros included,
+NaN payloads aside), reductions, matmuls and modules' gradients as elementwise ops.
+
 Why a subset: the full sweeps (``python tools/replay_sweep.py ops`` / ``modules``) run
 every op and module of PyTorch's databases and take long; CI needs the families where a
-capture goes wrong first -- elementwise ops compared bit for bit, reductions, matmuls
+capture goes wrong first -- elementwise ops, reductions, matmuls
 (with an empty operand), views, in-place variants, index ops, scalars read back with
 ``item``, an op refused for its data-dependent shape, normalization with running stats,
 recurrent and attention modules -- through the sweep's own checker, so the two cannot
@@ -35,6 +38,8 @@ OPS = {
     "mm": {"PASS"}, "transpose": {"PASS"}, "index_select": {"PASS"},
     "softmax": {"PASS"}, "nn.functional.layer_norm": {"PASS"},
     "item": {"PASS"}, "nonzero": {"REFUSED"}, "view_as_complex": {"REFUSED"},
+    # decomposed by PyTorch before the compiler's table: run between regions
+    "nn.functional.binary_cross_entropy_with_logits": {"REFUSED"},
 }  # fmt: skip
 MODULES = ["nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.GRU", "nn.MultiheadAttention"]
 SAMPLES = 1  # per op (its first sample; the full sweep spreads six)
@@ -88,6 +93,38 @@ def test_a_wrong_program_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     r = replay_sweep.check_op(_OPS["sin"], samples=1)
     assert r["status"] == "MISMATCH", r
     assert "replayed" in r["first"]["MISMATCH"], r
+
+
+def _one_ulp_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every program's first float output one ulp above eager's (toward +inf)."""
+    real = replay_mod.launch
+
+    def corrupt(*args: Any, **kwargs: Any) -> Any:
+        outs = real(*args, **kwargs)
+        for o in outs:
+            if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel():
+                o.copy_(torch.nextafter(o, torch.full_like(o, float("inf"))))
+                break
+        return outs
+
+    monkeypatch.setattr(replay_mod, "launch", corrupt)
+
+
+def test_a_reduction_one_ulp_off_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reduction is judged bit for bit too (it was within a tolerance: this PASSed)."""
+    _one_ulp_off(monkeypatch)
+    r = replay_sweep.check_op(_OPS["sum"], samples=1)
+    assert r["status"] == "MISMATCH", r
+    assert "ulp" in r["first"]["MISMATCH"], r
+
+
+def test_a_module_one_ulp_off_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module's outputs and gradients are judged bit for bit (they were within a
+    tolerance: this PASSed)."""
+    _one_ulp_off(monkeypatch)
+    info = {m.name: m for m in replay_sweep.find_modules(["nn.Linear"])}["nn.Linear"]
+    r = replay_sweep.check_module(info, samples=1)
+    assert r["status"] == "MISMATCH", r
 
 
 def test_not_replayed_is_not_a_pass() -> None:

@@ -93,6 +93,20 @@ def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return len(dtypes) == 1
 
 
+_POW_SHORTCUTS = (0, 1, 0.5, -0.5, -1, 2, 3, -2)  # computed by products, sqrt... (or fills)
+
+
+def _pow_without_shortcut(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``pow(float tensor, number)`` that eager computes with C ``pow``: an exponent
+    without one of its shortcuts (decomp/pow.py writes those out), or float16 (none)."""
+    if len(args) != 2 or not isinstance(args[0], torch.Tensor) \
+            or not args[0].is_floating_point() or not isinstance(args[1], (int, float)) \
+            or isinstance(args[1], bool):
+        return False
+    return args[0].dtype == torch.float16 and args[1] not in (0, 1) \
+        or args[1] not in _POW_SHORTCUTS
+
+
 def _scaled_addmm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
     alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
@@ -200,6 +214,33 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # ``grad * (y * (1 - y))``: one ulp off in many elements, and a replayed GRU training
     # step drifted 1.5e-08 from eager): a subtract and two multiplies
     EagerKernel(("sigmoid_backward",), "elementwise", vector=3, scalar=0),
+    # ``expm1`` in the vector body (SLEEF's) and in the scalar tail (libm's) of ATen's elu
+    # loop, whose split is the CPU's vector width; the backward's ``exp`` alike (written
+    # out, a replayed nn.ELU's outputs were off in the last bit: the replay sweep). An
+    # ``expm1`` and a multiply (selu and celu are elu)
+    EagerKernel(("elu", "celu", "selu"), "elementwise", vector=1, scalar=1),
+    EagerKernel(("elu_backward",), "elementwise", vector=2, scalar=1),
+    # Found by the replay sweep judged bit for bit (``tools/replay_sweep.py``, sweep 8):
+    # losses whose ``log`` / ``exp`` are SLEEF's in the vector body of ATen's loop and
+    # libm's in its tail (binary cross entropy, soft margin: 1 to 3 ulps in one of 6 to
+    # 20 elements), and ``cdist``'s and ``pdist``'s distances (a 1x2x3 by 1x2x3 ``cdist`` was off by an ulp). A log or exp and a few
+    # multiply-adds per element. (``binary_cross_entropy_with_logits`` never reaches this
+    # table: refusals/cpu_dependent.py)
+    # (binary cross entropy's entries are the exact sweep's, below)
+    EagerKernel(("soft_margin_loss", "soft_margin_loss_backward"), "elementwise", vector=4,
+                scalar=1),
+    EagerKernel(("_cdist_forward", "_cdist_backward", "_euclidean_dist", "_pdist_forward",
+                 "_pdist_backward"), "reduce", vector=3, scalar=0),
+    # products over several dims at once, in the order of eager's loop over the
+    # coalesced dims (the interpreter multiplies one dim at a time: a 5x5x5 ``prod`` with
+    # halfway values was off by 6 ulps), and ``index_reduce``'s products and means in
+    # eager's order of the indices (off by an ulp in 1 of 12 elements; its entry is the
+    # exact sweep's, below)
+    EagerKernel(("prod",), "reduce", vector=1, scalar=0),
+    # ``x ** e`` for an exponent eager has no shortcut for (decomp/pow.py keeps those):
+    # SLEEF's ``pow`` in the vector body, libm's in the tail (``F.lp_pool1d``'s
+    # ``** (2/3)`` was off by an ulp in 2 of 9 elements)
+    EagerKernel(("pow",), "elementwise", vector=0, scalar=2, when=_pow_without_shortcut),
     # a multiply-add: the same work as the add it is
     EagerKernel(("add", "sub"), "elementwise", vector=2, scalar=0, when=_alpha_not_one),
     # a row: max, subtract, exp, sum (and log) on the row, then the output pass
@@ -303,13 +344,12 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # decompositions do not follow (float16 soft margin gave 7.6 where eager gives inf and
     # the logits' BCE was 0.0012 off, MISMATCHes; the others 1 ulp), then the mean of a
     # half tensor as eager takes it. The loss's formula and its sum per element; the
-    # gradients' few multiply-adds
-    EagerKernel(("soft_margin_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
+    # gradients' few multiply-adds (soft margin's entries, every dtype, are above)
+    EagerKernel(("smooth_l1_loss", "huber_loss", "mse_loss",
                  "binary_cross_entropy_with_logits"), "reduce", vector=3, scalar=1,
                 when=_input_of(0, _HALVES)),
-    EagerKernel(("soft_margin_loss_backward", "smooth_l1_loss_backward", "huber_loss_backward",
-                 "mse_loss_backward"), "elementwise", vector=3, scalar=1,
-                when=_input_of(1, _HALVES)),
+    EagerKernel(("smooth_l1_loss_backward", "huber_loss_backward", "mse_loss_backward"),
+                "elementwise", vector=3, scalar=1, when=_input_of(1, _HALVES)),
     # the probabilities' binary cross-entropy of every float dtype: its kernel is a scalar
     # loop of libm's log and log1p (not the vector loop's), which no lowering reproduces
     # (float32 with a weight: elements off in the last bit)

@@ -229,6 +229,9 @@ def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
         if not isinstance(a.meta.get("val"), torch.Tensor):
             raise _NotCarried(f"argument {a.name} is not a tensor")
         inputs.append(a)
+        expanded = _expanded_dims(a.meta["val"]) if dtypes else []
+        if expanded:
+            return {"tensor": len(inputs) - 1, "expanded": expanded}
         return {"tensor": len(inputs) - 1}
     if isinstance(a, (list, tuple)):
         return [_template(x, inputs, dtypes) for x in a]
@@ -241,6 +244,19 @@ def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
             raise _NotCarried(f"a float argument is {a} (JSON holds finite floats only)")
         return a
     raise _NotCarried(f"an argument of type {type(a).__name__} cannot be written as JSON")
+
+
+def _expanded_dims(val: torch.Tensor) -> list[int]:
+    """The dims along which ``val`` is a broadcast (stride 0, more than one element).
+
+    Why: eager's kernel is handed its operands in their layout, and some kernels take
+    another path for a broadcast one: ``native_batch_norm_backward`` given the output
+    gradient of ``out.sum()`` (ones expanded) sums in another order than given the same
+    ones materialized (96 of 96 input-gradient elements and every weight-gradient one
+    differed in a BatchNorm2d's replayed region). The program materializes broadcasts, so
+    eager's kernel is handed the operand expanded again along these dims
+    (``custom_targets._fill``): the values along them are equal, as eager's were."""
+    return [d for d in range(val.dim()) if val.stride(d) == 0 and val.shape[d] > 1]
 
 
 _PLANS: dict[str, dict[str, Any]] = {}

@@ -115,6 +115,11 @@ def _fill(v: Any, tensors: list[Any]) -> Any:
         if "slice" in v:  # a mutated argument that is a slice of its base (call_target)
             dim, start, end = v["slice"]
             return t.narrow(dim, start, end - start)
+        if "expanded" in v:  # broadcast along these dims in eager (prepare.custom_calls)
+            shape = t.shape
+            for d in v["expanded"]:
+                t = t.narrow(d, 0, 1)
+            return t.expand(shape)
         return t
     if isinstance(v, list):
         return [_fill(x, tensors) for x in v]

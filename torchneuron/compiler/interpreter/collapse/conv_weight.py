@@ -16,7 +16,11 @@ ops that keep the start of each spatial dim of a float convolution in torch's la
 (``[b, f, *s] x [o, i, *s] -> [b, f, *s]``) with no lhs dilation, window reversal or batch
 groups and equal low and high pads, whose input and kernel are both rearranged by
 ``reshape`` / ``transpose`` ops (as ``decomp_conv`` writes them; a user's convolution of
-block inputs is left alone). Only the run's ``transpose`` may be read outside it. The
+block inputs is left alone); one of the two may be a constant instead, which the
+rearrangement of a constant became when the program was loaded (a region adaptive eager
+captured from ``loss = out.sum()`` to the backward holds the output gradient as ones:
+its weight gradients were the generic convolution's, off in 96 of 108 elements of a
+Conv2d's). Only the run's ``transpose`` may be read outside it. The
 collapsed op reads the convolution's two operands, undoes ``decomp_conv``'s rearrangement
 (exact: moves no bits) into the forward's input ``(N, C, *L)`` and output gradient
 ``(N, O, *T)``, and calls ``aten.convolution_backward`` for the weight only, with the
@@ -64,6 +68,9 @@ __all__ = ["conv_weight_grad"]
 
 _FLOATS = (torch.float32, torch.float64)
 _REARRANGE = ("stablehlo.reshape", "stablehlo.transpose")
+# an operand rearranged at load time already: a constant output gradient (a region that
+# ends in ``loss.sum()`` and its backward: the gradient is ones)
+_CONSTANT = "stablehlo.constant"
 _backward = torch.ops.aten.convolution_backward.default
 
 
@@ -177,10 +184,9 @@ def _weight_run(g: _Graph, body: Body, at: int) -> tuple[list[int], Operation,
     if hit is None:
         return None
     slice_ids, (conv_id, conv, conv_operands) = hit
-    if len(conv_operands) != 2 or any(
-        g.producer.get(v) is None or g.producer[v][1].name not in _REARRANGE
-        for v in conv_operands
-    ):  # fmt: skip
+    made_by = [g.producer[v][1].name if v in g.producer else None for v in conv_operands]
+    if len(conv_operands) != 2 or not all(m in _REARRANGE or m == _CONSTANT for m in made_by) \
+            or not any(m in _REARRANGE for m in made_by):
         return None
     return sorted([conv_id, *slice_ids, at]), conv, conv_operands
 
