@@ -22,6 +22,11 @@ eager's result on every CPU by construction:
 - ``binary_cross_entropy_with_logits`` under adaptive eager: the trace decomposes it
   before our table is asked, so eager's kernel cannot stay in the program; the runtime
   runs it between regions from the start.
+- a bfloat16 embedding bag with per-sample weights: eager scales and sums the rows in
+  float32 and rounds once (FBGEMM's path), the decomposition in bfloat16 steps (3 of 10
+  elements off, 3 ulps, where Torch-MLIR lowered it: in-process at avx2); its eager
+  kernel cannot stay in the program (PyTorch's meta kernel declares another
+  ``offset2bag`` than the CPU kernel returns: ``decomp/eager_kernels._weighted_bag``).
 ``native_layer_norm`` over one element and half-precision linear resizes were refused here
 too (their bits differ between CPU code paths); they are eager's own kernels now
 (``decomp/eager_kernels``).
@@ -44,7 +49,10 @@ __all__ = ["ALWAYS_REFUSED", "cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
 REFUSED_REASONS = ("batch-norm-bfloat16", "onednn-rnn-layer", "loss-decomposed-early",
-                   *math_bits.REFUSED_REASONS)
+                   "bfloat16-weighted-bag", *math_bits.REFUSED_REASONS)
+# embedding bags -> position of ``per_sample_weights``
+_BAGS = {aten._embedding_bag.default: 6, aten._embedding_bag_forward_only.default: 6,
+         aten.embedding_bag.default: 6, aten.embedding_bag.padding_idx: 6}
 _ONEDNN_RNN = (aten.mkldnn_rnn_layer.default, aten.mkldnn_rnn_layer_backward.default)
 # a loss that the trace decomposes before the decomposition table is asked (functorch's
 # own kernel under ``functionalize``), so eager's kernel cannot be kept in the program
@@ -89,6 +97,19 @@ def _batch_norm(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
+def _bag(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
+    at = _BAGS[op]
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        weights = args[at] if len(args) > at else kwargs.get("per_sample_weights")
+        if isinstance(weights, torch.Tensor) and args[0].dtype == torch.bfloat16:
+            return _refuse(op, "eager scales and sums a bfloat16 bag's weighted rows in "
+                           "float32 with FBGEMM", "bfloat16-weighted-bag")
+        return base(*args, **kwargs) if base is not None else NotImplemented
+
+    return decomposition
+
+
 def _onednn_rnn(op: Any) -> Callable[..., Any]:
     def decomposition(*args: Any, **kwargs: Any) -> Any:
         return _refuse(op, "oneDNN's fused LSTM layer computes eager's bits (oneDNN picks "
@@ -107,5 +128,7 @@ def cpu_dependent_decompositions(base: dict[Any, Callable[..., Any]]
         table[op] = _batch_norm(op, base.get(op))
     for op in _ONEDNN_RNN:
         table[op] = _onednn_rnn(op)
+    for op in _BAGS:
+        table[op] = _bag(op, base.get(op))
     table.update(math_bits.math_refusals())  # elementwise math (its own module)
     return table
