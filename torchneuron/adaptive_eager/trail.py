@@ -20,14 +20,13 @@ makes, are those of the full path.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import torch
 
 from torchneuron.adaptive_eager.guard import _guard
-from torchneuron.adaptive_eager.signature import OpSig, SameOut, ViewOut
-from torchneuron.device.tensor import NeuronTensor
+from torchneuron.adaptive_eager.recorder import outputs_of
+from torchneuron.adaptive_eager.signature import OpSig, Unsupported
 
 __all__ = ["check", "outputs"]
 
@@ -63,61 +62,12 @@ def check(op: tuple, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
 
 
 def outputs(op: tuple, result: Any, tensors: list[torch.Tensor]) -> list | None:
-    """The output leaves of ``result`` if ``recorder.outputs_of(result, tensors)`` would
-    describe them exactly as ``op``'s (its result's structure and outputs), else None
-    (the caller describes them in full): the same reads, compared instead of built."""
-    struct, expected = op[1].result, op[2]
-    tp = type(result)
-    if struct == "single":
-        if tp is not NeuronTensor:
-            return None
-        leaves = [result]
-    elif struct == "none":
-        return [] if result is None else None
-    elif tp is (list if struct == "list" else tuple):
-        leaves = list(result)
-        if len(leaves) != len(expected):
-            return None
-    else:
+    """The output leaves of ``result`` if ``recorder.outputs_of(result, tensors)``
+    describes them exactly as ``op``'s (its result's structure and outputs), else None
+    (the caller describes them in full). The descriptions are interned, so the comparison
+    is one of identities; a comparison written beside ``outputs_of`` cost as much."""
+    try:
+        struct, outs, leaves = outputs_of(result, tensors)
+    except Unsupported:
         return None
-    ids = list(map(id, tensors))  # (loops in C)
-    ptrs = None
-    with _NoTorchFunction():
-        k = 0
-        for out in expected:
-            r = leaves[k]
-            k += 1
-            if out is None:
-                if r is not None:
-                    return None
-                continue
-            if type(r) is not NeuronTensor or r._buffer is None:
-                return None
-            same = ids.index(id(r)) if id(r) in ids else None  # (the first, as outputs_of)
-            if type(out) is SameOut:
-                if same != out.arg:
-                    return None
-                continue
-            if same is not None:
-                return None
-            if ptrs is None:
-                ptrs = list(map(_DATA_PTR, map(_STORAGE, map(_BUFFER, tensors))))
-            storage = r._buffer.untyped_storage()
-            nbytes = storage.nbytes()
-            ptr = storage.data_ptr() if nbytes else -1  # (as ``outputs_of``)
-            view = ptrs.index(ptr) if ptr in ptrs else None
-            if type(out) is ViewOut:
-                if view != out.arg:
-                    return None
-            elif view is not None or nbytes != out.nbytes:
-                return None
-            m = out.meta
-            if (r.dtype is not m.dtype or r.storage_offset() != m.offset
-                    or r.stride() != m.stride or r.shape != m.shape):
-                return None
-    return leaves
-
-
-_BUFFER = operator.attrgetter("_buffer")
-_STORAGE = torch.Tensor.untyped_storage
-_DATA_PTR = torch.UntypedStorage.data_ptr
+    return leaves if struct == op[1].result and outs == op[2] else None
