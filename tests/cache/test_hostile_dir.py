@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import shutil
 import stat
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -191,22 +192,33 @@ def test_a_dangling_link_resolves_to_a_clean_miss_and_is_removed(cache_root: Pat
     assert not s.disk.path("link", fake_key("g")).exists() and verify(s.disk, content=False) == []
 
 
-def _write_through_clears(root: str, n: int, done: Any, stopped: Any) -> None:
-    s = CacheStore(root, memory_bytes=0)
-    for i in range(n):
-        s.save(fake_key(("w", i)), fake_exe(i, 20_000), {})
-    done.set()
-    assert s.disk.writable, "a concurrent clear stopped this process from caching"
-    assert s.counters.counts["writes"] >= n - 3
-    assert stopped.wait(60)
-    s.save(fake_key("last"), fake_exe("last"), {})
-    assert s.load(fake_key("last")) == fake_exe("last")
+def _write_through_clears(root: str, n: int, done: Any, stopped: Any, report: Any) -> None:
+    """Save ``n`` entries while the parent clears the store; then, once the clears have
+    stopped, one more. Sends what went wrong (or "ok") to the parent, which asserts it:
+    a forked child's traceback would otherwise be lost with its stderr."""
+    try:
+        s = CacheStore(root, memory_bytes=0)
+        for i in range(n):
+            s.save(fake_key(("w", i)), fake_exe(i, 20_000), {})
+        done.set()
+        counts = dict(s.counters.counts)
+        assert s.disk.writable, f"a concurrent clear stopped this process from caching: {counts}"
+        assert counts.get("writes", 0) >= n - 3, f"more than 3 writes lost: {counts}"
+        assert stopped.wait(60), "the parent never stopped clearing"
+        s.save(fake_key("last"), fake_exe("last"), {})
+        assert s.load(fake_key("last")) == fake_exe("last"), "the last save was not loaded"
+    except BaseException:  # noqa: BLE001 - reported to the parent, whatever it was
+        report.send(traceback.format_exc())
+        raise
+    report.send("ok")
 
 
 def test_a_concurrent_clear_never_stops_another_process_caching(cache_root: Path) -> None:
     CacheStore(cache_root)
     done, stopped = _ctx.Event(), _ctx.Event()
-    p = _ctx.Process(target=_write_through_clears, args=(str(cache_root), 300, done, stopped))
+    got, report = _ctx.Pipe(duplex=False)
+    p = _ctx.Process(target=_write_through_clears,
+                     args=(str(cache_root), 300, done, stopped, report))
     p.start()
     rounds = 0
     while not done.is_set() and p.is_alive():
@@ -216,6 +228,8 @@ def test_a_concurrent_clear_never_stops_another_process_caching(cache_root: Path
         rounds += 1
     stopped.set()
     p.join(120)
+    told = got.recv() if got.poll(5) else f"nothing (exit code {p.exitcode})"
+    assert told == "ok", f"the writing process failed:\n{told}"
     assert p.exitcode == 0 and rounds > 2
 
 
