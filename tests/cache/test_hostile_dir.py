@@ -192,6 +192,30 @@ def test_a_dangling_link_resolves_to_a_clean_miss_and_is_removed(cache_root: Pat
     assert not s.disk.path("link", fake_key("g")).exists() and verify(s.disk, content=False) == []
 
 
+def test_a_store_opened_while_its_folder_is_removed_still_caches(
+        cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process's `clear` or `rm -rf` removing the store's folder while this one
+    makes it (the folder gone between its `mkdir` and the next) is not a reason to stop
+    caching for the life of the process; a full disk or a read-only one is."""
+    from torchneuron.cache import disk
+
+    CacheStore(cache_root)
+    make_dir, raced = disk._make_dir, []
+
+    def removed_meanwhile(path: Path, root: Path | None = None) -> None:
+        if path.name == "index" and not raced:
+            raced.append(path)
+            shutil.rmtree(path.parent)  # what the other process did
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        make_dir(path, root)
+
+    monkeypatch.setattr(disk, "_make_dir", removed_meanwhile)
+    s = CacheStore(cache_root, memory_bytes=0)
+    assert raced and s.disk.writable and s.disk.readable
+    s.save(fake_key("after"), fake_exe("after"), {})
+    assert CacheStore(cache_root, memory_bytes=0).load(fake_key("after")) == fake_exe("after")
+
+
 def _write_through_clears(root: str, n: int, done: Any, stopped: Any, report: Any) -> None:
     """Save ``n`` entries while the parent clears the store; then, once the clears have
     stopped, one more. Sends what went wrong (or "ok") to the parent, which asserts it:

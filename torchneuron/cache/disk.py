@@ -89,14 +89,15 @@ class DiskStore:
         self.refused: str | None = None
         self.counters = counters or Counters(None)
         try:
-            _make_dir(self.root)
-            self.refused = self._check_folders()
-            if self.refused is None:
-                for sub in _SUBDIRS:
-                    _make_dir(self.base / sub)
-                tag = self.root / "CACHEDIR.TAG"
-                if not os.path.lexists(tag):
-                    self._atomic_write(tag, _TAG)
+            for attempt in range(_WRITE_ATTEMPTS):
+                try:
+                    self._make_folders()
+                    break
+                except FileNotFoundError:
+                    # removed while being made (a concurrent `clear` or `rm -rf`): not a
+                    # reason to stop caching; each write makes its folder again anyway
+                    if attempt == _WRITE_ATTEMPTS - 1:
+                        self.counters.add("errors")
         except OSError as e:
             self._give_up_writing(e, warn)
             self.readable = self.base.is_dir()
@@ -108,6 +109,18 @@ class DiskStore:
                               "TORCHNEURON_CACHE_DIR to a folder only you can write.",
                               stacklevel=4)
         self.counters.folder = self.base / "stats" if self.writable else None
+
+    def _make_folders(self) -> None:
+        """The root, the store's folders and the cache tag; ``refused`` set if a folder
+        there must not be used."""
+        _make_dir(self.root)
+        self.refused = self._check_folders()
+        if self.refused is None:
+            for sub in _SUBDIRS:
+                _make_dir(self.base / sub)
+            tag = self.root / "CACHEDIR.TAG"
+            if not os.path.lexists(tag):
+                self._atomic_write(tag, _TAG)
 
     def _check_folders(self) -> str | None:
         for folder in (self.root, self.base, *(self.base / sub for sub in _SUBDIRS)):
