@@ -15,13 +15,16 @@ NaN input, which eager's vector body gives as 0 (``aten.hardshrink_backward`` no
 checks the larger operand's layout where ATen checks the transposed one's, so a vector
 times a batch of matrices folded into an ``mv`` that eager never calls (eager broadcasts
 the vector into a ``bmm``: one ulp off in OpInfo's sample of [10] by [5, 10, 5]); ATen's
-own composite decomposes it now. ``multi_margin_loss`` at the Autograd key: its
+own composite decomposes it now, but for the one case where that composite itself takes
+another path for a traced tensor than for eager's (a 3-D by 3-D product with a batch of 1:
+``device.eager_matmul``, which is matmul's Python kernel while a trace runs). ``multi_margin_loss`` at the Autograd key: its
 reference sums a sample's margins with ATen's reduction, whose order is the CPU's vector
 width's, where eager's kernel sums them in a loop of its own (last bits off in 7 of 8
 outputs and gradients under torch.compile).
 
 Entered by ``decomp.upsample_nodes.eager_resample_kernels`` (which holds
-``TRACE_LOCK``, since the kernels are process-wide). Imports torch only.
+``TRACE_LOCK``, since the kernels are process-wide). Imports torch and
+``torchneuron.device.eager_matmul``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from typing import Any
 import torch
 from torch._C import DispatchKey
 
-__all__ = ["UNDECOMPOSED", "undecomposed"]
+from torchneuron.device import eager_matmul
+
+__all__ = ["REPLACED", "UNDECOMPOSED", "undecomposed"]
 
 aten = torch.ops.aten
 # (op, the dispatch key of the Python kernel taken away)
@@ -43,20 +48,29 @@ UNDECOMPOSED = (
     (aten.multi_margin_loss.default, DispatchKey.Autograd),
     (aten.matmul.default, DispatchKey.CompositeImplicitAutograd),
 )
+# (op, key, the Python kernel put there while a trace runs)
+REPLACED = ((aten.matmul.default, DispatchKey.CompositeImplicitAutograd, eager_matmul.matmul),)
 
 
 @contextlib.contextmanager
 def undecomposed() -> Iterator[None]:
-    """While inside: the ops above have no Python kernel at their key (restored after)."""
+    """While inside: the ops of ``UNDECOMPOSED`` have no Python kernel at their key, those of
+    ``REPLACED`` have theirs (PyTorch's restored after)."""
     saved: list[tuple[Any, Any, Any]] = []
     for op, key in UNDECOMPOSED:
         kernel = op.py_kernels.pop(key, None)
         if kernel is not None:
             saved.append((op, key, kernel))
             op._dispatch_cache.clear()
+    for op, key, kernel in REPLACED:
+        op.py_kernels[key] = kernel
+        op._dispatch_cache.clear()
     try:
         yield
     finally:
+        for op, key, _ in REPLACED:
+            op.py_kernels.pop(key, None)
+            op._dispatch_cache.clear()
         for op, key, kernel in saved:
             op.py_kernels[key] = kernel
             op._dispatch_cache.clear()
