@@ -311,6 +311,7 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     EagerKernel(("native_group_norm",), "reduce", vector=5, scalar=1),
     EagerKernel(("native_group_norm_backward",), "reduce", vector=8, scalar=0),
     EagerKernel(("avg_pool2d", "avg_pool2d_backward", "avg_pool3d", "avg_pool3d_backward",
+                 "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
                  "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "renorm",
                  "multilabel_margin_loss_backward"), "reduce", vector=2, scalar=0),
     # (a 1-d input's unreduced loss is 0-d from the kernel, [1] from PyTorch's meta
