@@ -21,6 +21,12 @@ the denominator when none runs on CPU). Ops whose results are unspecified
 Usage::
 
     python tools/opinfo_device.py [--ops add,mm] [--limit N] [--json out.json] [--no-grad]
+        [--exact]
+
+With ``--exact`` results are compared bit for bit (NaN payloads aside, signed zeros
+included): the device runs CPU eager's kernels, so a difference is a different
+computation, like ATen's ``matmul`` composite, which decomposed a product with a batch of
+one otherwise for a tensor subclass (a neuron tensor) than for a CPU tensor.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import contextlib
 import json
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -185,6 +192,43 @@ def _to_cpu(x: Any) -> Any:
     return x
 
 
+# ``--exact``: results compared bit for bit (NaN payloads aside, signed zeros included),
+# not within torch.testing's tolerances: the device computes with CPU eager's kernels, so
+# any difference is a different computation (a composite that decomposed otherwise)
+_exact = False
+
+
+def _bits_differ(a: torch.Tensor, e: torch.Tensor) -> str | None:
+    """Where ``a`` and ``e`` (CPU, strided) differ in their bits, or None."""
+    if (a.dtype, a.shape) != (e.dtype, e.shape):
+        return f"{a.dtype}{list(a.shape)} against CPU's {e.dtype}{list(e.shape)}"
+    if e.is_complex():
+        a, e = torch.view_as_real(a.resolve_conj()), torch.view_as_real(e.resolve_conj())
+    if e.is_floating_point():
+        same = ((a == e) & (a.signbit() == e.signbit())) | (a.isnan() & e.isnan())
+    else:
+        same = a == e
+    if bool(same.all()):
+        return None
+    at = tuple((~same).nonzero()[0].tolist())
+    return (f"{int((~same).sum())} of {same.numel()} elements differ in their bits, first "
+            f"at {list(at)}: {a[at].item()!r}, CPU {e[at].item()!r}")
+
+
+def _assert_same(a: Any, e: Any, where: str) -> None:
+    if _exact and isinstance(e, torch.Tensor) and e.layout == torch.strided \
+            and not e.is_quantized:
+        why = _bits_differ(a, e)
+        if why is not None:
+            raise AssertionError(f"{where}: {why}")
+        return
+    if _exact and isinstance(e, float) and isinstance(a, float):
+        if struct.pack("<d", a) != struct.pack("<d", e) and not (a != a and e != e):
+            raise AssertionError(f"{where}: {a!r}, CPU {e!r}")
+        return
+    torch.testing.assert_close(a, e, equal_nan=True, msg=lambda m: f"{where}: {m}")
+
+
 def _compare(actual: Any, expected: Any, what: str, on_neuron: bool = True) -> None:
     """Assert neuron results equal CPU results (values, dtypes, shapes; view metadata)."""
     a_flat, _ = tree_flatten(actual)
@@ -207,11 +251,9 @@ def _compare(actual: Any, expected: Any, what: str, on_neuron: bool = True) -> N
                         f"{a.storage_offset()} != CPU {tuple(e.shape)}/{e.stride()}/"
                         f"{e.storage_offset()}"
                     )
-            torch.testing.assert_close(
-                _to_cpu(a), _to_cpu(e), equal_nan=True, msg=lambda m, w=where: f"{w}: {m}"
-            )
+            _assert_same(_to_cpu(a), _to_cpu(e), where)
         elif isinstance(e, (int, float, bool, complex)):
-            torch.testing.assert_close(a, e, equal_nan=True, msg=lambda m, w=where: f"{w}: {m}")
+            _assert_same(a, e, where)
         elif a != e and not (e is None and a is None):
             raise AssertionError(f"{where}: neuron gave {a!r}, CPU {e!r}")
 
@@ -265,11 +307,15 @@ def _check_sample(
     fn: Callable, sample: Any, grad: bool, label: str, spy: _RandomOpSpy
 ) -> tuple[bool, str | None, bool, str | None]:
     """Run one sample both ways. Returns (ran_on_cpu, fwd_error, grad_checked, grad_error)."""
-    cpu = _run(fn, sample, _Copier(True, grad), spy)
+    # The spy watches the device's run: on the CPU, any active dispatch mode makes ATen's
+    # composites take their paths for tensor subclasses (``matmul`` with a batch of one
+    # folds into an ``mm``), so the reference would not be eager's (a neuron tensor is a
+    # subclass either way)
+    cpu = _run(fn, sample, _Copier(True, grad))
+    copier = _Copier(False, grad)
+    dev = _run(fn, sample, copier, spy)
     if spy.random:
         return False, None, False, None
-    copier = _Copier(False, grad)
-    dev = _run(fn, sample, copier)
     if cpu.error is not None:
         if dev.error is None:
             return True, f"{label}: CPU raised {_first_line(cpu.error)}; neuron did not", False, None
@@ -463,9 +509,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inplace", action=argparse.BooleanOptionalAction, default=True,
                    help="also run each op's in-place variant")
     p.add_argument("--timeout", type=int, default=PER_OP_TIMEOUT_S, help="seconds per op")
+    p.add_argument("--exact", action="store_true",
+                   help="compare bit for bit (NaN payloads aside), not within tolerances")
     p.add_argument("-v", "--verbose", action="store_true", help="print every op as it runs")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    global _exact
+    _exact = a.exact
 
     warnings.filterwarnings("ignore")
     ops = find_ops(a.ops.split(",") if a.ops else None)
@@ -481,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             print("RESULT " + json.dumps(vars(r)), flush=True)
         return 0
     flags = ["--grad" if a.grad else "--no-grad", "--inplace" if a.inplace else "--no-inplace",
-             "--timeout", str(a.timeout)]
+             "--timeout", str(a.timeout), *(["--exact"] if a.exact else [])]
     results = _run_isolated([op_id(op) for op in ops], flags, a.verbose)
     s = _summary(results)
     print("\nskipped (results unspecified):")
