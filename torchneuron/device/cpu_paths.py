@@ -22,7 +22,9 @@ bit for bit, and the lowering sweep with all samples):
   bits in the device's eager, in compiled graphs and in replayed regions.
 
 ``register`` puts them at the device's autograd key (a neuron tensor's ``matmul`` and
-``prod`` run them before ATen's composite and formula); the compiler's traces also take
+``prod`` run them before ATen's composite and formula); adaptive eager holds them for CPU
+tensors while its dispatch mode is active (``hold_for_cpu_tensors``: ATen counts every
+tensor as subclass-like then); the compiler's traces also take
 ``matmul`` as the op's Python kernel at ``CompositeImplicitAutograd``
 (``compiler.decomp.autograd_kernels``), for CPU tensors traced with subclass-like fakes.
 Imports torch only.
@@ -36,7 +38,8 @@ import torch
 from torch._C import DispatchKey
 from torch._subclasses.fake_tensor import is_fake
 
-__all__ = ["matmul", "prod", "prod_dim", "register"]
+__all__ = ["hold_for_cpu_tensors", "matmul", "prod", "prod_dim", "register",
+           "release_for_cpu_tensors"]
 
 aten = torch.ops.aten
 
@@ -157,8 +160,36 @@ def prod_dim(x: torch.Tensor, dim: int, keepdim: bool = False, *,
     return _Prod.apply(x, dim, keepdim, dtype)
 
 
+_KERNELS = (("matmul", matmul), ("prod", prod), ("prod.dim_int", prod_dim))
+
+
 def register(lib: torch.library.Library) -> None:
     """The device's ``matmul`` and ``prod`` (at its autograd key)."""
-    lib.impl("matmul", matmul, "AutogradPrivateUse1")
-    lib.impl("prod", prod, "AutogradPrivateUse1")
-    lib.impl("prod.dim_int", prod_dim, "AutogradPrivateUse1")
+    for name, kernel in _KERNELS:
+        lib.impl(name, kernel, "AutogradPrivateUse1")
+
+
+_cpu_lib: torch.library.Library | None = None
+
+
+def hold_for_cpu_tensors() -> None:
+    """CPU tensors' ``matmul`` and ``prod`` take these paths too, until ``release``.
+
+    Why: ATen counts *every* tensor as subclass-like while a dispatch mode is active, so a
+    program's CPU computations changed their bits when adaptive eager (a dispatch mode)
+    was enabled: a CPU ``matmul`` with a batch of one took the ``mm``, a CPU ``prod``'s
+    gradient the cumprod formula. Held while adaptive eager's mode is (a Python kernel
+    per CPU ``matmul`` and ``prod`` then; none otherwise)."""
+    global _cpu_lib
+    if _cpu_lib is None:
+        _cpu_lib = torch.library.Library("aten", "IMPL")
+        for name, kernel in _KERNELS:
+            _cpu_lib.impl(name, kernel, "AutogradCPU")
+
+
+def release_for_cpu_tensors() -> None:
+    """Undo ``hold_for_cpu_tensors``: CPU tensors get ATen's own kernels again."""
+    global _cpu_lib
+    if _cpu_lib is not None:
+        lib, _cpu_lib = _cpu_lib, None
+        lib._destroy()
