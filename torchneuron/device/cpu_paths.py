@@ -1,4 +1,5 @@
-"""``matmul`` and ``prod``'s gradient, computed as ATen computes them for CPU tensors.
+"""``matmul``, ``prod``'s gradient, singular values and eigenvalues, computed as ATen
+computes them for CPU tensors.
 
 Why: a few of ATen's composites and derivative formulas ask whether a tensor is
 "tensor-subclass-like" (a Python subclass, a traced fake or functional tensor, or any
@@ -21,6 +22,12 @@ bit for bit, and the lowering sweep with all samples):
   by whether the input holds a zero: traceable (no data-dependent shape), and eager's
   bits in the device's eager, in compiled graphs and in replayed regions.
 
+- ``linalg_svdvals`` and ``linalg_eigvalsh`` (and ``cond``, the nuclear and 2-norms
+  built on them): ATen asks LAPACK for the singular vectors (eigenvectors) too when a
+  gradient may need them or the tensor is subclass-like, and LAPACK then rounds the
+  values differently (4 of 5 singular values of OpInfo's first sample off). Here only
+  when a gradient may need them.
+
 ``register`` puts them at the device's autograd key (a neuron tensor's ``matmul`` and
 ``prod`` run them before ATen's composite and formula); adaptive eager holds them for CPU
 tensors while its dispatch mode is active (``hold_for_cpu_tensors``: ATen counts every
@@ -38,8 +45,8 @@ import torch
 from torch._C import DispatchKey
 from torch._subclasses.fake_tensor import is_fake
 
-__all__ = ["hold_for_cpu_tensors", "matmul", "prod", "prod_dim", "register",
-           "release_for_cpu_tensors"]
+__all__ = ["eigvalsh", "hold_for_cpu_tensors", "matmul", "prod", "prod_dim", "register",
+           "release_for_cpu_tensors", "svdvals"]
 
 aten = torch.ops.aten
 
@@ -160,7 +167,31 @@ def prod_dim(x: torch.Tensor, dim: int, keepdim: bool = False, *,
     return _Prod.apply(x, dim, keepdim, dtype)
 
 
-_KERNELS = (("matmul", matmul), ("prod", prod), ("prod.dim_int", prod_dim))
+# -- svdvals, eigvalsh -----------------------------------------------------------------
+
+
+def _may_need_vectors(a: torch.Tensor) -> bool:
+    """ATen's ``_may_require_fw_or_bw_grad`` for a plain tensor (the subclass test left
+    out), or true under functorch's transforms, which are subclass-like on the CPU too."""
+    return (torch.is_grad_enabled() and a.requires_grad) or \
+        torch.autograd.forward_ad.unpack_dual(a).tangent is not None or \
+        torch._C._functorch.peek_interpreter_stack() is not None
+
+
+def svdvals(a: torch.Tensor, *, driver: str | None = None) -> torch.Tensor:
+    """``aten.linalg_svdvals``: singular values without the vectors unless a gradient
+    may need them, as for a CPU tensor (LAPACK rounds them differently with vectors)."""
+    return aten._linalg_svd.default(a, False, _may_need_vectors(a), driver=driver)[1]
+
+
+def eigvalsh(a: torch.Tensor, UPLO: str = "L") -> torch.Tensor:  # noqa: N803 - ATen's name
+    """``aten.linalg_eigvalsh``: eigenvalues without the vectors unless a gradient may
+    need them, as for a CPU tensor."""
+    return aten._linalg_eigh.default(a, UPLO, _may_need_vectors(a))[0]
+
+
+_KERNELS = (("matmul", matmul), ("prod", prod), ("prod.dim_int", prod_dim),
+            ("linalg_svdvals", svdvals), ("linalg_eigvalsh", eigvalsh))
 
 
 def register(lib: torch.library.Library) -> None:
