@@ -24,21 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-# Under tests/: the compiler's bit-for-bit files, and the others whose bits a CPU path
-# changed (a full `make test` at ATEN_CPU_CAPABILITY=default failed in each of these
-# before their fixes: premises of a test or lowerings tuned to the vector loops)
-BIT_PATTERNS = (
-    "compiler/test_exact_*.py", "compiler/test_special_values*.py",
-    "compiler/test_int_avg_pool_eager.py", "compiler/test_half_conv_refused.py",
-    "compiler/test_interpolate_exact.py", "compiler/test_assorted_exact_ops.py",
-    "compiler/test_sweep*_fixes.py", "compiler/test_rounding.py", "compiler/test_fft.py",
-    "compiler/test_decomp_foreach.py", "compiler/test_addcdiv_addcmul.py",
-    "compiler/interpreter/test_interpreter_collapse*.py", "device/test_*_cpu_bits.py",
-    "adaptive_eager/test_ae_foreach_ema.py", "adaptive_eager/test_ae_divergence.py")
-BIT_FILES = sorted({str(p.relative_to(ROOT)) for pattern in BIT_PATTERNS
-                    for p in (ROOT / "tests").glob(pattern)})
-
+from tests.cpu_paths import BIT_FILES, ROOT
 
 def _paths() -> list[tuple[str, dict[str, str]]]:
     """(name, environment) of every path to run at besides this process's own. ATen
