@@ -115,3 +115,72 @@ def path_env(aten: str | None, onednn: str | None) -> dict[str, str]:
         else:
             env[name] = value
     return env
+
+
+# The test functions (every parameter of each) that ran a oneDNN primitive in a run of
+# BIT_FILES with ONEDNN_VERBOSE=1 at this CPU's own path (an Intel Xeon with AVX-512
+# FP16; ``python tools/cpu_paths.py --list-onednn`` lists them again): float32
+# convolutions and their gradients, half-precision products and convolutions, the LSTM
+# layer, and ``gelu`` (ATen's CPU kernel runs oneDNN's eltwise). Left out: two tests the
+# listing also names only because they compiled their process's first graph, whose
+# cache key holds eager's answers at special values (``host_numerics.fingerprint``:
+# ``gelu`` at +-inf among them; any first compile here asks them too). With ATen's capability held, a test no oneDNN
+# primitive runs in gives the same bits at every oneDNN level, so the reruns at oneDNN's
+# levels run these alone.
+ONEDNN_TESTS = (
+    "compiler/test_exact_batch_norm.py::test_cnn_training_step_is_eagers_bits",
+    "compiler/test_exact_conv_grad.py::test_a_users_own_bias_add_keeps_eagers_two_roundings",
+    "compiler/test_exact_conv_grad.py::"
+    "test_channels_last_forward_is_eagers_bits_and_its_backward_refused",
+    "compiler/test_exact_conv_grad.py::test_convolution_training_step_is_eagers_bit_for_bit",
+    "compiler/test_exact_conv_grad.py::test_with_bias_is_eagers_bit_for_bit",
+    "compiler/test_exact_conv_transpose.py::test_conv_transpose_is_eagers_bit_for_bit",
+    "compiler/test_exact_conv_transpose.py::"
+    "test_convolution_input_gradient_is_eagers_bit_for_bit",
+    "compiler/test_exact_eager_kernels.py::test_every_op_compiles_to_eagers_bits",
+    "compiler/test_exact_eager_kernels.py::test_training_step_gradients_are_eagers_bits",
+    "compiler/test_exact_linear.py::test_linear_forward_and_gradients_are_eagers_bits",
+    "compiler/test_exact_linear.py::test_training_step_gradients_are_eagers_bits",
+    "compiler/test_exact_replay_sweep8.py::"
+    "test_conv_weight_gradient_of_a_constant_gradient_is_eagers",
+    "compiler/test_exact_replay_sweep8.py::test_replayed_training_steps_are_eagers",
+    "compiler/test_exact_sweep8.py::test_linear_of_every_input_rank_is_eagers",
+    "compiler/test_exact_sweep8.py::test_linear_whose_product_is_also_used_alone",
+    "compiler/test_half_conv_refused.py::test_adaptive_eager_runs_half_conv_between_regions",
+    "compiler/test_half_conv_refused.py::test_float32_conv_still_compiles",
+    "compiler/test_half_conv_refused.py::"
+    "test_half_conv_is_refused_and_torch_compile_gives_eagers_bits",
+    "compiler/test_half_conv_refused.py::test_half_conv_training_gradients_equal_eagers",
+    "compiler/test_special_values_more.py::test_float32_gelu_on_finite_values_matches_eager",
+    "compiler/test_special_values_more.py::test_gelu_at_infinities_nan_and_zeros_matches_eager",
+    "compiler/test_special_values_more.py::"
+    "test_half_activations_are_computed_in_float32_as_eager",
+    "device/test_lstm_cpu_bits.py::test_adaptive_eager_lstm_training_gives_cpu_bits",
+    "device/test_lstm_cpu_bits.py::test_compiled_lstm_gives_eagers_bits_or_runs_eagerly",
+    "device/test_lstm_cpu_bits.py::test_lstm_bits_and_path_equal_cpu",
+    "device/test_lstm_cpu_bits.py::test_to_neuron_after_a_host_forward_whose_output_lives",
+)
+
+
+def onednn_tests() -> list[str]:
+    """``ONEDNN_TESTS`` as pytest node ids from the repository's root."""
+    return [f"tests/{test}" for test in ONEDNN_TESTS]
+
+
+# --- a pytest plugin (``-p tests.cpu_paths``, with ONEDNN_VERBOSE=1 set) -----------------
+# oneDNN prints a line per primitive it executes to the process's stdout, which pytest
+# captures per test; the tests whose capture holds one are appended to the file
+# ``CPU_PATHS_ONEDNN_OUT`` names, with the primitives' kinds and kernels.
+
+def pytest_runtest_logreport(report) -> None:  # type: ignore[no-untyped-def]
+    out = os.environ.get("CPU_PATHS_ONEDNN_OUT")
+    if not out:
+        return
+    kernels = set()
+    for line in (report.capstdout or "").splitlines():
+        if line.startswith("onednn_verbose") and ",primitive,exec," in line:
+            fields = line.split(",")
+            kernels.add(f"{fields[5]}:{fields[6]}")  # kind, implementation (ISA in it)
+    if kernels:
+        with open(out, "a") as f:
+            f.write(f"{report.nodeid}\t{' '.join(sorted(kernels))}\n")

@@ -22,11 +22,16 @@ not imitate). Each row also shows the ISA oneDNN reports it runs at (its verbose
 Usage::
 
     python tools/cpu_paths.py [--paths all|onednn|cpus|aten] [--only AVX2,avx2+AVX2_VNNI]
-        [--jobs N] [--json out.json] [pytest file or node ...]
+        [--onednn-tests] [--jobs N] [--json out.json] [pytest file or node ...]
+    python tools/cpu_paths.py --list-onednn [--jobs N]
 
 ``--jobs`` runs each path's pytest with that many xdist workers (1: in one process);
-files or node ids after the options replace the bit-for-bit files. Exit status 1 when
-any path fails.
+files or node ids after the options replace the bit-for-bit files, ``--onednn-tests``
+replaces them with ``cpu_paths.ONEDNN_TESTS`` (the tests that run oneDNN: at the
+``onednn`` paths nothing else can change). Exit status 1 when any path fails.
+``--list-onednn`` runs the bit-for-bit files once at this CPU's own path with oneDNN's
+verbose output on and prints the test functions that ran a oneDNN primitive, with the
+kernels: the list ``ONEDNN_TESTS`` is to hold.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,19 +118,52 @@ def run_path(name: str, aten: str, level: str, targets: list[str], jobs: int) ->
                failures)
 
 
+def list_onednn(jobs: int) -> int:
+    """Print the test functions of the bit-for-bit files that run a oneDNN primitive."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "onednn.tsv"
+        env = {**cpu_paths.path_env(None, None), "PYTHONPATH": str(ROOT),
+               "TORCHNEURON_COMPILE_LATENCY": "0", "ONEDNN_VERBOSE": "1",
+               "CPU_PATHS_ONEDNN_OUT": str(out)}
+        workers = ["-p", "no:xdist"] if jobs <= 1 else ["-n", str(jobs)]
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+             "tests.cpu_paths", *workers, "-m", "not same_on_every_cpu", *cpu_paths.BIT_FILES],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=7200)
+        print(run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-2000:])
+        kernels: dict[str, set[str]] = {}
+        for line in out.read_text().splitlines() if out.exists() else []:
+            node, found = line.split("\t")
+            kernels.setdefault(node.split("[")[0], set()).update(found.split())
+    for test in sorted(kernels):
+        print(f"{test.removeprefix('tests/')}\t{' '.join(sorted(kernels[test]))}")
+    listed = set(cpu_paths.onednn_tests())
+    print(f"# {len(kernels)} test functions ran oneDNN; not in ONEDNN_TESTS: "
+          f"{sorted(set(kernels) - listed) or 'none'}; in it, not seen: "
+          f"{sorted(listed - set(kernels)) or 'none'}")
+    return run.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--paths", default="all", choices=("all", "onednn", "cpus", "aten"))
     parser.add_argument("--only", default="", help="comma-separated path names or levels")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", default="")
+    parser.add_argument("--onednn-tests", action="store_true",
+                        help="run cpu_paths.ONEDNN_TESTS instead of the bit-for-bit files")
+    parser.add_argument("--list-onednn", action="store_true",
+                        help="list the tests of the bit-for-bit files that run oneDNN")
     parser.add_argument("targets", nargs="*", help="pytest files or node ids")
     args = parser.parse_args(argv)
+    if args.list_onednn:
+        return list_onednn(args.jobs)
     chosen = paths(args.paths)
     if args.only:
         wanted = set(args.only.split(","))
         chosen = [p for p in chosen if wanted & {p[0], p[1], p[2]}]
-    targets = args.targets or cpu_paths.BIT_FILES
+    targets = args.targets or (cpu_paths.onednn_tests() if args.onednn_tests
+                               else cpu_paths.BIT_FILES)
     print(f"{len(targets)} targets at {len(chosen)} paths; oneDNN levels offered: "
           f"{', '.join(cpu_paths.onednn_levels())}", flush=True)
     rows = []
