@@ -23,7 +23,7 @@ Usage::
 
     python tools/cpu_paths.py [--paths all|onednn|cpus|aten] [--only AVX2,avx2+AVX2_VNNI]
         [--onednn-tests] [--jobs N] [--json out.json] [pytest file or node ...]
-    python tools/cpu_paths.py --list-onednn [--jobs N]
+    python tools/cpu_paths.py --list-onednn [--jobs N] [pytest file or node ...]
 
 ``--jobs`` runs each path's pytest with that many xdist workers (1: in one process);
 files or node ids after the options replace the bit-for-bit files, ``--onednn-tests``
@@ -118,8 +118,8 @@ def run_path(name: str, aten: str, level: str, targets: list[str], jobs: int) ->
                failures)
 
 
-def list_onednn(jobs: int) -> int:
-    """Print the test functions of the bit-for-bit files that run a oneDNN primitive."""
+def list_onednn(jobs: int, targets: list[str]) -> int:
+    """Print the test functions of ``targets`` that run a oneDNN primitive."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "onednn.tsv"
         env = {**cpu_paths.path_env(None, None), "PYTHONPATH": str(ROOT),
@@ -128,7 +128,7 @@ def list_onednn(jobs: int) -> int:
         workers = ["-p", "no:xdist"] if jobs <= 1 else ["-n", str(jobs)]
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-             "tests.cpu_paths", *workers, "-m", "not same_on_every_cpu", *cpu_paths.BIT_FILES],
+             "tests.cpu_paths", *workers, "-m", "not same_on_every_cpu", *targets],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=7200)
         print(run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-2000:])
         kernels: dict[str, set[str]] = {}
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("targets", nargs="*", help="pytest files or node ids")
     args = parser.parse_args(argv)
     if args.list_onednn:
-        return list_onednn(args.jobs)
+        return list_onednn(args.jobs, args.targets or cpu_paths.BIT_FILES)
     chosen = paths(args.paths)
     if args.only:
         wanted = set(args.only.split(","))
