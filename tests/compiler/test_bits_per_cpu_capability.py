@@ -2,11 +2,16 @@
 CPU code path this machine offers, each in its own process.
 
 Eager's bits depend on the path ATen (``ATEN_CPU_CAPABILITY``: default, avx2, avx512)
-and oneDNN (``ONEDNN_MAX_CPU_ISA``) choose on the CPU they run on, and CI runs on
-whatever machine it gets. The suite itself runs at this machine's own capability; here
-the same bit-for-bit files run again at every other capability the CPU supports, and
-once at ATen's ``default`` with oneDNN held to SSE4.1, the lowest paths of both: a
-lowering tuned to one path fails here on the machine it was written on.
+and oneDNN (``ONEDNN_MAX_CPU_ISA``: SSE41 ... AVX10_1_512) choose on the CPU they run on,
+and CI runs on whatever machine it gets (``tests/cpu_paths.py``: the paths, the files).
+The suite itself runs at this machine's own path; here the bit-for-bit files
+(``BIT_FILES``) run again at every other ATen capability the CPU supports, each with
+the lowest oneDNN level a CPU of that capability has (``default`` with SSE41, ``avx2``
+with AVX2), and the tests that run oneDNN (``ONEDNN_TESTS``) run again at the oneDNN
+levels in between whose float kernels differ (on an Intel Xeon with AVX-512 FP16: AVX,
+AVX512_CORE, AVX512_CORE_BF16), each with its CPU's ATen capability: a lowering tuned to
+one path fails here on the machine it was written on. ``tools/cpu_paths.py`` runs the
+files at every pair (too long for ``make test``) and prints a table.
 
 Tests marked ``same_on_every_cpu`` are left out of the reruns: they assert a static
 refusal (the graph then runs eagerly, eager against eager), integer math, metadata or a
@@ -19,40 +24,44 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-# Under tests/: the compiler's bit-for-bit files, and the others whose bits a CPU path
-# changed (a full `make test` at ATEN_CPU_CAPABILITY=default failed in each of these
-# before their fixes: premises of a test or lowerings tuned to the vector loops)
-BIT_PATTERNS = (
-    "compiler/test_exact_*.py", "compiler/test_special_values*.py",
-    "compiler/test_int_avg_pool_eager.py", "compiler/test_half_conv_refused.py",
-    "compiler/test_interpolate_exact.py", "compiler/test_assorted_exact_ops.py",
-    "compiler/test_sweep*_fixes.py", "compiler/test_rounding.py", "compiler/test_fft.py",
-    "compiler/test_decomp_foreach.py", "compiler/test_addcdiv_addcmul.py",
-    "compiler/interpreter/test_interpreter_collapse*.py", "device/test_*_cpu_bits.py",
-    "adaptive_eager/test_ae_foreach_ema.py", "adaptive_eager/test_ae_divergence.py")
-BIT_FILES = sorted({str(p.relative_to(ROOT)) for pattern in BIT_PATTERNS
-                    for p in (ROOT / "tests").glob(pattern)})
+from tests.cpu_paths import (
+    BIT_FILES,
+    ROOT,
+    aten_capabilities,
+    aten_for,
+    onednn_levels,
+    onednn_tests,
+    path_env,
+)
+
+# oneDNN levels that add only int8 dot products (VNNI) to the level below: their float
+# kernels are that level's (measured: float32 and half convolutions, products, LSTM and
+# gelu gave the same bits at AVX2 and AVX2_VNNI, at AVX512_CORE and AVX512_CORE_VNNI), and
+# no bit-for-bit test quantizes. tools/cpu_paths.py still runs them.
+_INT8_ONLY = ("AVX2_VNNI", "AVX512_CORE_VNNI")
 
 
-def _paths() -> list[tuple[str, dict[str, str]]]:
-    """(name, environment) of every path to run at besides this process's own. ATen
-    takes the capability it is asked for even where the CPU lacks it (then dies of an
-    illegal instruction), so the CPU's support is asked first."""
-    own = torch.backends.cpu.get_cpu_capability()
-    paths: dict[str, dict[str, str]] = {}
-    for cap, supported in (("AVX2", torch.cpu._is_avx2_supported()),
-                           ("AVX512", torch.cpu._is_avx512_supported())):
-        if supported and cap != own:
-            paths[cap] = {**os.environ, "ATEN_CPU_CAPABILITY": cap.lower()}
-    paths["DEFAULT+SSE41"] = {**os.environ, "ATEN_CPU_CAPABILITY": "default",
-                              "ONEDNN_MAX_CPU_ISA": "SSE41"}
-    return sorted(paths.items())
+def _paths() -> tuple[list[tuple[str, dict[str, str]]], list[tuple[str, dict[str, str]]]]:
+    """(name, environment) of the paths to run every file at, and of those to run the
+    oneDNN tests at, besides this process's own. ATen takes the capability it is asked
+    for even where the CPU lacks it (then dies of an illegal instruction), and oneDNN
+    clamps a level the CPU lacks, so the CPU's support is asked first."""
+    own = torch.backends.cpu.get_cpu_capability().lower()
+    levels = onednn_levels()
+    whole: dict[str, tuple[str, str | None]] = {}
+    for cap in aten_capabilities():
+        if cap != own:  # the lowest oneDNN level of a CPU with that capability
+            level = next((lv for lv in levels if aten_for(lv) == cap), None)
+            whole[f"{cap}+{level or 'ONEDNN'}"] = (cap, level)
+    ran = {level for _, level in whole.values()}
+    onednn = {f"{aten_for(lv)}+{lv}": (aten_for(lv), lv) for lv in levels[:-1]
+              if lv not in ran and lv not in _INT8_ONLY and aten_for(lv) in aten_capabilities()}
+    return ([(name, path_env(*pair)) for name, pair in sorted(whole.items())],
+            [(name, path_env(*pair)) for name, pair in sorted(onednn.items())])
 
 
 # The files run in this many processes per path, so pytest-xdist's workers share them
@@ -66,23 +75,57 @@ def _chunk(i: int) -> list[str]:
     return BIT_FILES[i::CHUNKS]
 
 
+def _run(name: str, env: dict[str, str], targets: list[str]) -> str:
+    """The failures (pytest's report) of ``targets`` run at one path, or ""."""
+    # lowered in the test process: no worker to start and no round trip per graph,
+    # and the reruns also cover TORCHNEURON_COMPILE_IN_PROCESS (whose wrong quotients
+    # test_exact_constant_comparisons pins down)
+    env = {**env, "PYTHONPATH": str(ROOT), "TORCHNEURON_COMPILE_LATENCY": "0",
+           "TORCHNEURON_COMPILE_IN_PROCESS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-x", "-m", "not same_on_every_cpu", *targets], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=1800)
+    return "" if run.returncode == 0 else f"--- at {name}:\n" + run.stdout[-4000:]
+
+
+_X86_LINUX = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
+    reason="ATen's CPU capabilities and oneDNN's levels are x86-64's")
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
-                    reason="ATen's CPU capabilities are x86-64's")
+@_X86_LINUX
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_bit_for_bit_files_pass_at_every_cpu_capability(chunk: int) -> None:
     assert BIT_FILES and all(_chunk(i) for i in range(CHUNKS)), "no bit-for-bit test files"
-    failed = []
-    for name, env in _paths():
-        # lowered in the test process: no worker to start and no round trip per graph,
-        # and the reruns also cover TORCHNEURON_COMPILE_IN_PROCESS (whose wrong quotients
-        # test_exact_constant_comparisons pins down)
-        env = {**env, "PYTHONPATH": str(ROOT), "TORCHNEURON_COMPILE_LATENCY": "0",
-               "TORCHNEURON_COMPILE_IN_PROCESS": "1"}
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-             "-x", "-m", "not same_on_every_cpu", *_chunk(chunk)], cwd=ROOT, env=env, capture_output=True, text=True,
-            timeout=1800)
-        if run.returncode != 0:
-            failed.append(f"--- at {name}:\n" + run.stdout[-4000:])
-    assert not failed, "\n".join(failed)
+    failed = [_run(name, env, _chunk(chunk)) for name, env in _paths()[0]]
+    assert not any(failed), "\n".join(failed)
+
+
+# one test per level, so make test's workers share them (each about 40 CPU-seconds)
+_ONEDNN_PATHS = dict(_paths()[1]) if sys.platform.startswith("linux") else {}
+
+
+@pytest.mark.slow
+@_X86_LINUX
+@pytest.mark.skipif(not _ONEDNN_PATHS, reason="no oneDNN level between the whole reruns'")
+@pytest.mark.parametrize("path", sorted(_ONEDNN_PATHS) or ["none"])
+def test_onednn_tests_pass_at_every_onednn_level(path: str) -> None:
+    """The tests that run oneDNN, at one of its levels between the whole reruns' (its
+    own process): oneDNN's blocking, so its sums' order, changes with the level."""
+    failed = _run(path, _ONEDNN_PATHS[path], onednn_tests())
+    assert not failed, failed
+
+
+def test_onednn_tests_are_bit_for_bit_tests_and_levels_follow_the_cpu_flags() -> None:
+    """Every listed oneDNN test is in a bit-for-bit file, and the levels come from the
+    CPU's flags as oneDNN orders them (a Zen 4: AVX-512 BF16 without AVX-VNNI)."""
+    assert {t.split("::")[0] for t in onednn_tests()} <= set(BIT_FILES)
+    zen4 = frozenset("sse4_1 avx avx2 avx512f avx512bw avx512vl avx512dq avx512_vnni "
+                     "avx512_bf16".split())
+    assert onednn_levels(zen4) == ["SSE41", "AVX", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI",
+                                   "AVX512_CORE_BF16"]
+    assert onednn_levels(frozenset({"sse4_1", "avx"})) == ["SSE41", "AVX"]
+    assert [aten_for(lv) for lv in ("SSE41", "AVX", "AVX2_VNNI", "AVX512_CORE")] == \
+        ["default", "default", "avx2", "avx512"]
