@@ -3,7 +3,7 @@
 ATen counts every tensor as subclass-like while a dispatch mode is active, and adaptive
 eager is one: a CPU ``matmul`` of [5, 5, 5] by [1, 5, 5] took an ``mm`` instead of eager's
 ``bmm``, a CPU ``prod``'s gradient ATen's cumprod formula and ``svdvals`` LAPACK's SVD\nwith vectors, all off in the last bits,
-only because adaptive eager was on (``device.cpu_paths.hold_for_cpu_tensors``)."""
+only because adaptive eager was on (``device.plain_paths.hold_for_cpu_tensors``)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from torchneuron.adaptive_eager.explain import explain_runtime
 from torchneuron.adaptive_eager.mode import AdaptiveEagerMode, Runtime
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
-from torchneuron.device import cpu_paths
+from torchneuron.device import plain_paths
 from torchneuron.hardware import core as _core
 from torchneuron.hardware import state as _state
 
@@ -64,7 +64,7 @@ def enable() -> None:
     if _mode is not None:
         return
     hops.install(AdaptiveEagerMode, _runtime)
-    cpu_paths.hold_for_cpu_tensors()  # the mode must not change a CPU tensor's bits
+    plain_paths.hold_for_cpu_tensors()  # the mode must not change a CPU tensor's bits
     _mode = AdaptiveEagerMode(_runtime)
     _mode.__enter__()
     hostdata.install()
@@ -84,7 +84,7 @@ def disable() -> None:
     hops.uninstall()
     mode, _mode = _mode, None
     mode.__exit__(None, None, None)
-    cpu_paths.release_for_cpu_tensors()
+    plain_paths.release_for_cpu_tensors()
     background.drain()  # no background trace outlives the mode (see background.drain)
     log.info("adaptive eager disabled")
 

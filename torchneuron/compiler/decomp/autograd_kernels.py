@@ -17,14 +17,14 @@ times a batch of matrices folded into an ``mv`` that eager never calls (eager br
 the vector into a ``bmm``: one ulp off in OpInfo's sample of [10] by [5, 10, 5]); ATen's
 own composite decomposes it now, but for the one case where that composite itself takes
 another path for a traced tensor than for eager's (a 3-D by 3-D product with a batch of 1:
-``device.cpu_paths``, which is matmul's Python kernel while a trace runs). ``multi_margin_loss`` at the Autograd key: its
+``device.plain_paths``, which is matmul's Python kernel while a trace runs). ``multi_margin_loss`` at the Autograd key: its
 reference sums a sample's margins with ATen's reduction, whose order is the CPU's vector
 width's, where eager's kernel sums them in a loop of its own (last bits off in 7 of 8
 outputs and gradients under torch.compile).
 
 Entered by ``decomp.upsample_nodes.eager_resample_kernels`` (which holds
 ``TRACE_LOCK``, since the kernels are process-wide). Imports torch and
-``torchneuron.device.cpu_paths``.
+``torchneuron.device.plain_paths``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch._C import DispatchKey
 
-from torchneuron.device import cpu_paths
+from torchneuron.device import plain_paths
 
 __all__ = ["REPLACED", "UNDECOMPOSED", "undecomposed"]
 
@@ -49,7 +49,7 @@ UNDECOMPOSED = (
     (aten.matmul.default, DispatchKey.CompositeImplicitAutograd),
 )
 # (op, key, the Python kernel put there while a trace runs)
-REPLACED = ((aten.matmul.default, DispatchKey.CompositeImplicitAutograd, cpu_paths.matmul),)
+REPLACED = ((aten.matmul.default, DispatchKey.CompositeImplicitAutograd, plain_paths.matmul),)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Where ATen computes otherwise for a tensor subclass, the device computes as for a CPU
-tensor (``torchneuron.device.cpu_paths``), bit for bit.
+tensor (``torchneuron.device.plain_paths``), bit for bit.
 
 ``prod``'s gradient, on the device and under torch.compile:
 
@@ -8,7 +8,7 @@ ATen's derivative of ``prod`` takes its zero-safe cumprod formula for any tensor
 element unless the input holds a zero (and gives zeros for a whole-tensor product with
 two): OpInfo's prod gradient was off in 49 of 125 elements on the device, signed zeros in
 68 of 125 with 15 zeros (``tools/opinfo_device.py --ops prod --exact``).
-``torchneuron.device.cpu_paths`` computes it as the CPU does."""
+``torchneuron.device.plain_paths`` computes it as the CPU does."""
 
 from __future__ import annotations
 
