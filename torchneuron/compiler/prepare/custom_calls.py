@@ -48,6 +48,7 @@ from torchneuron.compiler.stablehlo.custom_targets import (
     lookup_target,
     target_for_op,
 )
+from torchneuron.compiler.stablehlo.operand_layout import layout_of
 
 __all__ = ["MAX_OUTPUTS", "carrier", "is_carrier", "carry_custom_calls"]
 
@@ -221,7 +222,11 @@ def _value(a: Any) -> Any:
 
 
 def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
-    """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``)."""
+    """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``);
+    for eager's kernel (``dtypes``) with ``strides``, the ones the operand has in eager
+    where they are not contiguous (``stablehlo.operand_layout``: eager's kernels follow
+    them; ``native_batch_norm_backward`` given ``out.sum()``'s expanded ones sums in
+    another order than given the same ones materialized, 96 of 96 off)."""
     if isinstance(a, BaseSlot):  # a mutated argument: its base (operand ``index``)
         return ({"tensor": a.index} if a.slice is None
                 else {"tensor": a.index, "slice": list(a.slice)})
@@ -229,9 +234,9 @@ def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
         if not isinstance(a.meta.get("val"), torch.Tensor):
             raise _NotCarried(f"argument {a.name} is not a tensor")
         inputs.append(a)
-        expanded = _expanded_dims(a.meta["val"]) if dtypes else []
-        if expanded:
-            return {"tensor": len(inputs) - 1, "expanded": expanded}
+        strides = layout_of(a.meta["val"]) if dtypes else None
+        if strides is not None:  # eager's kernel: handed the operand in these strides
+            return {"tensor": len(inputs) - 1, "strides": strides}
         return {"tensor": len(inputs) - 1}
     if isinstance(a, (list, tuple)):
         return [_template(x, inputs, dtypes) for x in a]
@@ -244,19 +249,6 @@ def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
             raise _NotCarried(f"a float argument is {a} (JSON holds finite floats only)")
         return a
     raise _NotCarried(f"an argument of type {type(a).__name__} cannot be written as JSON")
-
-
-def _expanded_dims(val: torch.Tensor) -> list[int]:
-    """The dims along which ``val`` is a broadcast (stride 0, more than one element).
-
-    Why: eager's kernel is handed its operands in their layout, and some kernels take
-    another path for a broadcast one: ``native_batch_norm_backward`` given the output
-    gradient of ``out.sum()`` (ones expanded) sums in another order than given the same
-    ones materialized (96 of 96 input-gradient elements and every weight-gradient one
-    differed in a BatchNorm2d's replayed region). The program materializes broadcasts, so
-    eager's kernel is handed the operand expanded again along these dims
-    (``custom_targets._fill``): the values along them are equal, as eager's were."""
-    return [d for d in range(val.dim()) if val.stride(d) == 0 and val.shape[d] > 1]
 
 
 _PLANS: dict[str, dict[str, Any]] = {}
