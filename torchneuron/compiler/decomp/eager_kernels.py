@@ -83,6 +83,13 @@ def _input_of(at: int, dtypes: tuple[torch.dtype, ...]) -> Callable[[tuple[Any, 
     return when
 
 
+def _strided_float_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """A call whose first operand is a float tensor laid out other than contiguous."""
+    x = args[0] if args else None
+    return isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1 \
+        and not x.is_contiguous()
+
+
 def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Every tensor of the call in one dtype. PyTorch's fake batch norm types a bfloat16
     input's running statistics float32 and its CPU kernel keeps their dtype: with one
@@ -361,6 +368,12 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # sampling, whose lowering (exact in float32) was off by up to 1.6 in 7070 of 554400
     # elements. A multiply-add per element; the eight corners' weights
     EagerKernel(("index_reduce",), "reduce", vector=2, scalar=0),
+    # a sum or mean of a strided operand (channels-last, stepped, transposed): eager's
+    # loop sums in the order of its strides, which the program's reduce of the
+    # materialized values does not follow (a channels-last sum over (0, 2, 3) was off in 5
+    # of 6 sums, a channels-last mse_loss's mean and a BatchNorm's weight gradient in
+    # training off in the last bit). One pass per element
+    EagerKernel(("sum", "mean"), "reduce", vector=1, scalar=0, when=_strided_float_input),
     EagerKernel(("grid_sampler_3d", "grid_sampler_3d_backward"), "elementwise", vector=10,
                 scalar=0, when=_input_of(0, _HALVES), probe=_small_probe),
 )
