@@ -37,6 +37,7 @@ import torch
 import torch.fx as fx
 
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.prepare.kernel_layouts import kernel_output_strides, refresh_values
 from torchneuron.compiler.prepare.mutating_calls import (
     BaseSlot,
     functionalized_call,
@@ -124,7 +125,8 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
         if target is None or not _wanted(target, node):
             continue
         try:
-            _carry(gm, node, target)
+            if _carry(gm, node, target):  # eager's kernel lays its outputs out otherwise
+                refresh_values(gm)  # (than its fake: the values after it follow)
         except _NotCarried as e:
             qualname = op.name()
             raise PrepareError(
@@ -138,7 +140,9 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
     return carried
 
 
-def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
+def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> bool:
+    """Replace ``node`` by its carrier; True when eager's kernel gives an output another
+    layout than the node's value (``kernel_layouts``: the carrier declares the kernel's)."""
     try:
         functionalized = functionalized_call(node)  # a mutating op (mutating_calls.py)
     except ValueError as e:
@@ -157,6 +161,11 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
     # a backward's masked outputs are None: the carrier returns the others (its target
     # drops the Nones), and each getitem is renumbered to its output among them
     kept = [i for i, o in enumerate(vals) if o is not None]
+    relaid = False
+    if functionalized is None and target.costed is not None and target.op is not None:
+        real = kernel_output_strides(target.op, _value(node.args), _value(node.kwargs))
+        if real is not None and len(real) == len(vals):
+            vals, relaid = _relaid(vals, real)
     outs = [vals[i] for i in kept]
     place = {skip + i: n for n, i in enumerate(kept)}  # the node's output -> the carrier's
     if not outs:
@@ -202,6 +211,19 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
             else:
                 raise _NotCarried("its tuple of outputs is used as a whole")
     gm.graph.erase_node(node)
+    return relaid
+
+
+def _relaid(vals: list[Any], real: list[Any]) -> tuple[list[Any], bool]:
+    """``vals`` with each tensor in the strides eager's kernel gave it (``real``)."""
+    out, changed = list(vals), False
+    for i, (v, s) in enumerate(zip(vals, real, strict=True)):
+        mode = getattr(v, "fake_mode", None)
+        if mode is not None and s is not None and tuple(v.stride()) != s:
+            with mode:
+                out[i] = torch.empty_strided(v.shape, s, dtype=v.dtype, device=v.device)
+            changed = True
+    return out, changed
 
 
 def _wanted(target: Any, node: fx.Node) -> bool:
