@@ -8,7 +8,7 @@
   soft margin loss with their gradients: eager's kernel in the program;
 - ``native_batch_norm_backward`` handed an expanded output gradient (``out.sum()``'s
   ones): eager's kernel takes another path for a broadcast operand, so the program hands
-  it the operand expanded again (prepare/custom_calls.py, ``expanded``);
+  it the operand in its strides again (stablehlo/operand_layout.py);
 - a convolution's weight gradient whose output gradient is a constant (a region from
   ``out.sum()`` to the backward): the collapse to eager's ``convolution_backward``
   (interpreter/collapse/conv_weight.py) now takes a constant operand.

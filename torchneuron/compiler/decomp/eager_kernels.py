@@ -83,6 +83,13 @@ def _input_of(at: int, dtypes: tuple[torch.dtype, ...]) -> Callable[[tuple[Any, 
     return when
 
 
+def _strided_float_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """A call whose first operand is a float tensor laid out other than contiguous."""
+    x = args[0] if args else None
+    return isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1 \
+        and not x.is_contiguous()
+
+
 def _one_dtype(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Every tensor of the call in one dtype. PyTorch's fake batch norm types a bfloat16
     input's running statistics float32 and its CPU kernel keeps their dtype: with one
@@ -362,6 +369,12 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # sampling, whose lowering (exact in float32) was off by up to 1.6 in 7070 of 554400
     # elements. A multiply-add per element; the eight corners' weights
     EagerKernel(("index_reduce",), "reduce", vector=2, scalar=0),
+    # a sum or mean of a strided operand (channels-last, stepped, transposed): eager's
+    # loop sums in the order of its strides, which the program's reduce of the
+    # materialized values does not follow (a channels-last sum over (0, 2, 3) was off in 5
+    # of 6 sums, a channels-last mse_loss's mean and a BatchNorm's weight gradient in
+    # training off in the last bit). One pass per element
+    EagerKernel(("sum", "mean"), "reduce", vector=1, scalar=0, when=_strided_float_input),
     EagerKernel(("grid_sampler_3d", "grid_sampler_3d_backward"), "elementwise", vector=10,
                 scalar=0, when=_input_of(0, _HALVES), probe=_small_probe),
 )
@@ -512,12 +525,14 @@ def _writing_batch_norm(base: Callable[..., Any] | None) -> Callable[..., Any]:
     bits from the first replay on). The copies are written back by prepare's retrace
     (``_mutates_intermediates``), as PyTorch's entry's were; the call then reaches the
     functional overload's entry, which keeps it as eager's kernel. Half types keep the
-    entries before (float16's premise, bfloat16's refusal)."""
+    entries before (float16's premise, bfloat16's refusal), but for a float16 input that
+    is not contiguous (channels-last), which the premise (``halves/half_batch_norm``) does
+    not cover: it fell to PyTorch's decomposition, off in 588 of 2376 outputs."""
     functional = aten._native_batch_norm_legit_functional.default
     kernel = next(k for k in EAGER_KERNELS if functional.__name__.split(".")[0] in k.packets)
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
-        if (kwargs or len(args) != 8 or args[0].dtype not in _WIDE
+        if (kwargs or len(args) != 8 or not _kernel_dtype(args[0])
                 or not _applies(kernel, functional, args, {})):
             return base(*args, **kwargs) if base is not None else NotImplemented
         out, mean, rstd, new_mean, new_var = functional(*args)
@@ -526,6 +541,10 @@ def _writing_batch_norm(base: Callable[..., Any] | None) -> Callable[..., Any]:
         return out, mean, rstd
 
     return decomposition
+
+
+def _kernel_dtype(x: torch.Tensor) -> bool:
+    return x.dtype in _WIDE or x.dtype == torch.float16 and not x.is_contiguous()
 
 
 def eager_kernel_decompositions(base: Table) -> Table:

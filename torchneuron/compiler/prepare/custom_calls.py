@@ -37,6 +37,7 @@ import torch
 import torch.fx as fx
 
 from torchneuron.compiler.errors import PrepareError
+from torchneuron.compiler.prepare.kernel_layouts import kernel_output_strides, refresh_values
 from torchneuron.compiler.prepare.mutating_calls import (
     BaseSlot,
     functionalized_call,
@@ -48,6 +49,7 @@ from torchneuron.compiler.stablehlo.custom_targets import (
     lookup_target,
     target_for_op,
 )
+from torchneuron.compiler.stablehlo.operand_layout import layout_of
 
 __all__ = ["MAX_OUTPUTS", "carrier", "is_carrier", "carry_custom_calls"]
 
@@ -123,7 +125,8 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
         if target is None or not _wanted(target, node):
             continue
         try:
-            _carry(gm, node, target)
+            if _carry(gm, node, target):  # eager's kernel lays its outputs out otherwise
+                refresh_values(gm)  # (than its fake: the values after it follow)
         except _NotCarried as e:
             qualname = op.name()
             raise PrepareError(
@@ -137,7 +140,9 @@ def carry_custom_calls(gm: fx.GraphModule) -> int:
     return carried
 
 
-def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
+def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> bool:
+    """Replace ``node`` by its carrier; True when eager's kernel gives an output another
+    layout than the node's value (``kernel_layouts``: the carrier declares the kernel's)."""
     try:
         functionalized = functionalized_call(node)  # a mutating op (mutating_calls.py)
     except ValueError as e:
@@ -156,6 +161,11 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
     # a backward's masked outputs are None: the carrier returns the others (its target
     # drops the Nones), and each getitem is renumbered to its output among them
     kept = [i for i, o in enumerate(vals) if o is not None]
+    relaid = False
+    if functionalized is None and target.costed is not None and target.op is not None:
+        real = kernel_output_strides(target.op, _value(node.args), _value(node.kwargs))
+        if real is not None and len(real) == len(vals):
+            vals, relaid = _relaid(vals, real)
     outs = [vals[i] for i in kept]
     place = {skip + i: n for n, i in enumerate(kept)}  # the node's output -> the carrier's
     if not outs:
@@ -201,6 +211,19 @@ def _carry(gm: fx.GraphModule, node: fx.Node, target: Any) -> None:
             else:
                 raise _NotCarried("its tuple of outputs is used as a whole")
     gm.graph.erase_node(node)
+    return relaid
+
+
+def _relaid(vals: list[Any], real: list[Any]) -> tuple[list[Any], bool]:
+    """``vals`` with each tensor in the strides eager's kernel gave it (``real``)."""
+    out, changed = list(vals), False
+    for i, (v, s) in enumerate(zip(vals, real, strict=True)):
+        mode = getattr(v, "fake_mode", None)
+        if mode is not None and s is not None and tuple(v.stride()) != s:
+            with mode:
+                out[i] = torch.empty_strided(v.shape, s, dtype=v.dtype, device=v.device)
+            changed = True
+    return out, changed
 
 
 def _wanted(target: Any, node: fx.Node) -> bool:
@@ -221,7 +244,11 @@ def _value(a: Any) -> Any:
 
 
 def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
-    """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``)."""
+    """A node argument as JSON: tensors become ``{"tensor": i}`` slots (in ``inputs``);
+    for eager's kernel (``dtypes``) with ``strides``, the ones the operand has in eager
+    where they are not contiguous (``stablehlo.operand_layout``: eager's kernels follow
+    them; ``native_batch_norm_backward`` given ``out.sum()``'s expanded ones sums in
+    another order than given the same ones materialized, 96 of 96 off)."""
     if isinstance(a, BaseSlot):  # a mutated argument: its base (operand ``index``)
         return ({"tensor": a.index} if a.slice is None
                 else {"tensor": a.index, "slice": list(a.slice)})
@@ -229,9 +256,9 @@ def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
         if not isinstance(a.meta.get("val"), torch.Tensor):
             raise _NotCarried(f"argument {a.name} is not a tensor")
         inputs.append(a)
-        expanded = _expanded_dims(a.meta["val"]) if dtypes else []
-        if expanded:
-            return {"tensor": len(inputs) - 1, "expanded": expanded}
+        strides = layout_of(a.meta["val"]) if dtypes else None
+        if strides is not None:  # eager's kernel: handed the operand in these strides
+            return {"tensor": len(inputs) - 1, "strides": strides}
         return {"tensor": len(inputs) - 1}
     if isinstance(a, (list, tuple)):
         return [_template(x, inputs, dtypes) for x in a]
@@ -244,19 +271,6 @@ def _template(a: Any, inputs: list[fx.Node], dtypes: bool = False) -> Any:
             raise _NotCarried(f"a float argument is {a} (JSON holds finite floats only)")
         return a
     raise _NotCarried(f"an argument of type {type(a).__name__} cannot be written as JSON")
-
-
-def _expanded_dims(val: torch.Tensor) -> list[int]:
-    """The dims along which ``val`` is a broadcast (stride 0, more than one element).
-
-    Why: eager's kernel is handed its operands in their layout, and some kernels take
-    another path for a broadcast one: ``native_batch_norm_backward`` given the output
-    gradient of ``out.sum()`` (ones expanded) sums in another order than given the same
-    ones materialized (96 of 96 input-gradient elements and every weight-gradient one
-    differed in a BatchNorm2d's replayed region). The program materializes broadcasts, so
-    eager's kernel is handed the operand expanded again along these dims
-    (``custom_targets._fill``): the values along them are equal, as eager's were."""
-    return [d for d in range(val.dim()) if val.stride(d) == 0 and val.shape[d] > 1]
 
 
 _PLANS: dict[str, dict[str, Any]] = {}

@@ -34,7 +34,8 @@ no plan: its ``costed`` form (fusion kind, vector and scalar passes per element)
 neuronc fuse and cost the call as the op it stands for, and ``carry_if(args, kwargs)``
 says which calls of the op are carried (the others lower as before).
 
-Imports only the standard library.
+Imports only the standard library (``operand_layout``, which imports torch, when a call of
+eager's kernel runs).
 """
 
 from __future__ import annotations
@@ -100,12 +101,15 @@ def registered_targets() -> list[CustomCallTarget]:
 def fill_arguments(config: dict[str, Any], tensors: list[Any]) -> tuple[list[Any], dict[str, Any]]:
     """The call's (args, kwargs): ``config["args"]`` / ``config["kwargs"]`` with each
     ``{"tensor": i}`` slot replaced by ``tensors[i]`` (the custom call's operands); other
-    objects (``{"dtype": name}``) are left for the target to read."""
-    return ([_fill(a, tensors) for a in config.get("args", [])],
-            {k: _fill(v, tensors) for k, v in config.get("kwargs", {}).items()})
+    objects (``{"dtype": name}``) are left for the target to read. A call of eager's
+    kernel gets each operand in the layout eager's had: the slot's ``strides``, or
+    contiguous without them (``operand_layout``: ATen's loops follow the strides)."""
+    layout = "costed" in config  # (a call of eager's kernel: ``decomp/eager_kernels``)
+    return ([_fill(a, tensors, layout) for a in config.get("args", [])],
+            {k: _fill(v, tensors, layout) for k, v in config.get("kwargs", {}).items()})
 
 
-def _fill(v: Any, tensors: list[Any]) -> Any:
+def _fill(v: Any, tensors: list[Any], layout: bool = False) -> Any:
     # (a module function: a nested one that calls itself is a reference cycle that keeps
     # the operands alive until the garbage collector runs, and the device's memory with them)
     if isinstance(v, dict):
@@ -115,14 +119,13 @@ def _fill(v: Any, tensors: list[Any]) -> Any:
         if "slice" in v:  # a mutated argument that is a slice of its base (call_target)
             dim, start, end = v["slice"]
             return t.narrow(dim, start, end - start)
-        if "expanded" in v:  # broadcast along these dims in eager (prepare.custom_calls)
-            shape = t.shape
-            for d in v["expanded"]:
-                t = t.narrow(d, 0, 1)
-            return t.expand(shape)
+        if layout:  # eager's kernel: its operand in eager's strides (operand_layout)
+            from torchneuron.compiler.stablehlo.operand_layout import in_layout
+
+            return in_layout(t, v.get("strides"))
         return t
     if isinstance(v, list):
-        return [_fill(x, tensors) for x in v]
+        return [_fill(x, tensors, layout) for x in v]
     return v
 
 

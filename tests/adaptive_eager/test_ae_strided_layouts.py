@@ -1,0 +1,71 @@
+"""A replayed channels-last training step = eager CPU, its regions never diverging.
+
+Why (issue 22): a region's eager kernels (``gelu``, batch norm) and its sums were handed
+their operands contiguous where eager's were channels-last, so the program's numbers
+differed from eager's; the checked first replay caught it and blacklisted the region
+(6 of 7 small channels-last loops lost their replays that way), which ran eagerly from
+then on. Now the program hands them eager's layout (``stablehlo/operand_layout.py``) and
+the region replays with eager's bits.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torchneuron.adaptive_eager as ae
+from tests.adaptive_eager.harness import ReplayLog, keep_step, kept, run
+from torchneuron.hardware.settings import override
+
+STEPS = 4
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(6)
+        self.w = nn.Parameter(torch.linspace(0.5, 1.5, 6).reshape(1, 6, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = (x * self.w).contiguous(memory_format=torch.channels_last)
+        return self.bn(F.gelu(h))
+
+
+def _loop(model: nn.Module, log: ReplayLog | None = None):
+    def loop(device: str) -> dict[str, torch.Tensor]:
+        m = copy.deepcopy(model).to(device)
+        g = torch.Generator().manual_seed(1)
+        out: dict[str, list[torch.Tensor]] = {}
+        for step in range(STEPS):
+            x = torch.randn(4, 6, 9, 11, generator=g).to(device)
+            for p in m.parameters():
+                p.grad = None
+            loss = m(x).square().mean()
+            loss.backward()
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= 0.1 * p.grad
+            loss.item()
+            keep_step(out, loss, m)
+            if log is not None:
+                log.mark(step)
+        blacklisted = ae.stats()["regions_by_state"].get("blacklisted", 0) if log else 0
+        return {**kept(out, m), "_blacklisted": blacklisted}
+    return loop
+
+
+def test_replayed_channels_last_step_is_eagers_bits_without_divergence() -> None:
+    torch.manual_seed(0)
+    model = _Net()
+    cpu = run(_loop(model), "cpu")
+    log = ReplayLog()
+    with override(compile_latency=False, ae_first_tier=False, ae_min_gain_ns=0):
+        got = run(_loop(model, log), "neuron", adaptive=True)
+    assert log.program_steps, "no step replayed a compiled program"
+    assert got["_blacklisted"] == 0, "a region diverged from eager at its checked replay"
+    differ = {k: f"{int((got[k] != v).sum())} of {v.numel()}" for k, v in cpu.items()
+              if not k.startswith("_") and not torch.equal(got[k], v)}
+    assert not differ, f"replayed steps differ from eager CPU: {differ}"
