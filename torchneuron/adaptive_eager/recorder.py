@@ -13,6 +13,7 @@ against it op by op and appended by reference where it repeats it (``trail``).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import weakref
 from dataclasses import dataclass, field
@@ -336,7 +337,9 @@ class Segment:
     seq: int = 0  # the next entry's stream position
     sigs0: list[OpSig] = field(default_factory=list)  # per entry: its OpSig from the start
     slots0: dict[int, int] = field(default_factory=dict)  # input vid -> slot, from the start
-    nslots0: list[int] = field(default_factory=list)  # per entry: slots used up to it
+    # per input slot from the start: the entry that first used it (ascending; the slots
+    # of the entries before ``e`` are the first ``bisect_left(first0, e)``)
+    first0: list[int] = field(default_factory=list)
     rel0: bool = True  # sigs0 / slots0 hold (no drop, no value produced twice)
     ops: list[tuple] = field(default_factory=list)  # per entry: its interned op (``_op_of``)
     # the stream this segment follows (``trail``): (first op, its ops, their sigs0), the
@@ -415,6 +418,7 @@ class Segment:
                     j = slots.get(vid)
                     if j is None:
                         j = slots[vid] = len(slots)
+                        self.first0.append(n)
                     refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
         wrefs = []
         k = 0
@@ -453,7 +457,6 @@ class Segment:
                 self.sigs0.append(tr[2][n])
             else:
                 self.sigs0.append(_sig_of(func, op[1], outs, refs))
-            self.nslots0.append(len(slots))
 
     def clear(self) -> None:
         ops = self.ops
@@ -469,7 +472,7 @@ class Segment:
         self.src.clear()
         self.wrefs.clear()
         self.slots0.clear()
-        self.nslots0.clear()
+        self.first0.clear()
         self.rel0 = True
 
     def _keep_trail(self, ops: list[tuple]) -> None:
@@ -496,7 +499,7 @@ class Segment:
         self.rel0 = False  # (the start moved: ``relative`` builds its signatures)
         self.sigs0.clear()
         self.slots0.clear()
-        self.nslots0.clear()
+        self.first0.clear()
 
     def keys(self, start: int = 0) -> list[int]:
         """Hashes of the static signatures from ``start`` (for finding periods)."""
@@ -508,7 +511,7 @@ class Segment:
         wrapper id of each input slot."""
         if s == 0 and self.rel0 and e > 0:
             slots = self.slots0
-            n = self.nslots0[e - 1]
+            n = bisect.bisect_left(self.first0, e)
             return tuple(self.sigs0[:e]), (list(slots) if n == len(slots)
                                            else list(itertools.islice(slots, n)))
         return self._relative(s, e)
