@@ -82,8 +82,9 @@ def run(rp: Replay) -> None:
             plain = g.plain and template is g.template
             try:
                 if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
-                    tensors = [bufs[r] if type(r) is tuple else ext_buf[id(r)]
-                               for r in refs]
+                    tensors = []  # (a loop: a comprehension is a call per op)
+                    for r in refs:
+                        tensors.append(bufs[r] if type(r) is tuple else ext_buf[id(r)])
                     args, kwargs = (tuple(tensors), {}) if plain else rebuild_call(template,
                                                                                   tensors)
                     out = rerun(f, args, kwargs, tensors, core)

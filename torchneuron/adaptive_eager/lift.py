@@ -234,11 +234,28 @@ def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
         for w, r in fl:
             floats.append(r)
             where.append((i, w))
-    out = (tuple(skel), floats, where)
+    out = (_Skeleton(skel), floats, where)
     if len(_SKELETONS) >= _KEEP_SKELETONS:
         _SKELETONS.clear()
     _SKELETONS[ids] = (sigs, out)  # (``sigs`` kept: no other object takes their ids)
     return out
+
+
+class _Skeleton(tuple):
+    """A skeleton: a tuple of ops that hashes once.
+
+    Why: the lifter looks its state up by skeleton (``Lifter.lift``: a pop and a store
+    for every closed window, every step), and a tuple hashes every op's description down
+    to the shapes each time: two such hashes of a training step's ops cost about 3% of
+    an eager step's host instructions. The skeleton of a step is the same object every
+    step (``_skeleton`` keeps it), so its hash is computed once. It equals, and hashes as,
+    the plain tuple of the same ops."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("hash")
+        if h is None:
+            h = self.__dict__["hash"] = tuple.__hash__(self)
+        return h
 
 
 def _blank_of(sig: OpSig) -> tuple[OpSig, list, OpSig]:

@@ -37,6 +37,7 @@ from torchneuron.adaptive_eager.signature import Call, Unsupported, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
 from torchneuron.device._registration import keep_dispatch_rule_answers
 from torchneuron.device.tensor import NeuronTensor
+from torchneuron.dispatch import run_op
 from torchneuron.dispatch.oprecord import OpRecord, record
 from torchneuron.hardware import get_core, settings
 
@@ -249,15 +250,21 @@ class Runtime(Ledger):
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
-        out = run_eagerly(func, args, kwargs, tensors)
-        leaves = trail.outputs(op, out, tensors) if op is not None else None
-        if leaves is None:  # (not the trail's op's outputs: described in full)
+        for t in tensors:  # ``run_eagerly``, without its call
+            if type(t) is not NeuronTensor:
+                out = func(*args, **kwargs)
+                break
+        else:
+            out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
+        try:
+            struct, outs, leaves = outputs_of(out, tensors)
+        except Unsupported:
+            self.detector.end_segment()
+            return out
+        # ``trail.outputs``, without its call: the trail's op is appended as it is if
+        # ``outputs_of`` describes the outputs as its outputs (interned: identities)
+        if op is not None and (outs != op[2] or struct != op[1].result):
             op = None
-            try:
-                struct, outs, leaves = outputs_of(out, tensors)
-            except Unsupported:
-                self.detector.end_segment()
-                return out
         if written:
             with _NoTorchFunction():
                 changed = any(meta_of(t) != m for t, m in written)

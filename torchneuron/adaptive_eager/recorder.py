@@ -13,6 +13,7 @@ against it op by op and appended by reference where it repeats it (``trail``).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import weakref
 from dataclasses import dataclass, field
@@ -35,7 +36,6 @@ from torchneuron.adaptive_eager.signature import (
     ViewOut,
     build,
     describe,
-    meta_of,
 )
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
@@ -114,6 +114,7 @@ _NO_KWARGS = ("K", ())
 _SCALAR_NAMES = {bool: "bool", int: "int", str: "str", type(None): "NoneType"}
 _SLOTS = [Slot(j) for j in range(64)]  # shared: templates only read ``Slot.j``
 _N_SLOTS = len(_SLOTS)
+_SAMES = [build(SameOut, ("same", j)) for j in range(_N_SLOTS)]  # shared (values, as any)
 _OTHER = object()
 _INPUTS = [InputRef("x", j) for j in range(256)]  # shared: the refs of a window's input slots
 _N_INPUTS = len(_INPUTS)
@@ -182,25 +183,34 @@ def outputs_of(result: Any, tensors: list[torch.Tensor]) -> tuple[str, tuple, li
             if r is None:
                 outs.append(None)
                 continue
-            if not isinstance(r, NeuronTensor) or r._buffer is None:
+            if type(r) is not NeuronTensor and not isinstance(r, NeuronTensor) \
+                    or r._buffer is None:
                 raise Unsupported("an output that is not a neuron tensor")
-            for j, t in enumerate(tensors):
+            j = 0
+            for t in tensors:
                 if t is r:
-                    outs.append(build(SameOut, ("same", j)))
+                    outs.append(_SAMES[j] if j < _N_SLOTS else build(SameOut, ("same", j)))
                     break
+                j += 1
             else:
-                if ptrs is None:
-                    ptrs = [t._buffer.untyped_storage().data_ptr() for t in tensors]  # type: ignore[union-attr]
+                if ptrs is None:  # (a loop: a comprehension is a call)
+                    ptrs = []
+                    for t in tensors:
+                        ptrs.append(t._buffer.untyped_storage().data_ptr())  # type: ignore[union-attr]
                 storage = r._buffer.untyped_storage()
                 # (an empty storage's pointer is null, as an empty input's is: a new empty
                 # result, of any dtype, is no view of an input)
-                ptr = storage.data_ptr() if storage.nbytes() else -1
-                for j, p in enumerate(ptrs):
+                nbytes = storage.nbytes()
+                ptr = storage.data_ptr() if nbytes else -1
+                meta = build(Meta, (tuple(r.shape), r.stride(), r.storage_offset(), r.dtype))
+                j = 0
+                for p in ptrs:
                     if p == ptr:
-                        outs.append(build(ViewOut, ("view", meta_of(r), j)))
+                        outs.append(build(ViewOut, ("view", meta, j)))
                         break
+                    j += 1
                 else:
-                    outs.append(build(NewOut, ("new", meta_of(r), storage.nbytes())))
+                    outs.append(build(NewOut, ("new", meta, nbytes)))
         return struct, tuple(outs), leaves
 
 
@@ -327,7 +337,9 @@ class Segment:
     seq: int = 0  # the next entry's stream position
     sigs0: list[OpSig] = field(default_factory=list)  # per entry: its OpSig from the start
     slots0: dict[int, int] = field(default_factory=dict)  # input vid -> slot, from the start
-    nslots0: list[int] = field(default_factory=list)  # per entry: slots used up to it
+    # per input slot from the start: the entry that first used it (ascending; the slots
+    # of the entries before ``e`` are the first ``bisect_left(first0, e)``)
+    first0: list[int] = field(default_factory=list)
     rel0: bool = True  # sigs0 / slots0 hold (no drop, no value produced twice)
     ops: list[tuple] = field(default_factory=list)  # per entry: its interned op (``_op_of``)
     # the stream this segment follows (``trail``): (first op, its ops, their sigs0), the
@@ -393,23 +405,20 @@ class Segment:
         vids = []
         refs = []
         if rel0:
-            base = self.entries[0].seq if n else seq
             slots = self.slots0
-            vrefs = _VREFS
         for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
             v = t.__dict__.get("_ae_vid")
             vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
             vids.append(vid)
             if rel0:  # ``_relative``'s reference, for the window from the start
                 p = src.get(vid)
-                if p is not None and p[0] >= base:
-                    i = p[0] - base
-                    refs.append(vrefs[i][p[1]] if i < len(vrefs) and p[1] < 8
-                                else _vref(i, p[1]))
+                if p is not None:  # (its reference from the start, kept when produced)
+                    refs.append(p[2])
                 else:
                     j = slots.get(vid)
                     if j is None:
                         j = slots[vid] = len(slots)
+                        self.first0.append(n)
                     refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
         wrefs = []
         k = 0
@@ -427,7 +436,10 @@ class Segment:
                 else:  # a new wrapper (most outputs): a value never seen
                     vid = next(_vids)
                     d["_ae_vid"] = (vid, id(r))
-                src[vid] = (seq, k)
+                # (seq, output, its reference from the start while ``rel0`` holds: every
+                # value in ``src`` is then from this segment, the start is entry 0)
+                src[vid] = (seq, k, (_VREFS[n][k] if n < len(_VREFS) and k < 8
+                                     else _vref(n, k)) if rel0 else None)
                 token = d.get("_ae_alive")
                 if token is None:
                     token = d["_ae_alive"] = _Alive()
@@ -445,7 +457,6 @@ class Segment:
                 self.sigs0.append(tr[2][n])
             else:
                 self.sigs0.append(_sig_of(func, op[1], outs, refs))
-            self.nslots0.append(len(slots))
 
     def clear(self) -> None:
         ops = self.ops
@@ -461,7 +472,7 @@ class Segment:
         self.src.clear()
         self.wrefs.clear()
         self.slots0.clear()
-        self.nslots0.clear()
+        self.first0.clear()
         self.rel0 = True
 
     def _keep_trail(self, ops: list[tuple]) -> None:
@@ -488,7 +499,7 @@ class Segment:
         self.rel0 = False  # (the start moved: ``relative`` builds its signatures)
         self.sigs0.clear()
         self.slots0.clear()
-        self.nslots0.clear()
+        self.first0.clear()
 
     def keys(self, start: int = 0) -> list[int]:
         """Hashes of the static signatures from ``start`` (for finding periods)."""
@@ -500,7 +511,7 @@ class Segment:
         wrapper id of each input slot."""
         if s == 0 and self.rel0 and e > 0:
             slots = self.slots0
-            n = self.nslots0[e - 1]
+            n = bisect.bisect_left(self.first0, e)
             return tuple(self.sigs0[:e]), (list(slots) if n == len(slots)
                                            else list(itertools.islice(slots, n)))
         return self._relative(s, e)

@@ -219,8 +219,11 @@ def rebuild_call(template: tuple, tensors: list[Any]) -> tuple[tuple, dict]:
     the arguments aten ops take (slots and scalars at the top level): every deferred op of
     a replay is rebuilt so when it runs."""
     atemp, ktemp = template
-    args = tuple([tensors[a.j] if type(a) is Slot
-                  else rebuild(a, tensors) if type(a) in _NESTED else a for a in atemp])
+    flat = []  # (a loop: a comprehension is a call)
+    for a in atemp:
+        tp = type(a)
+        flat.append(tensors[a.j] if tp is Slot else rebuild(a, tensors) if tp in _NESTED else a)
+    args = tuple(flat)
     if not ktemp:
         return args, {}
     return args, {k: tensors[a.j] if type(a) is Slot
