@@ -5,13 +5,11 @@ Eager's bits depend on the path ATen (``ATEN_CPU_CAPABILITY``: default, avx2, av
 and oneDNN (``ONEDNN_MAX_CPU_ISA``: SSE41 ... AVX10_1_512) choose on the CPU they run on,
 and CI runs on whatever machine it gets (``tests/cpu_paths.py``: the paths, the files).
 The suite itself runs at this machine's own path; here the bit-for-bit files
-(``BIT_FILES``) run again at every other ATen capability the CPU supports, each with
-the lowest oneDNN level a CPU of that capability has (``default`` with SSE41, ``avx2``
-with AVX2), and the tests that run oneDNN (``ONEDNN_TESTS``) run again at the oneDNN
-levels in between whose float kernels differ (on an Intel Xeon with AVX-512 FP16: AVX,
-AVX512_CORE, AVX512_CORE_BF16), each with its CPU's ATen capability: a lowering tuned to
-one path fails here on the machine it was written on. ``tools/cpu_paths.py`` runs the
-files at every pair (too long for ``make test``) and prints a table.
+(``BIT_FILES``) run again at ATen's ``default`` with oneDNN at SSE41 (the lowest paths of
+both), and the tests that run oneDNN (``ONEDNN_TESTS``) at an AVX2 CPU's pair and at
+AVX512_CORE_BF16 (``_paths``): a lowering tuned to one path fails here on the machine it
+was written on. ``tools/cpu_paths.py`` runs the files at every pair (too long for
+``make test``) and prints a table.
 
 Tests marked ``same_on_every_cpu`` are left out of the reruns: they assert a static
 refusal (the graph then runs eagerly, eager against eager), integer math, metadata or a
@@ -38,11 +36,16 @@ from tests.cpu_paths import (
     path_env,
 )
 
-# oneDNN levels that add only int8 dot products (VNNI) to the level below: their float
-# kernels are that level's (measured: float32 and half convolutions, products, LSTM and
-# gelu gave the same bits at AVX2 and AVX2_VNNI, at AVX512_CORE and AVX512_CORE_VNNI), and
-# no bit-for-bit test quantizes. tools/cpu_paths.py still runs them.
-_INT8_ONLY = ("AVX2_VNNI", "AVX512_CORE_VNNI")
+# The paths a rerun in `make test` takes, within its budget (10 minutes on 2 cores; the
+# reruns were half the suite's CPU time with every file at avx2 too, and three oneDNN
+# levels). Every file runs again at ATen's ``default`` with oneDNN at SSE41, the farthest
+# path from an AVX-512 CPU's (scalar loops: 13 failures there found in sweep 8); the tests
+# that run oneDNN (``ONEDNN_TESTS``) at an AVX2 CPU's pair and at AVX512_CORE_BF16 (an
+# AVX-512 CPU without FP16, like the AMD EPYC CI may run on) when this CPU offers them
+# and they are not its own. ``python tools/cpu_paths.py --paths all`` runs every file at
+# every pair (the rest: avx2 with every file, AVX, AVX512_CORE, the VNNI levels).
+_WHOLE = ("default",)
+_ONEDNN_IN_SUITE = ("AVX2", "AVX512_CORE_BF16")
 
 
 def _paths() -> tuple[list[tuple[str, dict[str, str]]], list[tuple[str, dict[str, str]]]]:
@@ -54,12 +57,13 @@ def _paths() -> tuple[list[tuple[str, dict[str, str]]], list[tuple[str, dict[str
     levels = onednn_levels()
     whole: dict[str, tuple[str, str | None]] = {}
     for cap in aten_capabilities():
-        if cap != own:  # the lowest oneDNN level of a CPU with that capability
+        if cap != own and cap in _WHOLE:  # the lowest oneDNN level of a CPU with that cap
             level = next((lv for lv in levels if aten_for(lv) == cap), None)
             whole[f"{cap}+{level or 'ONEDNN'}"] = (cap, level)
     ran = {level for _, level in whole.values()}
     onednn = {f"{aten_for(lv)}+{lv}": (aten_for(lv), lv) for lv in levels[:-1]
-              if lv not in ran and lv not in _INT8_ONLY and aten_for(lv) in aten_capabilities()}
+              if lv in _ONEDNN_IN_SUITE and lv not in ran
+              and aten_for(lv) in aten_capabilities()}
     return ([(name, path_env(*pair)) for name, pair in sorted(whole.items())],
             [(name, path_env(*pair)) for name, pair in sorted(onednn.items())])
 

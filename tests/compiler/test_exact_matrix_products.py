@@ -70,8 +70,9 @@ def test_vector_times_batch_takes_eagers_path(shapes: tuple) -> None:
     torch_compile_matches_eager(torch.matmul, a, b, grad=True)
 
 
-@pytest.mark.parametrize("shapes", [((5, 5, 5), (1, 5, 5)), ((1, 4, 3), (6, 3, 2))])
-@pytest.mark.parametrize("grads", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize(("shapes", "grads"), [
+    (((5, 5, 5), (1, 5, 5)), (False, False)), (((5, 5, 5), (1, 5, 5)), (True, False)),
+    (((5, 5, 5), (1, 5, 5)), (False, True)), (((1, 4, 3), (6, 3, 2)), (False, True))])
 def test_batch_of_one_takes_eagers_path(shapes: tuple, grads: tuple) -> None:
     """A 3-D by 3-D ``matmul`` with a batch of 1: ATen broadcasts plain tensors into a
     ``bmm``, but squeezes the batch of 1 into one ``mm`` for an operand that requires grad

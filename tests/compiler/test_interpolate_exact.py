@@ -104,7 +104,7 @@ def test_half_resize_gives_eagers_bits(dtype: torch.dtype, mode: str) -> None:
     bits_equal(xd.grad.cpu(), xc.grad)
 
 
-@pytest.mark.parametrize("size", [(3, 3), (2, 3), (5, 3)])
+@pytest.mark.parametrize("size", [(3, 3), (5, 3)])
 def test_area_and_adaptive_average_pooling_2d(size: tuple) -> None:
     """``interpolate(mode="area")`` is ``_adaptive_avg_pool2d``: PyTorch's decomposition
     averaged equal windows with one ``mean`` where eager's loop sums each window and
