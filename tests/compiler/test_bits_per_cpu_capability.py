@@ -36,7 +36,7 @@ from tests.cpu_paths import (
     path_env,
 )
 
-# The paths a rerun in `make test` takes, within its budget (10 minutes on 2 cores; the
+# The paths a rerun in `make test` takes, cut for its budget (10 minutes on 2 cores; the
 # reruns were half the suite's CPU time with every file at avx2 too, and three oneDNN
 # levels). Every file runs again at ATen's ``default`` with oneDNN at SSE41, the farthest
 # path from an AVX-512 CPU's (scalar loops: 13 failures there found in sweep 8); the tests
