@@ -38,39 +38,34 @@ from torch._C import DispatchKey
 
 from torchneuron.device import plain_paths
 
-__all__ = ["REPLACED", "UNDECOMPOSED", "undecomposed"]
+__all__ = ["WHILE_TRACING", "undecomposed"]
 
 aten = torch.ops.aten
-# (op, the dispatch key of the Python kernel taken away)
-UNDECOMPOSED = (
-    (aten.softshrink.default, DispatchKey.Autograd),
-    (aten.hardshrink.default, DispatchKey.Autograd),
-    (aten.multi_margin_loss.default, DispatchKey.Autograd),
-    (aten.matmul.default, DispatchKey.CompositeImplicitAutograd),
+# (op, the dispatch key of its Python kernel, the kernel there while a trace runs: None
+# for PyTorch's taken away)
+WHILE_TRACING = (
+    (aten.softshrink.default, DispatchKey.Autograd, None),
+    (aten.hardshrink.default, DispatchKey.Autograd, None),
+    (aten.multi_margin_loss.default, DispatchKey.Autograd, None),
+    (aten.matmul.default, DispatchKey.CompositeImplicitAutograd, plain_paths.matmul),
 )
-# (op, key, the Python kernel put there while a trace runs)
-REPLACED = ((aten.matmul.default, DispatchKey.CompositeImplicitAutograd, plain_paths.matmul),)
 
 
 @contextlib.contextmanager
 def undecomposed() -> Iterator[None]:
-    """While inside: the ops of ``UNDECOMPOSED`` have no Python kernel at their key, those of
-    ``REPLACED`` have theirs (PyTorch's restored after)."""
+    """While inside: the ops of ``WHILE_TRACING`` have the Python kernel it names at their
+    key, or none (PyTorch's restored after)."""
     saved: list[tuple[Any, Any, Any]] = []
-    for op, key in UNDECOMPOSED:
-        kernel = op.py_kernels.pop(key, None)
-        if kernel is not None:
-            saved.append((op, key, kernel))
-            op._dispatch_cache.clear()
-    for op, key, kernel in REPLACED:
-        op.py_kernels[key] = kernel
+    for op, key, ours in WHILE_TRACING:
+        saved.append((op, key, op.py_kernels.pop(key, None)))
+        if ours is not None:
+            op.py_kernels[key] = ours
         op._dispatch_cache.clear()
     try:
         yield
     finally:
-        for op, key, _ in REPLACED:
+        for op, key, theirs in saved:
             op.py_kernels.pop(key, None)
-            op._dispatch_cache.clear()
-        for op, key, kernel in saved:
-            op.py_kernels[key] = kernel
+            if theirs is not None:
+                op.py_kernels[key] = theirs
             op._dispatch_cache.clear()
