@@ -39,6 +39,7 @@ Imports torch only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -108,16 +109,20 @@ def _prod_gradient(grad: torch.Tensor, x: torch.Tensor, result: torch.Tensor,
             return _exclusive_products(grad, x.contiguous().view(-1), 0).view_as(x)
         return _exclusive_products(grad, x, dim)
 
+    def divided() -> torch.Tensor:
+        return grad * (result / x).conj()
+
+    def pick(cond: torch.Tensor, then: Callable[[], torch.Tensor],
+             otherwise: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if is_fake(x):
+            return torch.where(cond, then(), otherwise())
+        return then() if cond else otherwise()
+
     zeros = (x == 0).sum()
     if dim is None:  # of a whole-tensor product, a second zero makes every gradient +0
-        if is_fake(x):
-            return torch.where(zeros > 1, torch.zeros_like(x), torch.where(
-                zeros == 1, safe(), grad * (result / x).conj()))
-        if zeros > 1:
-            return torch.zeros_like(x)
-    if is_fake(x):
-        return torch.where(zeros > 0, safe(), grad * (result / x).conj())
-    return safe() if zeros > 0 else grad * (result / x).conj()
+        return pick(zeros > 1, lambda: torch.zeros_like(x),
+                    lambda: pick(zeros == 1, safe, divided))
+    return pick(zeros > 0, safe, divided)
 
 
 class _Prod(torch.autograd.Function):
