@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 RESULTS ?= results
 
-.PHONY: test demo setup lint bench bench-full bench-whole bench-host bench-speed clean
+.PHONY: test test-cpus demo setup lint bench bench-full bench-whole bench-host bench-speed clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,6 +25,13 @@ setup: $(STAMP)
 # One pytest worker per core (pytest-xdist; each test is independent of the others).
 test: $(STAMP)
 	TORCHNEURON_COMPILE_LATENCY=0 $(PY) -m pytest -n auto --dist worksteal
+
+# The bit-for-bit test files again at other CPU code paths (ATen's default and avx2, every
+# oneDNN level below this CPU's), each in its own process: the tests marked cpu_paths,
+# which make test leaves out for its time. CI (.ci/run) runs both.
+test-cpus: $(STAMP)
+	TORCHNEURON_COMPILE_LATENCY=0 $(PY) -m pytest -n auto --dist worksteal -m cpu_paths \
+		tests/compiler/test_bits_per_cpu_capability.py
 
 demo: $(STAMP)
 	$(PY) examples/quickstart.py

@@ -6,10 +6,12 @@ and oneDNN (``ONEDNN_MAX_CPU_ISA``: SSE41 ... AVX10_1_512) choose on the CPU the
 and CI runs on whatever machine it gets (``tests/cpu_paths.py``: the paths, the files).
 The suite itself runs at this machine's own path; here the bit-for-bit files
 (``BIT_FILES``) run again at ATen's ``default`` with oneDNN at SSE41 (the lowest paths of
-both), and the tests that run oneDNN (``ONEDNN_TESTS``) at an AVX2 CPU's pair and at
-AVX512_CORE_BF16 (``_paths``): a lowering tuned to one path fails here on the machine it
-was written on. ``tools/cpu_paths.py`` runs the files at every pair (too long for
-``make test``) and prints a table.
+both) and at an AVX2 CPU's pair, and the tests that run oneDNN (``ONEDNN_TESTS``) at every
+other oneDNN level the CPU offers (``_paths``): a lowering tuned to one path fails here on
+the machine it was written on. These tests are marked ``cpu_paths``: ``make test`` leaves
+them out (about 600 CPU-seconds, half its budget), ``make test-cpus`` runs them, and
+``.ci/run`` runs both. ``tools/cpu_paths.py`` runs the files at every pair and prints a
+table.
 
 Tests marked ``same_on_every_cpu`` are left out of the reruns: they assert a static
 refusal (the graph then runs eagerly, eager against eager), integer math, metadata or a
@@ -36,16 +38,14 @@ from tests.cpu_paths import (
     path_env,
 )
 
-# The paths a rerun in `make test` takes, cut for its budget (10 minutes on 2 cores; the
-# reruns were half the suite's CPU time with every file at avx2 too, and three oneDNN
-# levels). Every file runs again at ATen's ``default`` with oneDNN at SSE41, the farthest
-# path from an AVX-512 CPU's (scalar loops: 13 failures there found in sweep 8); the tests
-# that run oneDNN (``ONEDNN_TESTS``) at an AVX2 CPU's pair and at AVX512_CORE_BF16 (an
-# AVX-512 CPU without FP16, like the AMD EPYC CI may run on) when this CPU offers them
-# and they are not its own. ``python tools/cpu_paths.py --paths all`` runs every file at
-# every pair (the rest: avx2 with every file, AVX, AVX512_CORE, the VNNI levels).
-_WHOLE = ("default",)
-_ONEDNN_IN_SUITE = ("AVX2", "AVX512_CORE_BF16")
+# The paths of the reruns. Every file runs again at ATen's ``default`` with oneDNN at SSE41,
+# the farthest path from an AVX-512 CPU's (scalar loops: 13 failures there found in sweep
+# 8), and at ``avx2`` with oneDNN at AVX2 (an AVX2-only CPU's pair); the tests that run
+# oneDNN (``ONEDNN_TESTS``) at every other level this CPU offers below its own (oneDNN's
+# blocking, so its sums' order, changes with the level: an AVX-512 EPYC without FP16 runs
+# AVX512_CORE_BF16). ``python tools/cpu_paths.py --paths all`` runs every file at every
+# pair.
+_WHOLE = ("default", "avx2")
 
 
 def _paths() -> tuple[list[tuple[str, dict[str, str]]], list[tuple[str, dict[str, str]]]]:
@@ -62,15 +62,14 @@ def _paths() -> tuple[list[tuple[str, dict[str, str]]], list[tuple[str, dict[str
             whole[f"{cap}+{level or 'ONEDNN'}"] = (cap, level)
     ran = {level for _, level in whole.values()}
     onednn = {f"{aten_for(lv)}+{lv}": (aten_for(lv), lv) for lv in levels[:-1]
-              if lv in _ONEDNN_IN_SUITE and lv not in ran
-              and aten_for(lv) in aten_capabilities()}
+              if lv not in ran and aten_for(lv) in aten_capabilities()}
     return ([(name, path_env(*pair)) for name, pair in sorted(whole.items())],
             [(name, path_env(*pair)) for name, pair in sorted(onednn.items())])
 
 
 # The files run in this many processes per path, so pytest-xdist's workers share them
 # (in one process they were the suite's longest test: about 4 minutes on 2 loaded cores);
-# one per worker of `make test`'s two: each process pays its own start-up (torch, Dynamo,
+# one per worker of `make test-cpus`' two: each process pays its own start-up (torch, Dynamo,
 # the lowering worker) before its first test.
 CHUNKS = 2
 
@@ -98,7 +97,7 @@ _X86_LINUX = pytest.mark.skipif(
     reason="ATen's CPU capabilities and oneDNN's levels are x86-64's")
 
 
-@pytest.mark.slow
+@pytest.mark.cpu_paths
 @_X86_LINUX
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_bit_for_bit_files_pass_at_every_cpu_capability(chunk: int) -> None:
@@ -107,11 +106,11 @@ def test_bit_for_bit_files_pass_at_every_cpu_capability(chunk: int) -> None:
     assert not any(failed), "\n".join(failed)
 
 
-# one test per level, so make test's workers share them (each about 40 CPU-seconds)
+# one test per level, so make test-cpus' workers share them (each about 40 CPU-seconds)
 _ONEDNN_PATHS = dict(_paths()[1]) if sys.platform.startswith("linux") else {}
 
 
-@pytest.mark.slow
+@pytest.mark.cpu_paths
 @_X86_LINUX
 @pytest.mark.skipif(not _ONEDNN_PATHS, reason="no oneDNN level between the whole reruns'")
 @pytest.mark.parametrize("path", sorted(_ONEDNN_PATHS) or ["none"])
