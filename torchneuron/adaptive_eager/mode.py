@@ -25,7 +25,7 @@ import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchneuron.adaptive_eager import hostdata, trail
+from torchneuron.adaptive_eager import hostdata, trail, trailrun
 from torchneuron.adaptive_eager.detect import PERIOD_CHECKS, Detector
 from torchneuron.adaptive_eager.growing import NEW
 from torchneuron.adaptive_eager.ledger import Ledger
@@ -164,7 +164,7 @@ class Runtime(Ledger):
                 return self.refused_op(func, args, kwargs)
             seg = self.segment
             tr = seg.trail
-            tensors = None
+            tensors = template = None
             if tr is not None:  # the trail's op (``trail``) if the call is it
                 n = len(seg.entries)
                 op = tr[1][n] if n < len(tr[1]) else None
@@ -175,7 +175,8 @@ class Runtime(Ledger):
                     if fn:
                         tensors = []
                         with _NoTorchFunction():
-                            if fn(args, kwargs, tensors, _NO_LIFTED) is None:
+                            template = fn(args, kwargs, tensors, _NO_LIFTED)
+                            if template is None:
                                 tensors = None
                     elif fn is None:
                         tensors = trail.check(op, args, kwargs)
@@ -202,7 +203,7 @@ class Runtime(Ledger):
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
                     return out
-            return self.record(func, args, kwargs, static, tensors, rec, op)
+            return self.record(func, args, kwargs, static, tensors, rec, op, template)
 
     def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
@@ -242,20 +243,35 @@ class Runtime(Ledger):
         return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
-               tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None) -> Any:
+               tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None,
+               template: Any = None) -> Any:
         """Run the op eagerly and append it to the segment. ``op``: the trail's op the call
         was checked against (``trail.check``), appended as it is if the outputs are its
-        outputs too."""
+        outputs too; ``template``: the check's answer (its flat check's), if it had one.
+        An op that is the trail's, with the trail's dataflow (``trailrun.follows``), runs
+        on buffers with eager's facts (``trailrun``)."""
         written = None
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
-        for t in tensors:  # ``run_eagerly``, without its call
-            if type(t) is not NeuronTensor:
-                out = func(*args, **kwargs)
-                break
-        else:
-            out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
+        seg = self.segment
+        flow = None
+        out = trailrun.NOT_RUN
+        if template is not None:
+            tr = seg.trail
+            n = len(seg.entries)
+            if tr is not None and n < len(tr[2]) and tr[1][n] is op:
+                flow = trailrun.follows(seg, tensors, tr[2][n])
+                if flow is not None:
+                    out = trailrun.run(flow[4], func, args, kwargs, tensors, template,
+                                       op[5][1], self.index)  # type: ignore[index]
+        if out is trailrun.NOT_RUN:
+            for t in tensors:  # ``run_eagerly``, without its call
+                if type(t) is not NeuronTensor:
+                    out = func(*args, **kwargs)
+                    break
+            else:
+                out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
         try:
             struct, outs, leaves = outputs_of(out, tensors)
         except Unsupported:
@@ -274,9 +290,8 @@ class Runtime(Ledger):
         core = get_core(self.index)
         core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
         self.counts["ops_recorded"] += 1
-        seg = self.segment
         if op is not None:
-            seg.append_op(op, tensors, leaves)
+            seg.append_op(op, tensors, leaves, flow)
         else:
             static = seg.append(func, static, struct, tensors, outs, leaves)
         # (the interned ``static``: the growing detector compares three steps' per op)

@@ -45,6 +45,7 @@ def _check_of(op: tuple) -> Any:
         # the op is appended)
         g = _guard(0, OpSig(func, static, (), outs), _NO_INDEX_CHECKS)
         got = box[0] = g.check if g.check is not None else False
+        box[1] = g.plain
     return got
 
 

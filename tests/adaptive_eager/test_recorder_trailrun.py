@@ -1,0 +1,99 @@
+"""An op recorded on its trail runs on buffers with eager's facts (``adaptive_eager.trailrun``,
+issue 20, deliverable 4): the same kernels, simulated charges, memory accounting and
+executed-op counts as running it through eager dispatch, which it skips, and the same
+recording.
+
+A loop is recorded (no region ever hot) with and without that path (``facts_of``
+answering None sends every op through eager dispatch, as before): every step's simulated
+time, the peak of simulated memory, the ops counted as executed, the losses and the
+parameters, and everything recording learned (regions, counters, explain()) must be
+identical, and the path must have been taken.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.loops import make_loop
+from torchneuron import adaptive_eager as ae
+from torchneuron.adaptive_eager import recorder, trailrun
+from torchneuron.adaptive_eager.signature import InputRef
+from torchneuron.device.tensor import wrap_buffer
+from torchneuron.dispatch import executed_ops, reset_op_tracking
+from torchneuron.hardware import get_core
+from torchneuron.hardware.core import reset as reset_cores
+from torchneuron.hardware.settings import override
+
+STEPS = 8
+
+
+def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    reset_cores()
+    reset_op_tracking()
+    torch.manual_seed(0)
+    loop = make_loop(name, "eager")
+    core = get_core(0)
+    taken = [0]
+    run = trailrun.run
+
+    def counted(*args: object) -> object:
+        out = run(*args)  # type: ignore[arg-type]
+        taken[0] += out is not trailrun.NOT_RUN
+        return out
+
+    monkeypatch.setattr(trailrun, "run", counted)
+    times, losses = [], []
+    ae.reset()
+    with ae.enabled():
+        for _ in range(STEPS):
+            t0 = core.now
+            losses.append(loop.step().cpu())
+            times.append(core.now - t0)
+        stats = ae.stats()
+    assert stats["ops_recorded"] > 0 and stats["replays"] == 0, stats
+    regions = [(r.key, r.state, r.times_seen, r.hot_count) for r in ae.regions()]
+    params = [p.detach().cpu().clone() for p in loop.model.state_dict().values()]
+    return (times, core.memory.peak, executed_ops(), losses, params, stats, regions,
+            ae.explain(), taken[0])
+
+
+@pytest.mark.parametrize("name", ["res_mlp", "cnn"])
+def test_an_op_on_its_trail_runs_and_is_recorded_as_through_eager_dispatch(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with override(ae_hot_threshold=10**9, cache=False):
+        got = _run(name, monkeypatch)
+        monkeypatch.setattr(trailrun, "facts_of", lambda *a: None)
+        monkeypatch.setattr(trailrun, "_FACTS", {})  # (none kept from the first run)
+        want = _run(name, monkeypatch)
+    # from the third step on nearly every op is on its trail
+    assert got[-1] > got[5]["ops_recorded"] // 2 and want[-1] == 0, (got[-1], got[5])
+    times, peak, executed, losses, params, stats, regions, explain, _ = got
+    assert times == want[0]
+    assert peak == want[1]
+    assert executed == want[2]
+    assert all(torch.equal(a, b) for a, b in zip(losses, want[3], strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(params, want[4], strict=True))
+    assert (stats, regions, explain) == want[5:8]
+
+
+def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch() -> None:
+    """Eager's key tells two arguments that are one buffer apart from two buffers, so the
+    facts found for ``add(x0, x1)`` with two buffers are not those of a call whose two
+    tensors share one (and are not kept from such a call either); an argument on
+    another device is eager dispatch's to refuse."""
+    add = torch.ops.aten.add.Tensor
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    x, y = wrap_buffer(a, 0), wrap_buffer(b, 0)
+    call, template, tensors = recorder.static_of(add, (x, y), {})
+    struct, outs, _ = recorder.outputs_of(add(x, y), tensors)
+    op = recorder._op_of(add, call, struct, outs)
+    sig = recorder._sig_of(add, op[1], outs, (InputRef("x", 0), InputRef("x", 1)))
+    x2 = wrap_buffer(a, 0)  # another tensor over x's buffer
+    assert trailrun.run(sig, add, (x, x2), {}, [x, x2], template, True, 0) is trailrun.NOT_RUN
+    assert id(sig) not in trailrun._FACTS  # (not kept from that call)
+    z = wrap_buffer(b, 1)
+    assert trailrun.run(sig, add, (x, z), {}, [x, z], template, True, 0) is trailrun.NOT_RUN
+    out = trailrun.run(sig, add, (x, y), {}, [x, y], template, True, 0)
+    assert torch.equal(out.cpu(), a + b) and out is not x and out is not y
+    assert trailrun.run(sig, add, (x, x2), {}, [x, x2], template, True, 0) is trailrun.NOT_RUN
