@@ -90,10 +90,35 @@ def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch
     op = recorder._op_of(add, call, struct, outs)
     sig = recorder._sig_of(add, op[1], outs, (InputRef("x", 0), InputRef("x", 1)))
     x2 = wrap_buffer(a, 0)  # another tensor over x's buffer
-    assert trailrun.run(sig, add, (x, x2), {}, [x, x2], template, True, 0) is trailrun.NOT_RUN
+    assert trailrun.run(sig, op, (x, x2), {}, [x, x2], template, 0) is trailrun.NOT_RUN
     assert id(sig) not in trailrun._FACTS  # (not kept from that call)
     z = wrap_buffer(b, 1)
-    assert trailrun.run(sig, add, (x, z), {}, [x, z], template, True, 0) is trailrun.NOT_RUN
-    out = trailrun.run(sig, add, (x, y), {}, [x, y], template, True, 0)
-    assert torch.equal(out.cpu(), a + b) and out is not x and out is not y
-    assert trailrun.run(sig, add, (x, x2), {}, [x, x2], template, True, 0) is trailrun.NOT_RUN
+    assert trailrun.run(sig, op, (x, z), {}, [x, z], template, 0) is trailrun.NOT_RUN
+    op[5][1] = True  # (the template is the two tensors: what the trail's check says)
+    out, leaves = trailrun.run(sig, op, (x, y), {}, [x, y], template, 0)
+    assert torch.equal(out.cpu(), a + b) and out is not x and out is not y and leaves == [out]
+    assert trailrun.run(sig, op, (x, x2), {}, [x, x2], template, 0) is trailrun.NOT_RUN
+
+
+def test_an_output_is_taken_for_the_trail_ops_exactly_when_outputs_of_describes_it_so() -> None:
+    """``trailrun._single`` says, without describing it, whether ``outputs_of`` would
+    describe an op's one output as the trail op's: the argument itself, a view of the
+    first argument whose storage it is, or a new value, with its metadata and size."""
+    a = torch.randn(4, 6)
+    x, y = wrap_buffer(a, 0), wrap_buffer(a[1:], 0)  # y: a view of x's storage
+    e = wrap_buffer(torch.randn(0, 6), 0)
+    results = [x, y, x.t(), y.t(), x + 1, (x + 1).t(), x[1:], x[:3], e, e + 1, x.double(),
+               wrap_buffer(torch.randn(5, 6)[:4], 0)]  # (x + 1 with more bytes)
+    lists = ([x], [y], [x, y], [y, x], [e, x], [e], [x, e])
+    # every description of every result, for every list of arguments
+    candidates = list(dict.fromkeys(recorder.outputs_of(r, ts)[1][0]
+                                    for ts in lists for r in results))
+    for tensors in lists:
+        bufs = [t._buffer for t in tensors]
+        for res in results:
+            described = recorder.outputs_of(res, tensors)[1][0]
+            for o in candidates:
+                if o[0] != "new" and o[-1] >= len(tensors):  # (the trail op's arity is the call's)
+                    continue
+                want = [res] if described == o else None
+                assert trailrun._single(o, res, tensors, bufs) == want, (res.shape, o)

@@ -255,7 +255,7 @@ class Runtime(Ledger):
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         seg = self.segment
-        flow = None
+        flow = leaves = None
         out = trailrun.NOT_RUN
         if template is not None:
             tr = seg.trail
@@ -263,8 +263,10 @@ class Runtime(Ledger):
             if tr is not None and n < len(tr[2]) and tr[1][n] is op:
                 flow = trailrun.follows(seg, tensors, tr[2][n])
                 if flow is not None:
-                    out = trailrun.run(flow[4], func, args, kwargs, tensors, template,
-                                       op[5][1], self.index)  # type: ignore[index]
+                    got = trailrun.run(flow[4], op, args, kwargs, tensors, template,  # type: ignore[arg-type]
+                                       self.index)
+                    if got is not trailrun.NOT_RUN:
+                        out, leaves = got
         if out is trailrun.NOT_RUN:
             for t in tensors:  # ``run_eagerly``, without its call
                 if type(t) is not NeuronTensor:
@@ -272,15 +274,16 @@ class Runtime(Ledger):
                     break
             else:
                 out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
-        try:
-            struct, outs, leaves = outputs_of(out, tensors)
-        except Unsupported:
-            self.detector.end_segment()
-            return out
-        # ``trail.outputs``, without its call: the trail's op is appended as it is if
-        # ``outputs_of`` describes the outputs as its outputs (interned: identities)
-        if op is not None and (outs != op[2] or struct != op[1].result):
-            op = None
+        if leaves is None:  # (else the outputs are the trail op's: ``trailrun._single``)
+            try:
+                struct, outs, leaves = outputs_of(out, tensors)
+            except Unsupported:
+                self.detector.end_segment()
+                return out
+            # ``trail.outputs``, without its call: the trail's op is appended as it is if
+            # ``outputs_of`` describes the outputs as its outputs (interned: identities)
+            if op is not None and (outs != op[2] or struct != op[1].result):
+                op = None
         if written:
             with _NoTorchFunction():
                 changed = any(meta_of(t) != m for t, m in written)

@@ -44,13 +44,16 @@ _FACTS: dict[int, tuple[OpSig, Facts | None, int]] = {}
 _KEPT = 1 << 16  # (all forgotten at once past this)
 
 
-def run(sig: OpSig, func: Any, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
-        template: Any, plain: bool, index: int) -> Any:
-    """The result of ``func(*args, **kwargs)`` run on buffers with eager's facts for
-    ``sig`` (the trail's signature of the op from the segment's start, which the call
-    has), or ``NOT_RUN``. ``tensors``: the neuron tensor arguments in order;
-    ``template``: the call with ``Slot``s for them (the trail check's answer);
-    ``plain``: the template is those tensors in order and nothing else."""
+def run(sig: OpSig, op: tuple, args: tuple, kwargs: dict, tensors: list[torch.Tensor],
+        template: Any, index: int) -> Any:
+    """``(result, leaves)`` of ``func(*args, **kwargs)`` run on buffers with eager's facts
+    for ``sig`` (the trail's signature of the op from the segment's start, which the call
+    has), or ``NOT_RUN``. ``op``: the trail's interned op there (``recorder._op_of``);
+    ``leaves``: the result's output leaves if ``recorder.outputs_of`` would describe them
+    as ``op``'s outputs (``_single``), else None (the caller describes them).
+    ``tensors``: the neuron tensor arguments in order; ``template``: the call with
+    ``Slot``s for them (the trail check's answer)."""
+    func = op[0]
     bufs = []  # (a loop: a comprehension is a call)
     same = {}
     for t in tensors:
@@ -76,14 +79,50 @@ def run(sig: OpSig, func: Any, args: tuple, kwargs: dict, tensors: list[torch.Te
     if facts is None or (facts.rec.is_view and _inference_mode()) \
             or _get_dispatch_mode(_FAKE) is not None:
         return NOT_RUN
-    if plain:
+    if op[5][1]:  # (the template is the tensors in order: ``guard.OpGuard.plain``)
         out = rerun(facts, tuple(bufs), {}, bufs, get_core(index))
     else:
         uargs, ukwargs = rebuild_call(template, bufs)
         out = rerun(facts, uargs, ukwargs, bufs, get_core(index))
     if type(out) is _Tensor:
-        return _wrap_one(out, same, index, True)
-    return _wrap_outputs(out, same, index)
+        res = _wrap_one(out, same, index, True)
+        return res, (_single(op[2][0], res, tensors, bufs) if op[1].result == "single"
+                     else None)
+    return _wrap_outputs(out, same, index), None
+
+
+def _single(o: Any, res: torch.Tensor, tensors: list[torch.Tensor],
+            bufs: list[torch.Tensor]) -> list | None:
+    """``[res]`` if ``recorder.outputs_of(res, tensors)`` describes the one output
+    ``res`` as ``o`` (the trail op's), else None; without building the description.
+    ``bufs``: the arguments' buffers. A new wrapper's metadata is its buffer's
+    (``wrap_buffer``), read there, below any ``__torch_function__``."""
+    tag = o[0]
+    if tag == "same":  # (an earlier argument that is it has the same reference: the trail's)
+        return [res] if res is tensors[o[1]] else None
+    for t in tensors:
+        if t is res:
+            return None
+    b = res._buffer
+    m = o[1]
+    if b.dtype is not m[3] or b.storage_offset() != m[2] or b.stride() != m[1] \
+            or b.shape != m[0]:
+        return None
+    storage = b.untyped_storage()
+    nbytes = storage.nbytes()
+    ptr = storage.data_ptr() if nbytes else -1  # (as ``outputs_of``: empty is no view)
+    if tag == "new":
+        if nbytes != o[2]:
+            return None
+        for x in bufs:
+            if x.untyped_storage().data_ptr() == ptr:
+                return None
+        return [res]
+    j = o[2]  # a view of argument j, the first whose storage it is
+    for i in range(j):
+        if bufs[i].untyped_storage().data_ptr() == ptr:
+            return None
+    return [res] if bufs[j].untyped_storage().data_ptr() == ptr else None
 
 
 def follows(seg: Segment, tensors: list[torch.Tensor], sig: OpSig) -> tuple | None:
