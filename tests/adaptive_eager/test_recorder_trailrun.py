@@ -39,7 +39,7 @@ def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
 
     def counted(*args: object) -> object:
         out = run(*args)  # type: ignore[arg-type]
-        taken[0] += out is not trailrun.NOT_RUN
+        taken[0] += out is not None and out[1] is not trailrun.NOT_RUN
         return out
 
     monkeypatch.setattr(trailrun, "run", counted)
@@ -90,15 +90,22 @@ def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch
     op = recorder._op_of(add, call, struct, outs)
     sig = recorder._sig_of(add, op[1], outs, (InputRef("x", 0), InputRef("x", 1)))
     x2 = wrap_buffer(a, 0)  # another tensor over x's buffer
-    assert trailrun.run(sig, op, (x, x2), {}, [x, x2], template, 0) is trailrun.NOT_RUN
-    assert id(sig) not in trailrun._FACTS  # (not kept from that call)
     z = wrap_buffer(b, 1)
-    assert trailrun.run(sig, op, (x, z), {}, [x, z], template, 0) is trailrun.NOT_RUN
-    op[5][1] = True  # (the template is the two tensors: what the trail's check says)
-    out, leaves = trailrun.run(sig, op, (x, y), {}, [x, y], template, 0)
-    assert torch.equal(out.cpu(), a + b) and out is not x and out is not y and leaves == [out]
-    assert trailrun.run(sig, op, (x, x2), {}, [x, x2], template, 0) is trailrun.NOT_RUN
 
+    def run(*tensors: torch.Tensor) -> object:
+        got = trailrun.run(recorder.Segment(), sig, op, tensors, {}, list(tensors), template, 0)
+        assert got is not None and got[0][2] == [recorder.vid_of(t) for t in tensors]
+        return got[1:]
+
+    assert run(x, x2)[0] is trailrun.NOT_RUN
+    assert id(sig) not in trailrun._FACTS  # (not kept from that call)
+    assert run(x, z)[0] is trailrun.NOT_RUN
+    op[5][1] = True  # (the template is the two tensors: what the trail's check says)
+    out, leaves = run(x, y)
+    assert torch.equal(out.cpu(), a + b) and out is not x and out is not y and leaves == [out]
+    assert run(x, x2)[0] is trailrun.NOT_RUN
+    # the same tensor twice is not the trail's dataflow (two input slots)
+    assert trailrun.run(recorder.Segment(), sig, op, (x, x), {}, [x, x], template, 0) is None
 
 def test_an_output_is_taken_for_the_trail_ops_exactly_when_outputs_of_describes_it_so() -> None:
     """``trailrun._single`` says, without describing it, whether ``outputs_of`` would
@@ -122,3 +129,46 @@ def test_an_output_is_taken_for_the_trail_ops_exactly_when_outputs_of_describes_
                     continue
                 want = [res] if described == o else None
                 assert trailrun._single(o, res, tensors, bufs) == want, (res.shape, o)
+
+
+def test_an_op_whose_dataflow_is_not_the_trails_is_recorded_with_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps that are the same ops on the same metadata but take their arguments from
+    other values of the step (the operands of a sum swapped, an input used before or
+    after another) every other step: each closed segment's signatures from its start are
+    those its entries give (``Segment._relative``), the ops whose dataflow is the trail's
+    ran on it, and the others did not."""
+    from torchneuron.adaptive_eager.detect import Detector
+
+    closed = []
+    end_segment = Detector.end_segment
+
+    def seen(self: Detector, boundary: bool = True) -> None:
+        seg = self.ledger.segment
+        if seg.entries:
+            n = len(seg)
+            closed.append(seg.relative(0, n))
+            assert closed[-1] == seg._relative(0, n)
+        end_segment(self, boundary)
+
+    ran = [0, 0]  # ops on the trail: with its dataflow, without
+    run = trailrun.run
+
+    def counted(*args: object) -> object:
+        out = run(*args)  # type: ignore[arg-type]
+        ran[out is None] += 1
+        return out
+
+    monkeypatch.setattr(Detector, "end_segment", seen)
+    monkeypatch.setattr(trailrun, "run", counted)
+    x = torch.randn(4, 4).to("neuron")
+    w = torch.randn(4, 4).to("neuron")
+    ae.reset()
+    with override(ae_hot_threshold=10**9), ae.enabled():
+        for i in range(8):
+            a, b = (x, w) if i % 2 else (w, x)
+            h1, h2 = a * 2.0, b * 3.0
+            s = h1 + h2 if i % 4 < 2 else h2 + h1
+            (s @ (a if i % 3 else b)).sum().cpu()
+    assert ran[0] > 0 and ran[1] > 0, ran
+    assert len(closed) == 8 and closed[3] != closed[1] and closed[2] != closed[0]

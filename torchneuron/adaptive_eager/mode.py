@@ -248,7 +248,7 @@ class Runtime(Ledger):
         """Run the op eagerly and append it to the segment. ``op``: the trail's op the call
         was checked against (``trail.check``), appended as it is if the outputs are its
         outputs too; ``template``: the check's answer (its flat check's), if it had one.
-        An op that is the trail's, with the trail's dataflow (``trailrun.follows``), runs
+        An op that is the trail's, with the trail's dataflow, runs
         on buffers with eager's facts (``trailrun``)."""
         written = None
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
@@ -261,12 +261,10 @@ class Runtime(Ledger):
             tr = seg.trail
             n = len(seg.entries)
             if tr is not None and n < len(tr[2]) and tr[1][n] is op:
-                flow = trailrun.follows(seg, tensors, tr[2][n])
-                if flow is not None:
-                    got = trailrun.run(flow[4], op, args, kwargs, tensors, template,  # type: ignore[arg-type]
-                                       self.index)
-                    if got is not trailrun.NOT_RUN:
-                        out, leaves = got
+                got = trailrun.run(seg, tr[2][n], op, args, kwargs, tensors,  # type: ignore[arg-type]
+                                   template, self.index)
+                if got is not None:
+                    flow, out, leaves = got
         if out is trailrun.NOT_RUN:
             for t in tensors:  # ``run_eagerly``, without its call
                 if type(t) is not NeuronTensor:

@@ -349,7 +349,7 @@ class Segment:
     whole: bool = True  # ``ops`` are all since the segment's start (no ``drop``)
     # id(first op) -> trails of segments that began with it, most recent first
     trails: dict[int, list[tuple]] = field(default_factory=dict)
-    gen: int = 0  # segments cleared or dropped from so far (``trailrun.follows`` is for one)
+    gen: int = 0  # segments cleared or dropped from so far (``trailrun.run``'s flow is for one)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -395,8 +395,8 @@ class Segment:
         found without describing the op again when the caller checked it against the
         trail (``trail.check``). The op's signature from the start is the trail's when its
         references are (the same interned object ``_sig_of`` would find). ``flow``:
-        ``trailrun.follows``' answer for the op, if the caller has it (used if the
-        segment is still the one it was found for)."""
+        ``trailrun.run``'s flow for the op, if the caller has it (used if the segment is
+        still the one it was found for)."""
         func, outs = op[0], op[2]
         seq = self.seq
         n = len(self.entries)
