@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchneuron.adaptive_eager import hostdata, trail, trailrun
 from torchneuron.adaptive_eager.detect import PERIOD_CHECKS, Detector
-from torchneuron.adaptive_eager.growing import NEW
+from torchneuron.adaptive_eager.growing import _MAX_STEP_OPS, NEW
 from torchneuron.adaptive_eager.ledger import Ledger
 from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
@@ -289,14 +289,26 @@ class Runtime(Ledger):
                 self.detector.end_segment()
                 return out
         core = get_core(self.index)
-        core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
+        tl = core.timeline
+        ns = core.profile.record_ns
+        if type(ns) is int and ns >= 0:  # ``tl.host(ns, "record")``, without its call
+            tl.host_ns += ns
+            by = tl.host_by_category
+            by["record"] = by.get("record", 0) + ns
+            if tl.observers:
+                tl.emit("host", "record", tl.host_ns - ns, tl.host_ns)
+        else:  # (a profile's own value: converted or refused there)
+            tl.host(ns, "record")
         self.counts["ops_recorded"] += 1
         if op is not None:
             seg.append_op(op, tensors, leaves, flow)
         else:
             static = seg.append(func, static, struct, tensors, outs, leaves)
         # (the interned ``static``: the growing detector compares three steps' per op)
-        self.growing.saw(func, static)
+        g = self.growing  # ``g.saw(func, static)``, without its call
+        if g.pos < _MAX_STEP_OPS:
+            g.chunks.append((None, func, static))
+        g.pos += 1
         n = len(seg.entries)
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):

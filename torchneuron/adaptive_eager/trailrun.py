@@ -124,7 +124,9 @@ def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
         uargs, ukwargs = rebuild_call(template, bufs)
         out = rerun(facts, uargs, ukwargs, bufs, get_core(index))
     if type(out) is _Tensor:
-        res = _wrap_one(out, same, index, True)
+        res = same.get(id(out))  # (an argument's buffer: the argument, as ``_wrap_one``)
+        if res is None:
+            res = _wrap_one(out, same, index, True)
         return flow, res, (_single(op[2][0], res, tensors, bufs) if op[1].result == "single"
                            else None)
     return flow, _wrap_outputs(out, same, index), None
