@@ -25,9 +25,9 @@ import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchneuron.adaptive_eager import hostdata, trail
+from torchneuron.adaptive_eager import hostdata, trail, trailrun
 from torchneuron.adaptive_eager.detect import PERIOD_CHECKS, Detector
-from torchneuron.adaptive_eager.growing import NEW
+from torchneuron.adaptive_eager.growing import _MAX_STEP_OPS, NEW
 from torchneuron.adaptive_eager.ledger import Ledger
 from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
@@ -164,7 +164,7 @@ class Runtime(Ledger):
                 return self.refused_op(func, args, kwargs)
             seg = self.segment
             tr = seg.trail
-            tensors = None
+            tensors = template = None
             if tr is not None:  # the trail's op (``trail``) if the call is it
                 n = len(seg.entries)
                 op = tr[1][n] if n < len(tr[1]) else None
@@ -175,7 +175,8 @@ class Runtime(Ledger):
                     if fn:
                         tensors = []
                         with _NoTorchFunction():
-                            if fn(args, kwargs, tensors, _NO_LIFTED) is None:
+                            template = fn(args, kwargs, tensors, _NO_LIFTED)
+                            if template is None:
                                 tensors = None
                     elif fn is None:
                         tensors = trail.check(op, args, kwargs)
@@ -202,7 +203,7 @@ class Runtime(Ledger):
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
                     return out
-            return self.record(func, args, kwargs, static, tensors, rec, op)
+            return self.record(func, args, kwargs, static, tensors, rec, op, template)
 
     def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
@@ -242,29 +243,45 @@ class Runtime(Ledger):
         return func(*args, **kwargs)
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
-               tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None) -> Any:
+               tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None,
+               template: Any = None) -> Any:
         """Run the op eagerly and append it to the segment. ``op``: the trail's op the call
         was checked against (``trail.check``), appended as it is if the outputs are its
-        outputs too."""
+        outputs too; ``template``: the check's answer (its flat check's), if it had one.
+        An op that is the trail's, with the trail's dataflow, runs
+        on buffers with eager's facts (``trailrun``)."""
         written = None
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
             with _NoTorchFunction():  # (metadata reads as ``static_of``'s)
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
-        for t in tensors:  # ``run_eagerly``, without its call
-            if type(t) is not NeuronTensor:
-                out = func(*args, **kwargs)
-                break
-        else:
-            out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
-        try:
-            struct, outs, leaves = outputs_of(out, tensors)
-        except Unsupported:
-            self.detector.end_segment()
-            return out
-        # ``trail.outputs``, without its call: the trail's op is appended as it is if
-        # ``outputs_of`` describes the outputs as its outputs (interned: identities)
-        if op is not None and (outs != op[2] or struct != op[1].result):
-            op = None
+        seg = self.segment
+        flow = leaves = None
+        out = trailrun.NOT_RUN
+        if template is not None:
+            tr = seg.trail
+            n = len(seg.entries)
+            if tr is not None and n < len(tr[2]) and tr[1][n] is op:
+                got = trailrun.run(seg, tr[2][n], op, args, kwargs, tensors,  # type: ignore[arg-type]
+                                   template, self.index)
+                if got is not None:
+                    flow, out, leaves = got
+        if out is trailrun.NOT_RUN:
+            for t in tensors:  # ``run_eagerly``, without its call
+                if type(t) is not NeuronTensor:
+                    out = func(*args, **kwargs)
+                    break
+            else:
+                out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
+        if leaves is None:  # (else the outputs are the trail op's: ``trailrun._single``)
+            try:
+                struct, outs, leaves = outputs_of(out, tensors)
+            except Unsupported:
+                self.detector.end_segment()
+                return out
+            # ``trail.outputs``, without its call: the trail's op is appended as it is if
+            # ``outputs_of`` describes the outputs as its outputs (interned: identities)
+            if op is not None and (outs != op[2] or struct != op[1].result):
+                op = None
         if written:
             with _NoTorchFunction():
                 changed = any(meta_of(t) != m for t, m in written)
@@ -272,15 +289,26 @@ class Runtime(Ledger):
                 self.detector.end_segment()
                 return out
         core = get_core(self.index)
-        core.timeline.host(core.profile.record_ns, "record")  # (``core.host``)
+        tl = core.timeline
+        ns = core.profile.record_ns
+        if type(ns) is int and ns >= 0:  # ``tl.host(ns, "record")``, without its call
+            tl.host_ns += ns
+            by = tl.host_by_category
+            by["record"] = by.get("record", 0) + ns
+            if tl.observers:
+                tl.emit("host", "record", tl.host_ns - ns, tl.host_ns)
+        else:  # (a profile's own value: converted or refused there)
+            tl.host(ns, "record")
         self.counts["ops_recorded"] += 1
-        seg = self.segment
         if op is not None:
-            seg.append_op(op, tensors, leaves)
+            seg.append_op(op, tensors, leaves, flow)
         else:
             static = seg.append(func, static, struct, tensors, outs, leaves)
         # (the interned ``static``: the growing detector compares three steps' per op)
-        self.growing.saw(func, static)
+        g = self.growing  # ``g.saw(func, static)``, without its call
+        if g.pos < _MAX_STEP_OPS:
+            g.chunks.append((None, func, static))
+        g.pos += 1
         n = len(seg.entries)
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):

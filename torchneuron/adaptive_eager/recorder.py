@@ -276,8 +276,9 @@ class Entry(NamedTuple):
 # signatures are tuples of the same objects (compared by identity first). Values are
 # unchanged: an interned record equals (and prints as) the one it stands for.
 # (func, call, struct, outs) -> (func, Static, outs, blind key, call, [fast check]): the
-# last item is a one-item list, the op's check built once by ``trail.check`` (None: not
-# built yet, False: the op has no flat check)
+# last item is a list, the op's check built once by ``trail.check`` (None: not built yet,
+# False: the op has no flat check) and whether the check's template is the tensors in
+# order and nothing else (``guard.OpGuard.plain``)
 _OPS: dict[tuple, tuple] = {}
 _SIGS: dict[tuple, OpSig] = {}  # (ids of func, Static, outs; refs) -> the OpSig of them
 _KEPT = 1 << 16  # records kept per table (all forgotten at once past this)
@@ -294,7 +295,7 @@ def _op_of(func: Any, call: tuple, struct: str, outs: tuple) -> tuple:
         if len(_OPS) >= _KEPT:
             _OPS.clear()
         static = build(Static, (*call, struct))
-        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call, [None])
+        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call, [None, False])
     return op
 
 
@@ -348,6 +349,7 @@ class Segment:
     whole: bool = True  # ``ops`` are all since the segment's start (no ``drop``)
     # id(first op) -> trails of segments that began with it, most recent first
     trails: dict[int, list[tuple]] = field(default_factory=dict)
+    gen: int = 0  # segments cleared or dropped from so far (``trailrun.run``'s flow is for one)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -387,11 +389,14 @@ class Segment:
             self.trail = None
         return None
 
-    def append_op(self, op: tuple, tensors: list[torch.Tensor], leaves: list) -> None:
+    def append_op(self, op: tuple, tensors: list[torch.Tensor], leaves: list,
+                  flow: tuple | None = None) -> None:
         """Record an op given as its interned op (``_op_of``): what ``append`` stores,
         found without describing the op again when the caller checked it against the
         trail (``trail.check``). The op's signature from the start is the trail's when its
-        references are (the same interned object ``_sig_of`` would find)."""
+        references are (the same interned object ``_sig_of`` would find). ``flow``:
+        ``trailrun.run``'s flow for the op, if the caller has it (used if the segment is
+        still the one it was found for)."""
         func, outs = op[0], op[2]
         seq = self.seq
         n = len(self.entries)
@@ -402,24 +407,33 @@ class Segment:
         self.seq += 1
         src = self.src
         rel0 = self.rel0
-        vids = []
-        refs = []
         if rel0:
             slots = self.slots0
-        for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
-            v = t.__dict__.get("_ae_vid")
-            vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
-            vids.append(vid)
-            if rel0:  # ``_relative``'s reference, for the window from the start
-                p = src.get(vid)
-                if p is not None:  # (its reference from the start, kept when produced)
-                    refs.append(p[2])
-                else:
-                    j = slots.get(vid)
-                    if j is None:
-                        j = slots[vid] = len(slots)
-                        self.first0.append(n)
-                    refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
+        sig = None  # the op's signature from the start, if ``flow`` gives it
+        if flow is not None and flow[0] == self.gen and flow[1] == n and rel0:
+            vids = flow[2]
+            sig = flow[4]
+            if flow[3] is not None:  # (its new input slots)
+                for vid in flow[3]:
+                    slots[vid] = len(slots)
+                    self.first0.append(n)
+        else:
+            vids = []
+            refs = []
+            for t in tensors:  # ``vid_of``, without its call for a wrapper seen before
+                v = t.__dict__.get("_ae_vid")
+                vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)
+                vids.append(vid)
+                if rel0:  # ``_relative``'s reference, for the window from the start
+                    p = src.get(vid)
+                    if p is not None:  # (its reference from the start, kept when produced)
+                        refs.append(p[2])
+                    else:
+                        j = slots.get(vid)
+                        if j is None:
+                            j = slots[vid] = len(slots)
+                            self.first0.append(n)
+                        refs.append(_INPUTS[j] if j < _N_INPUTS else InputRef("x", j))
         wrefs = []
         k = 0
         for out in outs:
@@ -450,7 +464,9 @@ class Segment:
         self.entries.append(build(Entry, (func, op[1], tuple(vids), outs, seq, op[3])))
         self.ops.append(op)
         self.wrefs.append(tuple(wrefs))
-        if rel0:
+        if rel0 and sig is not None:
+            self.sigs0.append(sig)
+        elif rel0:
             refs = tuple(refs)
             tr = self.trail
             if tr is not None and n < len(tr[2]) and tr[1][n] is op and tr[2][n].refs == refs:
@@ -468,6 +484,7 @@ class Segment:
             self.sigs0.clear()
         self.trail = None
         self.whole = True
+        self.gen += 1
         self.entries.clear()
         self.src.clear()
         self.wrefs.clear()
@@ -492,6 +509,7 @@ class Segment:
         """Forget the first ``k`` entries (closed as regions); values they produced count
         as inputs of later windows from now on."""
         del self.entries[:k]
+        self.gen += 1
         del self.wrefs[:k]
         del self.ops[:k]
         self.trail = None  # (positions moved: not followed, nor kept, until the next start)

@@ -36,15 +36,17 @@ _NO_INDEX_CHECKS: frozenset = frozenset()
 
 def _check_of(op: tuple) -> Any:
     """The flat check of interned op ``op`` (``guard._generate``), built on first use and
-    kept in the op (its last item), or False if the op has none."""
+    kept in the op (its last item, with whether the check's template is the tensors in
+    order, which ``trailrun`` runs the op with), or False if the op has none."""
     box = op[5]
     got = box[0]
     if got is None:
         func, static, outs = op[0], op[1], op[2]
-        # (no references: only the arguments are checked here, the dataflow is found as
-        # the op is appended)
+        # (no references: only the arguments are checked here, the dataflow is found
+        # before the op runs, ``trailrun.run``, or as it is appended)
         g = _guard(0, OpSig(func, static, (), outs), _NO_INDEX_CHECKS)
         got = box[0] = g.check if g.check is not None else False
+        box[1] = g.plain
     return got
 
 

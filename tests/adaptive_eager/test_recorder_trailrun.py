@@ -1,0 +1,174 @@
+"""An op recorded on its trail runs on buffers with eager's facts (``adaptive_eager.trailrun``,
+issue 20, deliverable 4): the same kernels, simulated charges, memory accounting and
+executed-op counts as running it through eager dispatch, which it skips, and the same
+recording.
+
+A loop is recorded (no region ever hot) with and without that path (``facts_of``
+answering None sends every op through eager dispatch, as before): every step's simulated
+time, the peak of simulated memory, the ops counted as executed, the losses and the
+parameters, and everything recording learned (regions, counters, explain()) must be
+identical, and the path must have been taken.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.loops import make_loop
+from torchneuron import adaptive_eager as ae
+from torchneuron.adaptive_eager import recorder, trailrun
+from torchneuron.adaptive_eager.signature import InputRef
+from torchneuron.device.tensor import wrap_buffer
+from torchneuron.dispatch import executed_ops, reset_op_tracking
+from torchneuron.hardware import get_core
+from torchneuron.hardware.core import reset as reset_cores
+from torchneuron.hardware.settings import override
+
+STEPS = 8
+
+
+def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    reset_cores()
+    reset_op_tracking()
+    torch.manual_seed(0)
+    loop = make_loop(name, "eager")
+    core = get_core(0)
+    taken = [0]
+    run = trailrun.run
+
+    def counted(*args: object) -> object:
+        out = run(*args)  # type: ignore[arg-type]
+        taken[0] += out is not None and out[1] is not trailrun.NOT_RUN
+        return out
+
+    monkeypatch.setattr(trailrun, "run", counted)
+    times, losses = [], []
+    ae.reset()
+    with ae.enabled():
+        for _ in range(STEPS):
+            t0 = core.now
+            losses.append(loop.step().cpu())
+            times.append(core.now - t0)
+        stats = ae.stats()
+    assert stats["ops_recorded"] > 0 and stats["replays"] == 0, stats
+    regions = [(r.key, r.state, r.times_seen, r.hot_count) for r in ae.regions()]
+    params = [p.detach().cpu().clone() for p in loop.model.state_dict().values()]
+    return (times, core.memory.peak, executed_ops(), losses, params, stats, regions,
+            ae.explain(), taken[0])
+
+
+@pytest.mark.parametrize("name", ["res_mlp", "cnn"])
+def test_an_op_on_its_trail_runs_and_is_recorded_as_through_eager_dispatch(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with override(ae_hot_threshold=10**9, cache=False):
+        got = _run(name, monkeypatch)
+        monkeypatch.setattr(trailrun, "facts_of", lambda *a: None)
+        monkeypatch.setattr(trailrun, "_FACTS", {})  # (none kept from the first run)
+        want = _run(name, monkeypatch)
+    # from the third step on nearly every op is on its trail
+    assert got[-1] > got[5]["ops_recorded"] // 2 and want[-1] == 0, (got[-1], got[5])
+    times, peak, executed, losses, params, stats, regions, explain, _ = got
+    assert times == want[0]
+    assert peak == want[1]
+    assert executed == want[2]
+    assert all(torch.equal(a, b) for a, b in zip(losses, want[3], strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(params, want[4], strict=True))
+    assert (stats, regions, explain) == want[5:8]
+
+
+def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch() -> None:
+    """Eager's key tells two arguments that are one buffer apart from two buffers, so the
+    facts found for ``add(x0, x1)`` with two buffers are not those of a call whose two
+    tensors share one (and are not kept from such a call either); an argument on
+    another device is eager dispatch's to refuse."""
+    add = torch.ops.aten.add.Tensor
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    x, y = wrap_buffer(a, 0), wrap_buffer(b, 0)
+    call, template, tensors = recorder.static_of(add, (x, y), {})
+    struct, outs, _ = recorder.outputs_of(add(x, y), tensors)
+    op = recorder._op_of(add, call, struct, outs)
+    sig = recorder._sig_of(add, op[1], outs, (InputRef("x", 0), InputRef("x", 1)))
+    x2 = wrap_buffer(a, 0)  # another tensor over x's buffer
+    z = wrap_buffer(b, 1)
+
+    def run(*tensors: torch.Tensor) -> object:
+        got = trailrun.run(recorder.Segment(), sig, op, tensors, {}, list(tensors), template, 0)
+        assert got is not None and got[0][2] == [recorder.vid_of(t) for t in tensors]
+        return got[1:]
+
+    assert run(x, x2)[0] is trailrun.NOT_RUN
+    assert id(sig) not in trailrun._FACTS  # (not kept from that call)
+    assert run(x, z)[0] is trailrun.NOT_RUN
+    op[5][1] = True  # (the template is the two tensors: what the trail's check says)
+    out, leaves = run(x, y)
+    assert torch.equal(out.cpu(), a + b) and out is not x and out is not y and leaves == [out]
+    assert run(x, x2)[0] is trailrun.NOT_RUN
+    # the same tensor twice is not the trail's dataflow (two input slots)
+    assert trailrun.run(recorder.Segment(), sig, op, (x, x), {}, [x, x], template, 0) is None
+
+def test_an_output_is_taken_for_the_trail_ops_exactly_when_outputs_of_describes_it_so() -> None:
+    """``trailrun._single`` says, without describing it, whether ``outputs_of`` would
+    describe an op's one output as the trail op's: the argument itself, a view of the
+    first argument whose storage it is, or a new value, with its metadata and size."""
+    a = torch.randn(4, 6)
+    x, y = wrap_buffer(a, 0), wrap_buffer(a[1:], 0)  # y: a view of x's storage
+    e = wrap_buffer(torch.randn(0, 6), 0)
+    results = [x, y, x.t(), y.t(), x + 1, (x + 1).t(), x[1:], x[:3], e, e + 1, x.double(),
+               wrap_buffer(torch.randn(5, 6)[:4], 0)]  # (x + 1 with more bytes)
+    lists = ([x], [y], [x, y], [y, x], [e, x], [e], [x, e])
+    # every description of every result, for every list of arguments
+    candidates = list(dict.fromkeys(recorder.outputs_of(r, ts)[1][0]
+                                    for ts in lists for r in results))
+    for tensors in lists:
+        bufs = [t._buffer for t in tensors]
+        for res in results:
+            described = recorder.outputs_of(res, tensors)[1][0]
+            for o in candidates:
+                if o[0] != "new" and o[-1] >= len(tensors):  # (the trail op's arity is the call's)
+                    continue
+                want = [res] if described == o else None
+                assert trailrun._single(o, res, tensors, bufs) == want, (res.shape, o)
+
+
+def test_an_op_whose_dataflow_is_not_the_trails_is_recorded_with_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps that are the same ops on the same metadata but take their arguments from
+    other values of the step (the operands of a sum swapped, an input used before or
+    after another) every other step: each closed segment's signatures from its start are
+    those its entries give (``Segment._relative``), the ops whose dataflow is the trail's
+    ran on it, and the others did not."""
+    from torchneuron.adaptive_eager.detect import Detector
+
+    closed = []
+    end_segment = Detector.end_segment
+
+    def seen(self: Detector, boundary: bool = True) -> None:
+        seg = self.ledger.segment
+        if seg.entries:
+            n = len(seg)
+            closed.append(seg.relative(0, n))
+            assert closed[-1] == seg._relative(0, n)
+        end_segment(self, boundary)
+
+    ran = [0, 0]  # ops on the trail: with its dataflow, without
+    run = trailrun.run
+
+    def counted(*args: object) -> object:
+        out = run(*args)  # type: ignore[arg-type]
+        ran[out is None] += 1
+        return out
+
+    monkeypatch.setattr(Detector, "end_segment", seen)
+    monkeypatch.setattr(trailrun, "run", counted)
+    x = torch.randn(4, 4).to("neuron")
+    w = torch.randn(4, 4).to("neuron")
+    ae.reset()
+    with override(ae_hot_threshold=10**9), ae.enabled():
+        for i in range(8):
+            a, b = (x, w) if i % 2 else (w, x)
+            h1, h2 = a * 2.0, b * 3.0
+            s = h1 + h2 if i % 4 < 2 else h2 + h1
+            (s @ (a if i % 3 else b)).sum().cpu()
+    assert ran[0] > 0 and ran[1] > 0, ran
+    assert len(closed) == 8 and closed[3] != closed[1] and closed[2] != closed[0]
