@@ -52,3 +52,18 @@ def test_half_linear_cross_entropy_of_a_1d_input_is_eagers_bits() -> None:
         "2d": lambda x, w, b, cw, xs, ts: F.linear_cross_entropy(
             xs, w, ts, linear_bias=b, label_smoothing=0.1, reduction="none"),
     }, x, w, b, cw, xs, ts)
+
+
+def test_chunked_linear_cross_entropy_of_probabilities_is_eagers_bits() -> None:
+    """With ``options`` but class probabilities, ``F.linear_cross_entropy`` takes its
+    reference path, whose ``F.linear`` the mode must see too (bfloat16 1-d inputs: the
+    sweep's ``.chunked`` and ``.chunked_none`` were LAST-BIT, 39.0 for eager's 39.25)."""
+    g = torch.Generator().manual_seed(3)
+    b16 = torch.bfloat16
+    x, w = torch.randn(8, generator=g).to(b16), torch.randn(8, 8, generator=g).to(b16)
+    bias, cw = (torch.randn(8, generator=g) * 5).to(b16), torch.rand(8, generator=g).to(b16)
+    probs = torch.rand(8, generator=g).softmax(0).to(b16)
+    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+    cases_match_eager({r: lambda x, w, p, b, cw, r=r: F.linear_cross_entropy(
+        x, w, p, linear_bias=b, weight=cw, reduction=r, options=opts)
+        for r in ("sum", "none")}, x, w, probs, bias, cw)

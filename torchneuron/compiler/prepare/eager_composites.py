@@ -107,7 +107,8 @@ def eager_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor,
                                target: torch.Tensor, bias: torch.Tensor | None,
                                class_weight: torch.Tensor | None, reduction: str,
                                ignore_index: int, label_smoothing: float) -> torch.Tensor:
-    """``F.linear_cross_entropy``'s reference path (no ``options``, a 2-d weight):
+    """``F.linear_cross_entropy``'s reference path (a 2-d weight; no ``options``, or
+    ``options`` the chunked op does not take: class probabilities, label smoothing):
     ``cross_entropy(linear(...))`` with the linear as ``eager_linear``. Why: this mode is
     off while a call it passes on runs, so the ``F.linear`` inside went to functorch's
     (a float16 1-d input's product and bias add rounded twice: the exact sweep's float16
@@ -127,9 +128,11 @@ def _linear_ce_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any,
     a = bound.arguments
     x, w, t, b = a["input"], a["linear_weight"], a["target"], a["linear_bias"]
     tensors = [v for v in (x, w, t, b, a["weight"]) if v is not None]
-    if a["options"] is not None or not all(
-            isinstance(v, torch.Tensor) and v.layout == torch.strided for v in tensors):
+    if not all(isinstance(v, torch.Tensor) and v.layout == torch.strided for v in tensors):
         return None
+    if a["options"] is not None and a["reduction"] in ("mean", "sum", "none") \
+            and a["label_smoothing"] == 0.0 and t.dtype == torch.int64:
+        return None  # (the chunked op, a custom op of its own)
     if x.dim() not in (1, 2) or w.dim() != 2 or x.shape[-1] != w.shape[-1] \
             or (b is not None and tuple(b.shape) != (w.shape[0],)):
         return None
