@@ -328,11 +328,15 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # bilinear sampling at grid points (four taps weighted in eager's order)
     EagerKernel(("grid_sampler_2d", "grid_sampler_2d_backward"), "elementwise", vector=6,
                 scalar=0),
-    # LAPACK's factorizations and solves (blocked, in LAPACK's order)
+    # LAPACK's factorizations and solves (blocked, in LAPACK's order), and the
+    # determinants on its LU (decomp/lu's unrolled LU is not LAPACK's order: the exact
+    # all-samples sweep's linalg.det of [3, 5, 5] was off in the last bit, slogdet and
+    # logdet of 5x5 to 12x12 matrices alike)
     EagerKernel(("linalg_cholesky_ex", "cholesky", "geqrf", "linalg_lu_factor_ex", "linalg_lu",
                  "linalg_lu_solve", "lu_solve", "triangular_solve", "linalg_solve_triangular",
                  "ormqr", "linalg_householder_product", "linalg_qr", "linalg_inv_ex",
-                 "cholesky_solve", "cholesky_inverse", "linalg_solve_ex", "_linalg_solve_ex"),
+                 "cholesky_solve", "cholesky_inverse", "linalg_solve_ex", "_linalg_solve_ex",
+                 "_linalg_det", "linalg_det", "_linalg_slogdet", "linalg_slogdet"),
                 "reduce", vector=8, scalar=0, probe=_lapack_probe),
     # Found by the sweep after them: ``bilinear``'s sum of products (``_trilinear``, in
     # eager's order: 2 of 5 elements off); an embedding bag with per-sample weights (each

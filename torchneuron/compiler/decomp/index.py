@@ -246,6 +246,7 @@ def take(x: torch.Tensor, index: torch.Tensor) -> Any:
     return torch.gather(flat, 0, idx).reshape(index.shape)
 
 
+_MAX_FOLD = 256  # positions a segment reduction's fold steps through (one where() each)
 _SEGMENT_EMPTY = {"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf, "mean": math.nan}
 
 
@@ -254,10 +255,14 @@ def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | N
                    indices: torch.Tensor | None = None, offsets: torch.Tensor | None = None,
                    axis: int = 0, unsafe: bool = False, initial: Any = None) -> Any:
     """Consecutive segments along ``axis`` (lengths / offsets with the leading dims of
-    data as batch dims): a segment-by-position mask, the reduction's identity outside it,
-    one reduce. ``initial`` joins every segment (mean: (initial + sum) / length) and is
-    an empty segment's value; without it an empty segment gives sum 0, prod 1, max -inf,
-    min inf, mean NaN, as ATen."""
+    data as batch dims): a segment-by-position mask. max and min: the reduction's
+    identity outside it, one reduce. sum, mean and prod: eager's scalar loop folds a
+    segment's elements one by one into ``initial`` (0, or 1 for prod, without it), so the
+    fold here steps through the positions in order (one reduce summed in another order:
+    the exact sweep's ``_segment_reduce`` was off in the last bit, 8 of 90 samples);
+    axes longer than ``_MAX_FOLD`` are not decomposed (refused). mean divides the fold
+    by the length. ``initial`` is an empty segment's value; without it an empty segment
+    gives sum 0, prod 1, max -inf, min inf, mean NaN, as ATen."""
     if indices is not None or not data.dtype.is_floating_point or data.dim() == 0 \
             or reduce not in _SEGMENT_EMPTY:
         return NotImplemented
@@ -277,18 +282,21 @@ def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | N
     inside = (pos >= starts.unsqueeze(-1)) & (pos < ends.unsqueeze(-1))  # B + (S, N)
     mask = inside.reshape(*inside.shape, *trail)
     count = inside.sum(-1).reshape(*starts.shape, *trail).to(data.dtype)
-    ident = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}[reduce]
-    vals = torch.where(mask, data.unsqueeze(axis), ident)
-    if reduce == "max":
-        out = vals.amax(axis + 1)
-        out = out if initial is None else torch.maximum(out, torch.full_like(out, initial))
-    elif reduce == "min":
-        out = vals.amin(axis + 1)
-        out = out if initial is None else torch.minimum(out, torch.full_like(out, initial))
-    elif reduce == "prod":
-        out = vals.prod(axis + 1) * (1.0 if initial is None else initial)
+    if reduce in ("max", "min"):
+        vals = torch.where(mask, data.unsqueeze(axis), -math.inf if reduce == "max" else math.inf)
+        out = vals.amax(axis + 1) if reduce == "max" else vals.amin(axis + 1)
+        pick = torch.maximum if reduce == "max" else torch.minimum
+        out = out if initial is None else pick(out, torch.full_like(out, initial))
+    elif n > _MAX_FOLD:
+        return NotImplemented
     else:
-        out = vals.sum(axis + 1) + (0.0 if initial is None else initial)
+        start = (1.0 if reduce == "prod" else 0.0) if initial is None else initial
+        out = torch.full(count.shape[:axis + 1] + data.shape[axis + 1:], start,
+                         dtype=data.dtype, device=data.device)
+        for p in range(n):
+            x = data.select(axis, p).unsqueeze(axis)
+            here = inside[..., p].reshape(*starts.shape, *trail)
+            out = torch.where(here, out * x if reduce == "prod" else out + x, out)
         if reduce == "mean":
             out = out / count
     empty = _SEGMENT_EMPTY[reduce] if initial is None else float(initial)

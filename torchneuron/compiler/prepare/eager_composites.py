@@ -1,5 +1,5 @@
 """``F.linear`` and ``binary_cross_entropy_with_logits`` traced as eager's ATen computes them,
-not as functorch's older copies.
+not as functorch's older copies (and ``F.linear_cross_entropy``, whose linear is one).
 
 Why: prepare traces under ``torch.func.functionalize``, and functorch registers kernels of
 its own for its dynamic-layer key (``PyTorchOperatorHacks.cpp``) for these two composites
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["EagerComposites", "eager_linear", "eager_bce_with_logits"]
+__all__ = ["EagerComposites", "eager_linear", "eager_bce_with_logits", "eager_linear_cross_entropy"]
 
 
 def _bias_fusable(bias: torch.Tensor | None) -> bool:
@@ -96,7 +96,51 @@ class EagerComposites(TorchFunctionMode):
             call = _bce_call(args, kwargs)
             if call is not None:
                 return eager_bce_with_logits(*call)
+        elif func is F.linear_cross_entropy:
+            call = _linear_ce_call(args, kwargs)
+            if call is not None:
+                return eager_linear_cross_entropy(*call)
         return func(*args, **kwargs)
+
+
+def eager_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor,
+                               target: torch.Tensor, bias: torch.Tensor | None,
+                               class_weight: torch.Tensor | None, reduction: str,
+                               ignore_index: int, label_smoothing: float) -> torch.Tensor:
+    """``F.linear_cross_entropy``'s reference path (a 2-d weight; no ``options``, or
+    ``options`` the chunked op does not take: class probabilities, label smoothing):
+    ``cross_entropy(linear(...))`` with the linear as ``eager_linear``. Why: this mode is
+    off while a call it passes on runs, so the ``F.linear`` inside went to functorch's
+    (a float16 1-d input's product and bias add rounded twice: the exact sweep's float16
+    ``linear_cross_entropy`` was a MISMATCH, 20.906 for eager's 20.938)."""
+    logits = eager_linear(input, weight, bias)
+    logits = logits.reshape(*input.shape[:-1], weight.shape[0])
+    return F.cross_entropy(logits, target, weight=class_weight, reduction=reduction,
+                           ignore_index=ignore_index, label_smoothing=label_smoothing)
+
+
+def _linear_ce_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """``eager_linear_cross_entropy``'s arguments where the function would take its
+    reference path without raising (plain tensors, a 1-d or 2-d input, a 2-d weight of
+    its width, a bias of one row); else None (the call as made)."""
+    bound = inspect.signature(F.linear_cross_entropy).bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    x, w, t, b = a["input"], a["linear_weight"], a["target"], a["linear_bias"]
+    tensors = [v for v in (x, w, t, b, a["weight"]) if v is not None]
+    if not all(isinstance(v, torch.Tensor) and v.layout == torch.strided for v in tensors):
+        return None
+    if a["options"] is not None and a["reduction"] in ("mean", "sum", "none") \
+            and a["label_smoothing"] == 0.0 and t.dtype == torch.int64:
+        return None  # (the chunked op, a custom op of its own)
+    if x.dim() not in (1, 2) or w.dim() != 2 or x.shape[-1] != w.shape[-1] \
+            or (b is not None and tuple(b.shape) != (w.shape[0],)):
+        return None
+    ignore = a["ignore_index"]
+    if ignore is not None and tuple(t.shape) == (*x.shape[:-1], w.shape[0]):
+        return None  # (probabilities with an ignore_index: the function raises)
+    return (x, w, t, b, a["weight"], a["reduction"], -100 if ignore is None else ignore,
+            a["label_smoothing"])
 
 
 def _bce_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
