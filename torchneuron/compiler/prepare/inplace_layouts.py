@@ -29,6 +29,7 @@ __all__ = ["InPlaceLayouts"]
 
 aten = torch.ops.aten
 _SKIPPED_TAGS = (torch.Tag.inplace_view, torch.Tag.nondeterministic_seeded)
+_SKIPPED = frozenset({"copy_", "set_", "resize_", "resize_as_", "detach_"})  # (not values)
 
 
 def _packet_of(func: Any) -> Any:
@@ -44,7 +45,7 @@ def _out_of_place(func: Any) -> Any:
     """The out-of-place form of an in-place aten call (same overload or Tensor method),
     or None: not in place, an in-place view or random op, or no out-of-place form."""
     packet = _packet_of(func)
-    if packet is None or not packet.__name__.endswith("_") or packet.__name__ == "copy_":
+    if packet is None or not packet.__name__.endswith("_") or packet.__name__ in _SKIPPED:
         return None
     overloads = [getattr(packet, o) for o in packet.overloads()]
     if any(tag in op.tags for op in overloads for tag in _SKIPPED_TAGS):
@@ -71,8 +72,11 @@ class InPlaceLayouts(TorchFunctionMode):
         functional = _out_of_place(func)
         if functional is None:
             return func(*args, **kwargs)
-        out = functional(*args, **kwargs)
+        try:
+            out = functional(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - the in-place call raises eager's error, or runs
+            return func(*args, **kwargs)
         if not isinstance(out, torch.Tensor) or out.shape != self_.shape \
-                or out.stride() == self_.stride():
+                or out.dtype != self_.dtype or out.stride() == self_.stride():
             return func(*args, **kwargs)  # (the out-of-place result is left unused)
         return self_.copy_(out)
