@@ -12,6 +12,7 @@ import torch
 import torchneuron.adaptive_eager as ae
 from torchneuron.hardware import get_core
 from torchneuron.hardware import reset as reset_cores
+from torchneuron.hardware.settings import override
 
 
 def to(x: Any, device: str) -> Any:
@@ -94,3 +95,40 @@ class ReplayLog:
         if program > self._last_program:
             self.program_steps.append(step)
         self._last, self._last_program = n, program
+
+
+# Settings under which a loop's region replays its compiled program as soon as it can:
+# no modeled compile latency, no first tier (the recorded kernels issued while compiling),
+# any predicted gain enough.
+REPLAY_AT_ONCE = {"compile_latency": False, "ae_first_tier": False, "ae_min_gain_ns": 0}
+
+
+def bits_differing(want: dict[str, Any], got: dict[str, Any]) -> dict[str, str]:
+    """Each named tensor of ``want`` that ``got`` does not equal bit for bit, with how
+    many of its elements differ (names starting with ``_`` are not results)."""
+    return {k: f"{int((got[k] != v).sum())} of {v.numel()}" for k, v in want.items()
+            if not k.startswith("_") and not torch.equal(got[k], v)}
+
+
+def assert_replays_eagers_bits(loop: Callable[[ReplayLog | None], Callable[[str], dict[str, Any]]],
+                               settings: dict[str, Any] | None = None,
+                               no_divergence: bool = False) -> None:
+    """``loop(None)`` on plain CPU and ``loop(log)`` under adaptive eager on the device
+    (with ``settings``, ``REPLAY_AT_ONCE`` by default): some step replayed a compiled
+    program, every result is the CPU's bit for bit and, with ``no_divergence``, no region
+    was blacklisted (a checked replay that differed runs eagerly, with eager's bits)."""
+    cpu = run(loop(None), "cpu")
+    log = ReplayLog()
+
+    def adaptive(device: str) -> dict[str, Any]:
+        out = loop(log)(device)
+        out["_blacklisted"] = ae.stats()["regions_by_state"].get("blacklisted", 0)
+        return out
+
+    with override(**(REPLAY_AT_ONCE if settings is None else settings)):
+        got = run(adaptive, "neuron", adaptive=True)
+    if no_divergence:
+        assert got["_blacklisted"] == 0, "a region diverged from eager at its checked replay"
+    assert log.program_steps, "no step replayed a compiled program"
+    differ = bits_differing(cpu, got)
+    assert not differ, f"replayed steps differ from eager CPU: {differ}"

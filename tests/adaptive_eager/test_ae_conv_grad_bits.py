@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.adaptive_eager.harness import ReplayLog, run
+from tests.adaptive_eager.harness import ReplayLog, assert_replays_eagers_bits
 
 STEPS = 5
 
@@ -55,10 +55,4 @@ def _loop(model: torch.nn.Module, log: ReplayLog | None = None):
 @pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
 def test_replayed_convolution_gradients_are_eagers_bit_for_bit(bias: bool) -> None:
     model = _model(bias)
-    cpu = run(_loop(model), "cpu")
-    log = ReplayLog()
-    got = run(_loop(model, log), "neuron", adaptive=True)
-    assert log.program_steps, "no step replayed a compiled program"
-    differ = {k: f"{int((got[k] != v).sum())} of {v.numel()}" for k, v in cpu.items()
-              if not k.startswith("_") and not torch.equal(got[k], v)}
-    assert not differ, f"replayed gradients differ from eager: {differ}"
+    assert_replays_eagers_bits(lambda log: _loop(model, log), settings={})

@@ -19,8 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.adaptive_eager.harness import ReplayLog, keep_step, kept, run
-from torchneuron.hardware.settings import override
+from tests.adaptive_eager.harness import ReplayLog, assert_replays_eagers_bits, keep_step, kept
 
 STEPS = 4
 
@@ -64,11 +63,4 @@ def _loop(model: nn.Module, log: ReplayLog | None = None):
 def test_replayed_batch_norm_clipping_and_attention_are_eagers_bits() -> None:
     torch.manual_seed(0)
     model = _Net()
-    cpu = run(_loop(model), "cpu")
-    log = ReplayLog()
-    with override(compile_latency=False, ae_first_tier=False, ae_min_gain_ns=0):
-        got = run(_loop(model, log), "neuron", adaptive=True)
-    assert log.program_steps, "no step replayed a compiled program"
-    differ = {k: f"{int((got[k] != v).sum())} of {v.numel()}" for k, v in cpu.items()
-              if not k.startswith("_") and not torch.equal(got[k], v)}
-    assert not differ, f"replayed steps differ from eager CPU: {differ}"
+    assert_replays_eagers_bits(lambda log: _loop(model, log))

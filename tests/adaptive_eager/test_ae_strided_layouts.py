@@ -16,9 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import torchneuron.adaptive_eager as ae
-from tests.adaptive_eager.harness import ReplayLog, keep_step, kept, run
-from torchneuron.hardware.settings import override
+from tests.adaptive_eager.harness import ReplayLog, assert_replays_eagers_bits, keep_step, kept
 
 STEPS = 4
 
@@ -52,20 +50,11 @@ def _loop(model: nn.Module, log: ReplayLog | None = None):
             keep_step(out, loss, m)
             if log is not None:
                 log.mark(step)
-        blacklisted = ae.stats()["regions_by_state"].get("blacklisted", 0) if log else 0
-        return {**kept(out, m), "_blacklisted": blacklisted}
+        return kept(out, m)
     return loop
 
 
 def test_replayed_channels_last_step_is_eagers_bits_without_divergence() -> None:
     torch.manual_seed(0)
     model = _Net()
-    cpu = run(_loop(model), "cpu")
-    log = ReplayLog()
-    with override(compile_latency=False, ae_first_tier=False, ae_min_gain_ns=0):
-        got = run(_loop(model, log), "neuron", adaptive=True)
-    assert log.program_steps, "no step replayed a compiled program"
-    assert got["_blacklisted"] == 0, "a region diverged from eager at its checked replay"
-    differ = {k: f"{int((got[k] != v).sum())} of {v.numel()}" for k, v in cpu.items()
-              if not k.startswith("_") and not torch.equal(got[k], v)}
-    assert not differ, f"replayed steps differ from eager CPU: {differ}"
+    assert_replays_eagers_bits(lambda log: _loop(model, log), no_divergence=True)

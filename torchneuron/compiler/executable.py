@@ -164,6 +164,16 @@ class Executable:
             self._ir = Module.from_dict(self.program["module"])
         return self._ir
 
+    def _interpreted_module(self) -> Any:
+        """The program the interpreter runs: the compiler's, with a contiguous copy of
+        each kept input for its readers that need one (``contiguous_copies``)."""
+        from torchneuron.compiler.interpreter.contiguous_copies import with_contiguous_copies
+
+        module = self._module()
+        args = module.functions[module.entry].args
+        copied = {args[k][0] for k, _, copy in self._layouts if copy}
+        return with_contiguous_copies(module, copied, _takes_any_layout) if copied else module
+
     def run(
         self,
         inputs: list[torch.Tensor],
@@ -179,8 +189,8 @@ class Executable:
         sig = self.signature
         if self._loaded is None:
             self._random_specs = [RandomInputSpec.from_dict(s) for s in sig["random_inputs"]]
-            self._loaded = load(self._module(), self._unused_outputs())
             self._layouts = traced_layouts(self._module(), sig)
+            self._loaded = load(self._interpreted_module(), self._unused_outputs())
         specs = self._random_specs
         if len(inputs) != sig["num_user_inputs"]:
             raise ExecuteError(
@@ -197,7 +207,7 @@ class Executable:
         # (``is_contiguous`` first: a third cheaper than ``contiguous`` returning self)
         args = [a.contiguous() if isinstance(a, torch.Tensor) and not a.is_contiguous() else a
                 for a in args]  # fmt: skip
-        for k, stride in self._layouts:  # inputs that keep the layout eager's BLAS reads
+        for k, stride, _ in self._layouts:  # inputs that keep the layout eager's kernels read
             if args[k].stride() != stride:
                 args[k] = torch.empty_strided(args[k].shape, stride,
                                               dtype=args[k].dtype).copy_(args[k])
@@ -438,8 +448,9 @@ def matches_inputs(exe: Executable, example_inputs: Any) -> bool:
     return True
 
 
+_EAGER_KERNEL_CALL = "stablehlo.custom_call (eager's kernel)"  # (``_reader``)
 _LAYOUT_READERS = frozenset({"stablehlo.transpose", "stablehlo.dot_general", "stablehlo.convolution",
-                             "stablehlo.reshape", "func.return"})
+                             "stablehlo.reshape", "func.return", _EAGER_KERNEL_CALL})
 # Elementwise ops: the interpreter calls torch's own elementwise kernel on the operand as
 # it is, so a strided input takes the loop eager's kernel took on it.
 _ELEMENTWISE_READERS = frozenset(
@@ -451,11 +462,31 @@ _ELEMENTWISE_READERS = frozenset(
         "clamp")})
 
 
-def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[int, ...]]]:
-    """(input index, strides) for each user input whose traced layout the interpreter is
-    handed instead of a contiguous copy: a dense, non-contiguous one read only by ops
-    whose torch calls take any layout (``_LAYOUT_READERS``), or one with gaps between its
-    rows (a slice, a chunk of a wider tensor) read only by those and elementwise ops.
+def _reader(op: Any) -> str:
+    """The op's name, or ``_EAGER_KERNEL_CALL`` for a call of eager's own kernel (its
+    ``costed`` form, ``decomp/eager_kernels``): that call hands the kernel each operand in
+    the layout eager's had (``operand_layout.in_layout``), whatever layout it is given,
+    so it takes any."""
+    if op.name == "stablehlo.custom_call" \
+            and '"costed"' in str(op.attributes.get("backend_config", "")):
+        return _EAGER_KERNEL_CALL
+    return str(op.name)
+
+
+def _takes_any_layout(op: Any) -> bool:
+    """Whether ``op`` reads a kept input with gaps in its own layout (the others read a
+    contiguous copy: ``contiguous_copies``)."""
+    return _reader(op) in _LAYOUT_READERS | _ELEMENTWISE_READERS
+
+
+def traced_layouts(module: Any, sig: dict[str, Any]
+                   ) -> list[tuple[int, tuple[int, ...], bool]]:
+    """(input index, strides, whether other readers read a contiguous copy) for each user
+    input whose traced layout the interpreter is handed instead of a contiguous copy: a
+    dense, non-contiguous one read only by ops whose torch calls take any layout
+    (``_LAYOUT_READERS``, calls of eager's kernels among them), or one with gaps between
+    its rows (a slice, a chunk of a wider tensor) read by those or elementwise ops, the
+    input's other readers then reading a contiguous copy of it.
 
     Why: eager's kernels pick their algorithm by layout, and their bits differ. A linear
     layer's backward multiplies by the saved ``w.t()`` transposed back: eager reads the
@@ -466,8 +497,13 @@ def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[in
     their scalar tail, whose ``exp`` is libm's and not SLEEF's: ``sigmoid`` of a (64, 8)
     slice of a (64, 24) tensor differed in 20 of 512 elements from a contiguous copy, and
     adaptive eager's replay of a GRU with 8 hidden units (its gates are column chunks of one
-    projection) drifted from eager. Other ops keep contiguous inputs, which the
-    interpreter's index arithmetic assumes."""
+    projection) drifted from eager. A call of eager's kernel reading the same input made
+    it contiguous for the elementwise ops too, though the call re-lays its operand itself:
+    ``logit(sigmoid(x))`` of a stepped input beside ``logsigmoid(x)`` (or ``bce``) was off
+    in 98 of 2310 float32 elements; beside ``x[:, 3]`` or ``mv(x, x[0])`` (a slice reads
+    it) likewise, so those readers now read a contiguous copy and the elementwise ones the
+    input. Other ops keep contiguous inputs, which the interpreter's index arithmetic
+    assumes."""
     from torch._prims_common import make_contiguous_strides_for
 
     func = module.functions[module.entry]
@@ -476,7 +512,7 @@ def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[in
     def scan(ops: list[Any]) -> None:
         for op in ops:
             for o in op.operands:
-                readers.setdefault(o, set()).add(op.name)
+                readers.setdefault(o, set()).add(_reader(op))
             for region in op.regions:
                 scan(region)
 
@@ -491,9 +527,9 @@ def traced_layouts(module: Any, sig: dict[str, Any]) -> list[tuple[int, tuple[in
         used = readers.get(func.args[k][0], set())
         if _dense(shape, stride):
             if used and used <= _LAYOUT_READERS:
-                kept.append((k, stride))
-        elif _gapped(shape, stride) and used and used <= _LAYOUT_READERS | _ELEMENTWISE_READERS:
-            kept.append((k, stride))
+                kept.append((k, stride, False))
+        elif _gapped(shape, stride) and used & (_LAYOUT_READERS | _ELEMENTWISE_READERS):
+            kept.append((k, stride, not used <= _LAYOUT_READERS | _ELEMENTWISE_READERS))
     return kept
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
+from torchneuron.device import group_norm_grad, plain_paths
 from torchneuron.device import module as neuron_module
-from torchneuron.device import plain_paths
 from torchneuron.device import tensor as _tensor
 from torchneuron.device._grad_checks import install as install_grad_checks
 from torchneuron.device._python_errors import install_engine_wrapper, take_pending_error
@@ -153,5 +153,6 @@ def register() -> None:
         _lib.impl(name, _kernel(name), "PrivateUse1")
     register_pinned_memory(_lib)
     plain_paths.register(_lib)
+    group_norm_grad.register(_lib)
     _route_dispatch_past_the_dtensor_probe()
     _registered = True

@@ -35,6 +35,7 @@ from torchneuron.compiler.prepare.index_bounds import (
     raised_by_index_check,
     without_index_checks,
 )
+from torchneuron.compiler.prepare.inplace_layouts import InPlaceLayouts
 from torchneuron.compiler.prepare.random_ops import is_random_op
 from torchneuron.compiler.prepare.trace_lock import TRACE_LOCK
 from torchneuron.compiler.stats import record_failure, record_fallback_run
@@ -235,8 +236,10 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     index = _device_index(example_inputs)
     _retarget_factories(gm, "neuron", "cpu", wrap=True)
     # AOTAutograd's trace must not overlap a background one (fx_trace.py); resampling ops
-    # reach the decomposition table (decomp/upsample_nodes.py)
-    with TRACE_LOCK, eager_resample_kernels():
+    # reach the decomposition table (decomp/upsample_nodes.py); the program's in-place ops
+    # keep their tensor's layout through its functionalization (prepare/inplace_layouts.py:
+    # not those of autograd's formulas, which run below it)
+    with TRACE_LOCK, eager_resample_kernels(), InPlaceLayouts():
         return aot_autograd(
             fw_compiler=_compile_graph_for(index, "forward"),
             bw_compiler=_compile_graph_for(index, "backward"),

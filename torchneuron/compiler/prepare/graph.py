@@ -50,6 +50,7 @@ from torchneuron.compiler.prepare.index_bounds import (
     lift_index_checks,
     raise_out_of_range,
 )
+from torchneuron.compiler.prepare.inplace_layouts import InPlaceLayouts
 from torchneuron.compiler.prepare.mutating_calls import functionalize_mutating_targets
 from torchneuron.compiler.prepare.random_ops import (
     RandomInputSpec,
@@ -413,8 +414,8 @@ def _trace(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> fx.GraphModule
 
     def trace(f: Callable[..., Any]) -> fx.GraphModule:
         def eager_ops(*args: Any) -> Any:
-            with EagerComposites():  # as eager's ATen, not functorch's (eager_composites.py)
-                return f(*args)
+            with EagerComposites(), InPlaceLayouts():  # as eager's ATen, not functorch's
+                return f(*args)  # (eager_composites.py), in-place layouts (inplace_layouts.py)
 
         return make_fx(torch.func.functionalize(eager_ops, remove="mutations"),
                        decomposition_table=table, tracing_mode="fake",
