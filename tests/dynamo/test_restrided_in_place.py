@@ -57,3 +57,25 @@ def test_restrided_in_place_with_gradients() -> None:
     want.sum().backward()
     got.sum().backward()
     bits_equal(dev.grad.cpu(), cpu.grad, "grad")
+
+
+def test_an_in_place_fill_inside_a_derivative_formula_keeps_eagers_gradient() -> None:
+    """``vector_norm``'s backward fills ``grad / norm`` in place, laid out as its transposed
+    input; AOTAutograd's joint graph has it as ``where(...).contiguous()``, which hands
+    ``softplus_backward`` a contiguous operand (25 of 396 input-gradient elements were off).
+    Dynamo's graph runs eagerly instead, counted as ``prepare:inplace-layout-lost``."""
+    x = torch.randn(4, 11, 9, generator=torch.Generator().manual_seed(1))
+
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.softplus(a.transpose(1, 2) * 1.5)
+        return torch.linalg.vector_norm(h, dim=1)
+
+    cpu, dev = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    torch._dynamo.reset()
+    tc.reset_stats()
+    fn(cpu).sum().backward()
+    got = torch.compile(fn, backend="neuron")(dev)
+    got.sum().backward()
+    bits_equal(dev.grad.cpu(), cpu.grad, "grad")
+    assert tc.stats()["failures_by_stage"] == {"prepare:inplace-layout-lost": 1}, \
+        tc.explain()

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import default_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from torchneuron.cache import default_store
@@ -35,7 +36,7 @@ from torchneuron.compiler.prepare.index_bounds import (
     raised_by_index_check,
     without_index_checks,
 )
-from torchneuron.compiler.prepare.inplace_layouts import InPlaceLayouts
+from torchneuron.compiler.prepare.inplace_layouts import InPlaceLayouts, lost_inplace_layout
 from torchneuron.compiler.prepare.random_ops import is_random_op
 from torchneuron.compiler.prepare.trace_lock import TRACE_LOCK
 from torchneuron.compiler.stats import record_failure, record_fallback_run
@@ -100,9 +101,6 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
         name = f"{kind}_{next(_graph_ids)}"
         if kind == "backward":
             _drop_dead_random_ops(gm)
-        # A copy of the graph only: attributes (lifted constants such as the value of
-        # ``torch.tensor([...])``) are shared, not cloned, since cloning a real tensor
-        # under the fake mode AOTAutograd leaves active fails.
         if rng_hops.has_rng_hops(gm):
             record_failure("dynamo", "prepare", "checkpointed-random-op",
                            "a random op under torch.utils.checkpoint is saved and replayed "
@@ -110,6 +108,9 @@ def _compile_graph_for(index: int, kind: str) -> Callable:
             _retarget_factories(gm, "cpu", f"neuron:{index}", wrap=False)
             _constants_to_device(gm, index)
             return make_boxed_func(_eager_on_device(gm, index, name))
+        # A copy of the graph only: attributes (lifted constants such as the value of
+        # ``torch.tensor([...])``) are shared, not cloned, since cloning a real tensor
+        # under the fake mode AOTAutograd leaves active fails.
         graph = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         _retarget_factories(graph, "neuron", "cpu", wrap=False)
         try:
@@ -244,9 +245,26 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
             fw_compiler=_compile_graph_for(index, "forward"),
             bw_compiler=_compile_graph_for(index, "backward"),
             inference_compiler=_compile_graph_for(index, "inference"),
+            partition_fn=_partition,
             decompositions=decomposition_table(),
             keep_inference_input_mutations=True,
         )(gm, example_inputs)
+
+
+class _InPlaceLayoutLost(Exception):
+    """The joint graph makes a strided ``masked_fill`` contiguous (``_partition``)."""
+
+
+def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+    """AOTAutograd's default partition, after a look at the joint graph: the in-place fills
+    of autograd's formulas reach it functionalized, in a layout eager does not give
+    (``prepare/inplace_layouts.lost_inplace_layout``), and even the backward graph run
+    eagerly would keep that layout, so Dynamo's graph runs eagerly instead (real autograd,
+    eager's formulas)."""
+    lost = lost_inplace_layout(joint)
+    if lost is not None:
+        raise _InPlaceLayoutLost(lost)
+    return default_partition(joint, joint_inputs, **kwargs)
 
 
 def _aot_or_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
@@ -266,6 +284,12 @@ def _aot_or_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
         if host is not None:
             return verify_first_call(compiled, gm, host, _device_index(example_inputs))
         return compiled
+    except _InPlaceLayoutLost as e:
+        record_failure("dynamo", "prepare", "inplace-layout-lost",
+                       f"the joint graph makes a strided masked_fill contiguous ({e}): an "
+                       "in-place fill in a derivative formula keeps its tensor's layout in "
+                       "eager, so the graph runs eagerly on the device")
+        return gm.forward
     except AssertionError as e:
         if "__tensor_unflatten__" not in str(e) or "stride" not in str(e):
             raise

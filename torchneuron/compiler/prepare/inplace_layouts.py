@@ -16,6 +16,16 @@ transposed gradient diverged at its checked replay (an ``mm`` behind ``softplus_
 such a call, where the out-of-place op's result is laid out otherwise than the tensor,
 as ``t.copy_(op(t, ...))``: functionalization's ``copy`` keeps ``t``'s strides. The values
 are the op's; other in-place calls are left as they are. Imports torch only.
+
+A mode sees only Python calls: the in-place ops inside autograd's C++ derivative formulas
+(``vector_norm``'s backward runs ``masked_fill_`` on ``grad / norm``, laid out as its
+input) reach AOTAutograd's backward graph already functionalized, as PyTorch's
+``masked_fill`` reference writes it: ``where(mask, value, t).contiguous()``. There the
+graph cannot tell an in-place fill (eager keeps ``t``'s layout) from an out-of-place one
+(eager's result is contiguous), so ``lost_inplace_layout`` finds that pattern on a
+non-contiguous ``t`` in AOTAutograd's joint graph, and the backend then runs Dynamo's
+graph eagerly (a transposed ``vector_norm``'s input gradient was off in 25 of 396 float32
+elements under ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["InPlaceLayouts"]
+__all__ = ["InPlaceLayouts", "lost_inplace_layout"]
 
 aten = torch.ops.aten
 _SKIPPED_TAGS = (torch.Tag.inplace_view, torch.Tag.nondeterministic_seeded)
@@ -80,3 +90,21 @@ class InPlaceLayouts(TorchFunctionMode):
                 or out.dtype != self_.dtype or out.stride() == self_.stride():
             return func(*args, **kwargs)  # (the out-of-place result is left unused)
         return self_.copy_(out)
+
+
+def lost_inplace_layout(gm: torch.fx.GraphModule) -> str | None:
+    """The name of a node in ``gm`` that makes a non-contiguous ``where`` result contiguous
+    (``masked_fill``'s functional form, which may stand for an in-place fill that kept the
+    layout), or None."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not aten.clone.default:
+            continue
+        if node.kwargs.get("memory_format") is not torch.contiguous_format:
+            continue
+        src = node.args[0]
+        if not isinstance(src, torch.fx.Node) or src.target is not aten.where.self:
+            continue
+        val = src.meta.get("val")
+        if isinstance(val, torch.Tensor) and not val.is_contiguous():
+            return node.name
+    return None
