@@ -49,6 +49,9 @@ _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
 _inference_mode = torch.is_inference_mode_enabled
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 _get_value = settings.get_value
+# the settings set or read in this process, by name: ``ae_max_region_ops`` (not a live row)
+# is read there once per recorded op, without ``get_value``'s call once it has a value
+_set_values = settings._values
 _NO_LIFTED: list = []  # (a trail's op has no lifted floats: the check never appends)
 
 
@@ -313,8 +316,12 @@ class Runtime(Ledger):
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):
             return out
-        if n in PERIOD_CHECKS or n >= int(_get_value("ae_max_region_ops")):
+        if n in PERIOD_CHECKS:
             self.detector.find_period()
+        else:
+            m = _set_values.get("ae_max_region_ops")
+            if n >= int(m if m is not None else _get_value("ae_max_region_ops")):
+                self.detector.find_period()
         return out
 
     def on_sync(self, index: int, kind: str) -> None:
