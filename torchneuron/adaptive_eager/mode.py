@@ -38,7 +38,7 @@ from torchneuron.adaptive_eager.swapin import SwapIn
 from torchneuron.device._registration import keep_dispatch_rule_answers
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
-from torchneuron.dispatch.oprecord import OpRecord, record
+from torchneuron.dispatch.oprecord import OpRecord, _records, record
 from torchneuron.hardware import get_core, settings
 
 __all__ = ["AdaptiveEagerMode", "Runtime"]
@@ -156,7 +156,9 @@ class Runtime(Ledger):
                         if reason is Reason.GUARD_MISMATCH:
                             rp.exit_op = _described(func, args, kwargs)
                         rp.side_exit(reason)
-            rec = record(func)
+            rec = _records.get(id(func))  # ``record(func)``, without its call once built
+            if rec is None or rec.func is not func:
+                rec = record(func)
             if composite_view or rec.reads or (kwargs and _is_read(func, args, kwargs, rec)) or (
                     func is _COPY and not isinstance(args[0], NeuronTensor)):
                 # (``reshape``, ``mT``, ``to`` of a normal tensor in inference mode: eager
