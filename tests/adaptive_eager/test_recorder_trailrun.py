@@ -93,7 +93,8 @@ def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch
     z = wrap_buffer(b, 1)
 
     def run(*tensors: torch.Tensor) -> object:
-        got = trailrun.run(recorder.Segment(), sig, op, tensors, {}, list(tensors), template, 0)
+        got = trailrun.run(recorder.Segment(), sig, op, tensors, {}, list(tensors), template, 0,
+                           get_core(0))
         assert got is not None and got[0][2] == [recorder.vid_of(t) for t in tensors]
         return got[1:]
 
@@ -105,7 +106,7 @@ def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch
     assert torch.equal(out.cpu(), a + b) and out is not x and out is not y and leaves == [out]
     assert run(x, x2)[0] is trailrun.NOT_RUN
     # the same tensor twice is not the trail's dataflow (two input slots)
-    assert trailrun.run(recorder.Segment(), sig, op, (x, x), {}, [x, x], template, 0) is None
+    assert trailrun.run(recorder.Segment(), sig, op, (x, x), {}, [x, x], template, 0, get_core(0)) is None
 
 def test_an_output_is_taken_for_the_trail_ops_exactly_when_outputs_of_describes_it_so() -> None:
     """``trailrun._single`` says, without describing it, whether ``outputs_of`` would

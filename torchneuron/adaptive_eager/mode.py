@@ -262,12 +262,13 @@ class Runtime(Ledger):
         seg = self.segment
         flow = leaves = None
         out = trailrun.NOT_RUN
+        core = get_core(self.index)  # (once: the run on buffers charges it too)
         if template is not None:
             tr = seg.trail
             n = len(seg.entries)
             if tr is not None and n < len(tr[2]) and tr[1][n] is op:
                 got = trailrun.run(seg, tr[2][n], op, args, kwargs, tensors,  # type: ignore[arg-type]
-                                   template, self.index)
+                                   template, self.index, core)
                 if got is not None:
                     flow, out, leaves = got
         if out is trailrun.NOT_RUN:
@@ -293,7 +294,6 @@ class Runtime(Ledger):
             if changed:  # a metadata-changing write
                 self.detector.end_segment()
                 return out
-        core = get_core(self.index)
         tl = core.timeline
         ns = core.profile.record_ns
         if type(ns) is int and ns >= 0:  # ``tl.host(ns, "record")``, without its call

@@ -30,7 +30,7 @@ from torchneuron.adaptive_eager.recorder import Segment, vid_of
 from torchneuron.adaptive_eager.signature import OpSig, rebuild_call
 from torchneuron.dispatch.eager import _wrap_one, _wrap_outputs
 from torchneuron.dispatch.rerun import Facts, facts_of, rerun
-from torchneuron.hardware import get_core
+from torchneuron.hardware.core import NeuronCore
 
 __all__ = ["run", "NOT_RUN"]
 
@@ -45,7 +45,8 @@ _KEPT = 1 << 16  # (all forgotten at once past this)
 
 
 def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
-        tensors: list[torch.Tensor], template: Any, index: int) -> tuple | None:
+        tensors: list[torch.Tensor], template: Any, index: int,
+        core: NeuronCore) -> tuple | None:
     """None if the next op of ``seg``, with tensor arguments ``tensors``, has not ``sig``'s
     references from the segment's start (the trail's op there); else ``(flow, result,
     leaves)``. ``flow``: what ``Segment.append_op`` takes to append the op without
@@ -58,7 +59,7 @@ def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
     ``recorder.outputs_of`` would describe them as ``op``'s outputs (``_single``), else
     None (the caller describes them). ``op``: the trail's interned op there
     (``recorder._op_of``); ``template``: the call with ``Slot``s for the tensors (the
-    trail check's answer)."""
+    trail check's answer); ``core``: device ``index``'s (``get_core``), charged for the run."""
     refs = sig.refs
     if not seg.rel0 or len(refs) != len(tensors):
         return None
@@ -119,10 +120,10 @@ def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
             or _get_dispatch_mode(_FAKE) is not None:
         return flow, NOT_RUN, None
     if op[5][1]:  # (the template is the tensors in order: ``guard.OpGuard.plain``)
-        out = rerun(facts, tuple(bufs), {}, bufs, get_core(index))
+        out = rerun(facts, tuple(bufs), {}, bufs, core)
     else:
         uargs, ukwargs = rebuild_call(template, bufs)
-        out = rerun(facts, uargs, ukwargs, bufs, get_core(index))
+        out = rerun(facts, uargs, ukwargs, bufs, core)
     if type(out) is _Tensor:
         res = same.get(id(out))  # (an argument's buffer: the argument, as ``_wrap_one``)
         if res is None:
