@@ -93,7 +93,8 @@ def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch
     z = wrap_buffer(b, 1)
 
     def run(*tensors: torch.Tensor) -> object:
-        got = trailrun.run(recorder.Segment(), sig, op, tensors, {}, list(tensors), template, 0)
+        got = trailrun.run(recorder.Segment(), sig, op, tensors, {}, list(tensors), template, 0,
+                           get_core(0))
         assert got is not None and got[0][2] == [recorder.vid_of(t) for t in tensors]
         return got[1:]
 
@@ -105,7 +106,7 @@ def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch
     assert torch.equal(out.cpu(), a + b) and out is not x and out is not y and leaves == [out]
     assert run(x, x2)[0] is trailrun.NOT_RUN
     # the same tensor twice is not the trail's dataflow (two input slots)
-    assert trailrun.run(recorder.Segment(), sig, op, (x, x), {}, [x, x], template, 0) is None
+    assert trailrun.run(recorder.Segment(), sig, op, (x, x), {}, [x, x], template, 0, get_core(0)) is None
 
 def test_an_output_is_taken_for_the_trail_ops_exactly_when_outputs_of_describes_it_so() -> None:
     """``trailrun._single`` says, without describing it, whether ``outputs_of`` would
@@ -172,3 +173,39 @@ def test_an_op_whose_dataflow_is_not_the_trails_is_recorded_with_its_own(
             (s @ (a if i % 3 else b)).sum().cpu()
     assert ran[0] > 0 and ran[1] > 0, ran
     assert len(closed) == 8 and closed[3] != closed[1] and closed[2] != closed[0]
+
+
+def test_a_constant_template_is_rebuilt_by_its_generated_function_as_by_rebuild_call() -> None:
+    """``trailrun.rebuilder``: the call is ``rebuild_call``'s, leaf for leaf (the tensors
+    and scalars themselves, the same types, new lists and tuples); a dict or a subclass
+    of a sequence is not generated."""
+    from torchneuron.adaptive_eager.signature import Slot, rebuild_call
+
+    class L(list):
+        pass
+
+    s0, s1, s2 = Slot(0), Slot(1), Slot(2)
+    bufs = [torch.zeros(1), torch.ones(1), torch.zeros(2)]
+    templates = [((s0, [0], True), {}), ((s1, s0), {"alpha": -0.5}), ((s2,), {}),
+                 (([s1, s0, None], (s2, 3), ()), {"dim": (1,), "keepdim": False}),
+                 ((s0, [[s1], (s2, [])], 2.0), {}), ((), {"x": s0, "y": [s1, s0]})]
+
+    def same(a: object, b: object) -> bool:
+        if type(a) is not type(b):
+            return False
+        if type(a) in (list, tuple):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
+        if type(a) is dict:
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)  # type: ignore[index]
+        return a is b
+
+    for t in templates:
+        rb = trailrun.rebuilder(t)
+        assert rb is not None
+        got, want = rb(bufs), rebuild_call(t, bufs)
+        assert same(got, want), (t, got, want)
+        again = rb(bufs)  # (new sequences every call: none is shared between calls)
+        assert all(x is not y for x, y in zip(again[0], got[0], strict=True) if type(x) in (list, tuple)
+                   and len(x)), t
+    assert trailrun.rebuilder(((s0, {"a": s1}), {})) is None
+    assert trailrun.rebuilder(((s0, L([s1])), {})) is None

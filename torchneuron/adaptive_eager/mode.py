@@ -38,7 +38,7 @@ from torchneuron.adaptive_eager.swapin import SwapIn
 from torchneuron.device._registration import keep_dispatch_rule_answers
 from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
-from torchneuron.dispatch.oprecord import OpRecord, record
+from torchneuron.dispatch.oprecord import OpRecord, _records, record
 from torchneuron.hardware import get_core, settings
 
 __all__ = ["AdaptiveEagerMode", "Runtime"]
@@ -49,6 +49,9 @@ _TO_COPY, _COPY = aten._to_copy.default, aten.copy_.default
 _inference_mode = torch.is_inference_mode_enabled
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 _get_value = settings.get_value
+# the settings set or read in this process, by name: ``ae_max_region_ops`` (not a live row)
+# is read there once per recorded op, without ``get_value``'s call once it has a value
+_set_values = settings._values
 _NO_LIFTED: list = []  # (a trail's op has no lifted floats: the check never appends)
 
 
@@ -153,7 +156,9 @@ class Runtime(Ledger):
                         if reason is Reason.GUARD_MISMATCH:
                             rp.exit_op = _described(func, args, kwargs)
                         rp.side_exit(reason)
-            rec = record(func)
+            rec = _records.get(id(func))  # ``record(func)``, without its call once built
+            if rec is None or rec.func is not func:
+                rec = record(func)
             if composite_view or rec.reads or (kwargs and _is_read(func, args, kwargs, rec)) or (
                     func is _COPY and not isinstance(args[0], NeuronTensor)):
                 # (``reshape``, ``mT``, ``to`` of a normal tensor in inference mode: eager
@@ -257,12 +262,13 @@ class Runtime(Ledger):
         seg = self.segment
         flow = leaves = None
         out = trailrun.NOT_RUN
+        core = get_core(self.index)  # (once: the run on buffers charges it too)
         if template is not None:
             tr = seg.trail
             n = len(seg.entries)
             if tr is not None and n < len(tr[2]) and tr[1][n] is op:
                 got = trailrun.run(seg, tr[2][n], op, args, kwargs, tensors,  # type: ignore[arg-type]
-                                   template, self.index)
+                                   template, self.index, core)
                 if got is not None:
                     flow, out, leaves = got
         if out is trailrun.NOT_RUN:
@@ -288,7 +294,6 @@ class Runtime(Ledger):
             if changed:  # a metadata-changing write
                 self.detector.end_segment()
                 return out
-        core = get_core(self.index)
         tl = core.timeline
         ns = core.profile.record_ns
         if type(ns) is int and ns >= 0:  # ``tl.host(ns, "record")``, without its call
@@ -313,8 +318,12 @@ class Runtime(Ledger):
         cut = self.detector.cuts.get(n)
         if cut is not None and seg.entries[n - 1].key in cut and self.detector.try_cut(n):
             return out
-        if n in PERIOD_CHECKS or n >= int(_get_value("ae_max_region_ops")):
+        if n in PERIOD_CHECKS:
             self.detector.find_period()
+        else:
+            m = _set_values.get("ae_max_region_ops")
+            if n >= int(m if m is not None else _get_value("ae_max_region_ops")):
+                self.detector.find_period()
         return out
 
     def on_sync(self, index: int, kind: str) -> None:

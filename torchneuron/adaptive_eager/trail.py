@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.adaptive_eager import trailrun
 from torchneuron.adaptive_eager.guard import _guard
 from torchneuron.adaptive_eager.recorder import outputs_of
 from torchneuron.adaptive_eager.signature import OpSig, Unsupported
@@ -36,8 +37,8 @@ _NO_INDEX_CHECKS: frozenset = frozenset()
 
 def _check_of(op: tuple) -> Any:
     """The flat check of interned op ``op`` (``guard._generate``), built on first use and
-    kept in the op (its last item, with whether the check's template is the tensors in
-    order, which ``trailrun`` runs the op with), or False if the op has none."""
+    kept in the op (its last item, with how ``trailrun`` rebuilds the call on buffers),
+    or False if the op has none."""
     box = op[5]
     got = box[0]
     if got is None:
@@ -46,7 +47,11 @@ def _check_of(op: tuple) -> Any:
         # before the op runs, ``trailrun.run``, or as it is appended)
         g = _guard(0, OpSig(func, static, (), outs), _NO_INDEX_CHECKS)
         got = box[0] = g.check if g.check is not None else False
-        box[1] = g.plain
+        # how ``trailrun`` rebuilds the call on buffers: the tensors in order (True), a
+        # generated function of them for a constant template (no float of the call's own
+        # in it), or ``rebuild_call`` (False)
+        box[1] = True if g.plain else (
+            g.check is not None and not g.floats and trailrun.rebuilder(g.template) or False)
     return got
 
 

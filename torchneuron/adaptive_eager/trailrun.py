@@ -27,12 +27,12 @@ from typing import Any
 import torch
 
 from torchneuron.adaptive_eager.recorder import Segment, vid_of
-from torchneuron.adaptive_eager.signature import OpSig, rebuild_call
+from torchneuron.adaptive_eager.signature import OpSig, Slot, rebuild_call
 from torchneuron.dispatch.eager import _wrap_one, _wrap_outputs
 from torchneuron.dispatch.rerun import Facts, facts_of, rerun
-from torchneuron.hardware import get_core
+from torchneuron.hardware.core import NeuronCore
 
-__all__ = ["run", "NOT_RUN"]
+__all__ = ["run", "NOT_RUN", "rebuilder"]
 
 NOT_RUN = object()  # ``run``'s answer when the op must go through ``run_op``
 _Tensor = torch.Tensor
@@ -45,7 +45,8 @@ _KEPT = 1 << 16  # (all forgotten at once past this)
 
 
 def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
-        tensors: list[torch.Tensor], template: Any, index: int) -> tuple | None:
+        tensors: list[torch.Tensor], template: Any, index: int,
+        core: NeuronCore) -> tuple | None:
     """None if the next op of ``seg``, with tensor arguments ``tensors``, has not ``sig``'s
     references from the segment's start (the trail's op there); else ``(flow, result,
     leaves)``. ``flow``: what ``Segment.append_op`` takes to append the op without
@@ -58,7 +59,7 @@ def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
     ``recorder.outputs_of`` would describe them as ``op``'s outputs (``_single``), else
     None (the caller describes them). ``op``: the trail's interned op there
     (``recorder._op_of``); ``template``: the call with ``Slot``s for the tensors (the
-    trail check's answer)."""
+    trail check's answer); ``core``: device ``index``'s (``get_core``), charged for the run."""
     refs = sig.refs
     if not seg.rel0 or len(refs) != len(tensors):
         return None
@@ -118,11 +119,12 @@ def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
     if facts is None or (facts.rec.is_view and _inference_mode()) \
             or _get_dispatch_mode(_FAKE) is not None:
         return flow, NOT_RUN, None
-    if op[5][1]:  # (the template is the tensors in order: ``guard.OpGuard.plain``)
-        out = rerun(facts, tuple(bufs), {}, bufs, get_core(index))
+    how = op[5][1]  # (``trail._check_of``: how the op's call is rebuilt on the buffers)
+    if how is True:  # (the template is the tensors in order: ``guard.OpGuard.plain``)
+        out = rerun(facts, tuple(bufs), {}, bufs, core)
     else:
-        uargs, ukwargs = rebuild_call(template, bufs)
-        out = rerun(facts, uargs, ukwargs, bufs, get_core(index))
+        uargs, ukwargs = how(bufs) if how else rebuild_call(template, bufs)
+        out = rerun(facts, uargs, ukwargs, bufs, core)
     if type(out) is _Tensor:
         res = same.get(id(out))  # (an argument's buffer: the argument, as ``_wrap_one``)
         if res is None:
@@ -165,3 +167,51 @@ def _single(o: Any, res: torch.Tensor, tensors: list[torch.Tensor],
             return None
     return [res] if bufs[j].untyped_storage().data_ptr() == ptr else None
 
+
+
+def rebuilder(template: tuple) -> Any:
+    """``rebuild_call(template, bufs)`` as a function of ``bufs`` alone, generated once
+    for a template that is the same every call (a trail op's check answers its constant
+    template when the op has no float of the call's own to put in it), or None if the
+    template holds a dict. Why: ``rebuild_call``'s loop over the arguments ran for every
+    op on its trail whose template is not its tensors in order (``sum(x, [0], True)``,
+    ``add_(p, g, alpha=a)``). The call it builds is ``rebuild_call``'s: the tensors, new
+    lists and tuples around them, the template's scalars themselves, the keywords in
+    order."""
+    ns: dict[str, Any] = {}
+
+    def expr(a: Any) -> str | None:
+        tp = type(a)
+        if tp is Slot:
+            return f"b[{a.j}]"
+        if tp is list or tp is tuple:
+            items = []
+            for x in a:
+                e = expr(x)
+                if e is None:
+                    return None
+                items.append(e)
+            return f"[{', '.join(items)}]" if tp is list else f"({''.join(e + ', ' for e in items)})"
+        if tp is dict or isinstance(a, (Slot, list, tuple, dict)):
+            return None  # (``rebuild`` walks subclasses too; not generated)
+        name = f"k{len(ns)}"
+        ns[name] = a
+        return name
+
+    atemp, ktemp = template
+    items = []
+    for a in atemp:
+        e = expr(a)
+        if e is None:
+            return None
+        items.append(e)
+    kws = []
+    for k, a in ktemp.items():
+        e = expr(a)
+        if e is None:
+            return None
+        kws.append(f"{k!r}: {e}")
+    text = (f"def rb(b):\n    return ({''.join(e + ', ' for e in items)}), "
+            f"{{{', '.join(kws)}}}")
+    exec(compile(text, "<trailrun.rebuilder>", "exec"), ns)  # noqa: S102
+    return ns["rb"]
