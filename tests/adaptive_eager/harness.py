@@ -75,6 +75,33 @@ def kept(out: dict[str, list[torch.Tensor]], model: torch.nn.Module) -> dict[str
     return result
 
 
+def sgd_loop(model: torch.nn.Module, input_shape: tuple[int, ...], steps: int,
+             log: ReplayLog | None = None) -> Callable[[str], dict[str, torch.Tensor]]:
+    """A training loop on ``device``: a copy of ``model``, a random input of
+    ``input_shape`` per step, the squared mean as the loss, a hand-written SGD update (no
+    optimizer's foreach ops), every step's loss and parameters kept."""
+
+    def loop(device: str) -> dict[str, torch.Tensor]:
+        m = copy.deepcopy(model).to(device)
+        g = torch.Generator().manual_seed(1)
+        out: dict[str, list[torch.Tensor]] = {}
+        for step in range(steps):
+            x = torch.randn(*input_shape, generator=g).to(device)
+            for p in m.parameters():
+                p.grad = None
+            loss = m(x).square().mean()
+            loss.backward()
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= 0.1 * p.grad
+            loss.item()
+            keep_step(out, loss, m)
+            if log is not None:
+                log.mark(step)
+        return kept(out, m)
+    return loop
+
+
 class ReplayLog:
     """Which steps replayed (the replay counter moved during the step); ``program_steps``:
     which replayed a compiled program (not only the first tier's recorded kernels)."""

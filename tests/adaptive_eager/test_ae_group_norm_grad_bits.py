@@ -10,12 +10,10 @@ hold that call.
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import nn
 
-from tests.adaptive_eager.harness import ReplayLog, assert_replays_eagers_bits, keep_step, kept
+from tests.adaptive_eager.harness import assert_replays_eagers_bits, sgd_loop
 
 STEPS = 4
 
@@ -30,29 +28,7 @@ class _Net(nn.Module):
         return self.gn((x * self.w).contiguous(memory_format=torch.channels_last))
 
 
-def _loop(model: nn.Module, log: ReplayLog | None = None):
-    def loop(device: str) -> dict[str, torch.Tensor]:
-        m = copy.deepcopy(model).to(device)
-        g = torch.Generator().manual_seed(1)
-        out: dict[str, list[torch.Tensor]] = {}
-        for step in range(STEPS):
-            x = torch.randn(2, 6, 3, 4, generator=g).to(device)
-            for p in m.parameters():
-                p.grad = None
-            loss = m(x).square().mean()
-            loss.backward()
-            with torch.no_grad():
-                for p in m.parameters():
-                    p -= 0.1 * p.grad
-            loss.item()
-            keep_step(out, loss, m)
-            if log is not None:
-                log.mark(step)
-        return kept(out, m)
-    return loop
-
-
 def test_replayed_channels_last_group_norm_step_is_eagers_bits() -> None:
     torch.manual_seed(0)
     model = _Net()
-    assert_replays_eagers_bits(lambda log: _loop(model, log))
+    assert_replays_eagers_bits(lambda log: sgd_loop(model, (2, 6, 3, 4), STEPS, log))
