@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import torchneuron.compiler as tc
-from tests.compiler.exact import bits_equal
+from tests.compiler.exact import bits_equal, torch_compile_matches_eager
 
 CASES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "cumsum_": lambda x: x.t().clone().cumsum_(0),
@@ -79,3 +79,24 @@ def test_an_in_place_fill_inside_a_derivative_formula_keeps_eagers_gradient() ->
     bits_equal(dev.grad.cpu(), cpu.grad, "grad")
     assert tc.stats()["failures_by_stage"] == {"prepare:inplace-layout-lost": 1}, \
         tc.explain()
+
+
+def test_a_joint_graph_whose_traced_strides_are_not_the_cpus_runs_eagerly() -> None:
+    """The backward of ``softplus(gelu(linear(...)).transpose(1, 2))``: PyTorch's fake
+    tensors give ``softplus_backward`` of a contiguous gradient and a transposed input a
+    transposed result, the CPU kernel a contiguous one, so the backward graph's ``view`` to
+    (36, 11) was impossible on the real tensors: the compiler refused it and its eager run
+    on the device raised "view size is not compatible". Dynamo's graph now runs eagerly,
+    counted as ``prepare:fake-strides-differ``, with eager's gradients."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 11, 9, generator=g)
+    w, b = torch.randn(11, 11, generator=g) * 0.3, torch.randn(11, generator=g) * 0.1
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.gelu(torch.nn.functional.linear(x.transpose(1, 2).contiguous(),
+                                                                w, b))
+        return torch.nn.functional.softplus(h.transpose(1, 2))
+
+    tc.reset_stats()
+    torch_compile_matches_eager(fn, x, w, b, grad=True)
+    assert tc.stats()["failures_by_stage"] == {"prepare:fake-strides-differ": 1}, tc.explain()
