@@ -467,10 +467,9 @@ def _reader(op: Any) -> str:
     ``costed`` form, ``decomp/eager_kernels``): that call hands the kernel each operand in
     the layout eager's had (``operand_layout.in_layout``), whatever layout it is given,
     so it takes any."""
-    if op.name == "stablehlo.custom_call" \
-            and '"costed"' in str(op.attributes.get("backend_config", "")):
-        return _EAGER_KERNEL_CALL
-    return str(op.name)
+    from torchneuron.compiler.neuronc._ops import eager_cost
+
+    return _EAGER_KERNEL_CALL if eager_cost(op) is not None else str(op.name)
 
 
 def _takes_any_layout(op: Any) -> bool:
