@@ -36,11 +36,8 @@ from torchneuron.compiler.prepare.index_bounds import (
     raised_by_index_check,
     without_index_checks,
 )
-from torchneuron.compiler.prepare.inplace_layouts import (
-    InPlaceLayouts,
-    fake_strides_differ,
-    lost_inplace_layout,
-)
+from torchneuron.compiler.prepare.inplace_layouts import InPlaceLayouts, lost_inplace_layout
+from torchneuron.compiler.prepare.kernel_layouts import fake_strides_differ
 from torchneuron.compiler.prepare.random_ops import is_random_op
 from torchneuron.compiler.prepare.trace_lock import TRACE_LOCK
 from torchneuron.compiler.stats import record_failure, record_fallback_run
@@ -255,27 +252,27 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         )(gm, example_inputs)
 
 
-class _InPlaceLayoutLost(Exception):
+class _LayoutNotEagers(Exception):
     """(reason, message): the joint graph's layouts are not eager's (``_partition``)."""
 
 
 def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
     """AOTAutograd's default partition, after a look at the joint graph: the in-place fills
     of autograd's formulas reach it functionalized, in a layout eager does not give
-    (``prepare/inplace_layouts.lost_inplace_layout``), and a pointwise op's traced strides
-    may not be its CPU kernel's (``fake_strides_differ``: the graph's views and the
-    operands of eager's kernels are planned on them). Even the backward graph run eagerly
-    would keep those layouts, so Dynamo's graph runs eagerly instead (real autograd,
-    eager's formulas)."""
+    (``prepare/inplace_layouts.lost_inplace_layout``), and an elementwise op's traced
+    strides may not be its CPU kernel's (``prepare/kernel_layouts.fake_strides_differ``:
+    the graph's views and the operands of eager's kernels are planned on them). Even the
+    backward graph run eagerly would keep those layouts, so Dynamo's graph runs eagerly
+    instead (real autograd, eager's formulas)."""
     lost = lost_inplace_layout(joint)
     if lost is not None:
-        raise _InPlaceLayoutLost("inplace-layout-lost", f"the joint graph makes a strided "
-                                 f"masked_fill contiguous ({lost}): an in-place fill in a "
-                                 "derivative formula keeps its tensor's layout in eager")
+        raise _LayoutNotEagers("inplace-layout-lost", f"the joint graph makes a strided "
+                               f"masked_fill contiguous ({lost}): an in-place fill in a "
+                               "derivative formula keeps its tensor's layout in eager")
     differ = fake_strides_differ(joint)
     if differ is not None:
-        raise _InPlaceLayoutLost("fake-strides-differ", f"the traced strides of {differ} are "
-                                 "not those its CPU kernel gives")
+        raise _LayoutNotEagers("fake-strides-differ", f"the traced strides of {differ} are "
+                               "not those its CPU kernel gives")
     return default_partition(joint, joint_inputs, **kwargs)
 
 
@@ -296,7 +293,7 @@ def _aot_or_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
         if host is not None:
             return verify_first_call(compiled, gm, host, _device_index(example_inputs))
         return compiled
-    except _InPlaceLayoutLost as e:
+    except _LayoutNotEagers as e:
         reason, message = e.args
         record_failure("dynamo", "prepare", reason,
                        f"{message}, so the graph runs eagerly on the device")

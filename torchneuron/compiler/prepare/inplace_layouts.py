@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["InPlaceLayouts", "lost_inplace_layout", "fake_strides_differ"]
+__all__ = ["InPlaceLayouts", "lost_inplace_layout"]
 
 aten = torch.ops.aten
 _SKIPPED_TAGS = (torch.Tag.inplace_view, torch.Tag.nondeterministic_seeded)
@@ -109,41 +109,3 @@ def lost_inplace_layout(gm: torch.fx.GraphModule) -> str | None:
             return node.name
     return None
 
-
-def fake_strides_differ(gm: torch.fx.GraphModule) -> str | None:
-    """The name of an elementwise node of ``gm`` (every tensor operand of the output's
-    shape) whose traced output strides are not those its CPU kernel gives (run on zeros of
-    its operands' traced sizes and strides), or None.
-
-    Only nodes whose tensor operands have different strides are run: there PyTorch's fake
-    tensors and TensorIterator may choose the output layout differently
-    (``softplus_backward`` of a contiguous gradient and a transposed input: the fake says
-    transposed, the kernel gives contiguous), and the graph's later ``view`` calls and the
-    layouts handed to eager's kernels are planned on the fake's."""
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        val = node.meta.get("val")
-        operands = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
-        tensors = [t for t in operands if isinstance(t, torch.Tensor)]
-        if not isinstance(val, torch.Tensor) or len({t.stride() for t in tensors}) < 2:
-            continue
-        if any(t.shape != val.shape for t in tensors):  # elementwise only (not views, products)
-            continue
-        try:
-            with torch._subclasses.fake_tensor.unset_fake_temporarily():
-                args = [_zeros_like_traced(a) for a in node.args]
-                out = node.target(*args, **node.kwargs)
-        except Exception:  # noqa: BLE001 - a kernel that cannot run on zeros: not judged
-            continue
-        if isinstance(out, torch.Tensor) and out.stride() != val.stride():
-            return node.name
-    return None
-
-
-def _zeros_like_traced(a: Any) -> Any:
-    """A real CPU tensor of zeros with the sizes, strides and dtype ``a`` was traced with."""
-    t = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-    if not isinstance(t, torch.Tensor):
-        return t
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype).zero_()

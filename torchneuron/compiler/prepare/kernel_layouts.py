@@ -14,7 +14,12 @@ checked replay and was blacklisted).
   on zeros laid out as the operands are, when some operand is strided (with contiguous
   operands the kernels and their fakes agree), else None;
 - ``refresh_values(gm)``: the graph's values propagated again from its inputs (after a
-  carrier declared the kernel's layout), so later calls see eager's layouts.
+  carrier declared the kernel's layout), so later calls see eager's layouts;
+- ``fake_strides_differ(gm)``: an elementwise node of an ATen graph whose traced strides
+  are not its CPU kernel's (``torch.compile``'s backend then runs Dynamo's graph eagerly:
+  an AOTAutograd graph's ``view`` calls are planned on the fake's strides, and a
+  ``softplus_backward`` of a contiguous gradient and a transposed input, transposed in its
+  fake and contiguous on the CPU, made the backward's ``view`` impossible).
 
 Imports torch and ``stablehlo.operand_layout``.
 """
@@ -28,7 +33,7 @@ import torch.fx as fx
 
 from torchneuron.compiler.stablehlo.operand_layout import in_layout, layout_of
 
-__all__ = ["kernel_output_strides", "refresh_values"]
+__all__ = ["kernel_output_strides", "refresh_values", "fake_strides_differ"]
 
 _MAX_ELEMENTS = 1 << 24  # (a larger call keeps its fake's layout: the probe is a real run)
 
@@ -83,3 +88,24 @@ def refresh_values(gm: fx.GraphModule) -> bool:
     except Exception:  # noqa: BLE001 - a graph fake propagation cannot run keeps its values
         return False
     return True
+
+
+def fake_strides_differ(gm: fx.GraphModule) -> str | None:
+    """The name of an elementwise node of ``gm`` (every tensor operand of the output's
+    shape) whose traced output strides are not those eager's kernel gives on operands laid
+    out as the traced ones (``kernel_output_strides``), or None. Only nodes whose tensor
+    operands have different strides are run: there the fake tensors and TensorIterator
+    may choose the output's layout differently."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        val = node.meta.get("val")
+        args, kwargs = fx.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
+        tensors = _tensors([args, list(kwargs.values())])
+        if not isinstance(val, torch.Tensor) or len({t.stride() for t in tensors}) < 2 \
+                or any(t.shape != val.shape for t in tensors):  # (not views, products)
+            continue
+        strides = kernel_output_strides(node.target, args, kwargs)
+        if strides is not None and strides[0] != tuple(val.stride()):
+            return node.name
+    return None
