@@ -168,7 +168,6 @@ def _single(o: Any, res: torch.Tensor, tensors: list[torch.Tensor],
     return [res] if bufs[j].untyped_storage().data_ptr() == ptr else None
 
 
-
 def rebuilder(template: tuple) -> Any:
     """``rebuild_call(template, bufs)`` as a function of ``bufs`` alone, generated once
     for a template that is the same every call (a trail op's check answers its constant
@@ -199,19 +198,11 @@ def rebuilder(template: tuple) -> Any:
         return name
 
     atemp, ktemp = template
-    items = []
-    for a in atemp:
-        e = expr(a)
-        if e is None:
-            return None
-        items.append(e)
-    kws = []
-    for k, a in ktemp.items():
-        e = expr(a)
-        if e is None:
-            return None
-        kws.append(f"{k!r}: {e}")
-    text = (f"def rb(b):\n    return ({''.join(e + ', ' for e in items)}), "
-            f"{{{', '.join(kws)}}}")
+    args = expr(tuple(atemp))  # (the positional arguments: a tuple, built as a tuple is)
+    values = [expr(a) for a in ktemp.values()]
+    if args is None or None in values:
+        return None
+    kws = ", ".join(f"{k!r}: {e}" for k, e in zip(ktemp, values, strict=True))
+    text = f"def rb(b):\n    return {args}, {{{kws}}}"
     exec(compile(text, "<trailrun.rebuilder>", "exec"), ns)  # noqa: S102
     return ns["rb"]
