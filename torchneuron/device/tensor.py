@@ -182,6 +182,30 @@ class NeuronTensor(torch.Tensor):
         return new
 
     @property
+    def _dynamo_static_indices(self) -> set[int]:
+        """The dimensions Dynamo keeps static for this tensor as a graph input: all of
+        them for a view, else those ``torch._dynamo.mark_static`` marked.
+
+        Why: after a shape change Dynamo makes an input's sizes symbolic, and it rebuilds
+        a view input of a tensor subclass by replaying the view on its fake base. In
+        torch 2.13 that replay leaves the view's sizes as expressions in the base's
+        symbols, which Dynamo then refuses to bind ("For root tracer, we only expect to
+        bind basic symbols"): a compiled LM called on ``ids[:, :-1]`` with a new
+        sequence length crashed (plain CPU tensors take another path; PyTorch's own
+        ``TwoTensor`` fails the same way). A static view gets a graph per shape, which
+        is what the neuron backend compiles anyway (it specializes every shape)."""
+        if self._is_view():
+            return set(range(self.dim()))
+        marked = self.__dict__.get("_dynamo_user_static_indices")
+        if marked is None:
+            raise AttributeError("_dynamo_static_indices")  # (mark_static tests hasattr)
+        return marked
+
+    @_dynamo_static_indices.setter
+    def _dynamo_static_indices(self, indices: set[int]) -> None:
+        self.__dict__["_dynamo_user_static_indices"] = indices
+
+    @property
     def is_pending(self) -> bool:
         """No buffer yet, or a deferred write into it not yet performed."""
         return self._buffer is None or self._pending is not None
