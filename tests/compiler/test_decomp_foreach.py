@@ -1,5 +1,7 @@
-"""Foreach arithmetic (``_foreach_mul`` / ``_foreach_add`` / ``_foreach_addcmul`` /
-``_foreach_addcdiv``, every overload) compiled with eager's bits, or refused.
+"""Foreach ops (``_foreach_mul`` / ``_foreach_add`` / ``_foreach_addcmul`` /
+``_foreach_addcdiv``, every overload, and the optimizers' others: ``lerp``, ``sqrt``, ``div``,
+``sub``, ``maximum``/``minimum``, ``neg``, ``reciprocal``, ``abs``, ``zero``, ``norm``)
+compiled with eager's bits, or refused.
 
 Eager is ATen's CPU foreach kernel, which runs the per-tensor op for each tensor; the
 tests compare with both (the per-tensor ops where eager's in-place and out-of-place
@@ -87,6 +89,54 @@ CASES: dict[str, tuple[_Call, Callable[..., torch.Tensor]]] = {
     "addcdiv.Tensor": (lambda s, a, b, f, k: getattr(torch, f"_foreach_addcdiv{f}")(
         s, a, b, k[1]), lambda s, a, b, i: torch.addcdiv(s, a, b, value=F32[i])),
 }
+
+
+def _fe(name: str, f: str) -> Any:
+    return getattr(torch, f"_foreach_{name}{f}")
+
+
+CASES |= {
+    "lerp.Scalar": (lambda s, a, b, f, k: _fe("lerp", f)(s, a, 0.3),
+                    lambda s, a, b, i: torch.lerp(s, a, 0.3)),
+    "lerp.ScalarList": (lambda s, a, b, f, k: _fe("lerp", f)(s, a, SCALARS),
+                        lambda s, a, b, i: torch.lerp(s, a, SCALARS[i])),
+    "lerp.List": (lambda s, a, b, f, k: _fe("lerp", f)(s, a, b),
+                  lambda s, a, b, i: torch.lerp(s, a, b)),
+    "div.Scalar": (lambda s, a, b, f, k: _fe("div", f)(s, 0.37),
+                   lambda s, a, b, i: torch.div(s, 0.37)),
+    "div.ScalarList": (lambda s, a, b, f, k: _fe("div", f)(s, SCALARS),
+                       lambda s, a, b, i: torch.div(s, SCALARS[i])),
+    "div.List": (lambda s, a, b, f, k: _fe("div", f)(s, b), lambda s, a, b, i: torch.div(s, b)),
+    "div.Tensor": (lambda s, a, b, f, k: getattr(aten, f"_foreach_div{f}").Tensor(s, k[0]),
+                   lambda s, a, b, i: torch.div(s, torch.tensor(0.37))),
+    "sub.Scalar": (lambda s, a, b, f, k: _fe("sub", f)(s, 0.01),
+                   lambda s, a, b, i: torch.sub(s, 0.01)),
+    "sub.ScalarList": (lambda s, a, b, f, k: _fe("sub", f)(s, SCALARS),
+                       lambda s, a, b, i: torch.sub(s, SCALARS[i])),
+    "sub.List": (lambda s, a, b, f, k: _fe("sub", f)(s, a), lambda s, a, b, i: torch.sub(s, a)),
+    "maximum.List": (lambda s, a, b, f, k: _fe("maximum", f)(s, a),
+                     lambda s, a, b, i: torch.maximum(s, a)),
+    "maximum.Scalar": (lambda s, a, b, f, k: _fe("maximum", f)(s, 0.1),
+                       lambda s, a, b, i: torch.clamp_min(s, 0.1)),
+    "maximum.ScalarList": (lambda s, a, b, f, k: _fe("maximum", f)(s, SCALARS),
+                           lambda s, a, b, i: torch.clamp_min(s, SCALARS[i])),
+    "minimum.List": (lambda s, a, b, f, k: _fe("minimum", f)(s, a),
+                     lambda s, a, b, i: torch.minimum(s, a)),
+    "minimum.Scalar": (lambda s, a, b, f, k: _fe("minimum", f)(s, 0.1),
+                       lambda s, a, b, i: torch.clamp_max(s, 0.1)),
+    "sqrt": (lambda s, a, b, f, k: _fe("sqrt", f)(s), lambda s, a, b, i: torch.sqrt(s)),
+    "neg": (lambda s, a, b, f, k: _fe("neg", f)(s), lambda s, a, b, i: torch.neg(s)),
+    "reciprocal": (lambda s, a, b, f, k: _fe("reciprocal", f)(s),
+                   lambda s, a, b, i: torch.reciprocal(s)),
+    "abs": (lambda s, a, b, f, k: _fe("abs", f)(s), lambda s, a, b, i: torch.abs(s)),
+    "zero": (lambda s, a, b, f, k: torch._foreach_zero_(s) if f else aten._foreach_zero(s),
+             lambda s, a, b, i: torch.zeros_like(s)),
+    "norm": (lambda s, a, b, f, k: torch._foreach_norm(s, 2) if not f else None,
+             lambda s, a, b, i: torch.linalg.vector_norm(s, 2)),
+    "norm.inf": (lambda s, a, b, f, k: torch._foreach_norm(s, float("inf")) if not f else None,
+                 lambda s, a, b, i: torch.linalg.vector_norm(s, float("inf"))),
+}
+_OUT_OF_PLACE_ONLY = ("norm", "norm.inf")
 # refused (module docstring of decomp_foreach): eager's own arithmetic cannot be matched
 _HALVES = (torch.float16, torch.bfloat16)
 REFUSED = {(c, d) for d in _HALVES for c in ("mul.Scalar", "mul.ScalarList", "add.List.alpha",
@@ -144,6 +194,8 @@ def test_decompositions_give_eagers_bits_or_refuse(dtype: torch.dtype) -> None:
     xs = _inputs(dtype, seed=1)
     for case, (_, per_tensor) in CASES.items():
         for inplace in (False, True):
+            if inplace and case in _OUT_OF_PLACE_ONLY:
+                continue
             want = _run(case, xs, inplace)
             with _Decomposed() as mode:
                 got = _run(case, xs, inplace)
@@ -153,7 +205,7 @@ def test_decompositions_give_eagers_bits_or_refuse(dtype: torch.dtype) -> None:
                 bits_equal(g, w, f"{case} inplace={inplace} tensor {i}")
             if not (inplace and (case, dtype) in REFUSED):  # the slow path's per-tensor op
                 for i, w in enumerate(want):
-                    if (case.startswith("mul.Scalar") and dtype in _HALVES and inplace):
+                    if (case, dtype) in REFUSED and inplace:
                         continue  # eager's in-place form rounds the number first
                     bits_equal(w, per_tensor(xs[0][i], xs[1][i], xs[2][i], i), f"{case} {i}")
 
@@ -165,7 +217,7 @@ def test_compiled_foreach_equals_eager(dtype: torch.dtype, inplace: bool) -> Non
     and the simulator, eager's bits (in place: the values written back)."""
     xs = _inputs(dtype, seed=2)
     cases = [c for c in CASES if (c, dtype) not in REFUSED
-             and not (inplace and c in _UNTRACEABLE_IN_PLACE)]
+             and not (inplace and c in (*_UNTRACEABLE_IN_PLACE, *_OUT_OF_PLACE_ONLY))]
     flat = [t for ts in xs for t in ts] + list(EXTRA)
     n = len(SHAPES)
 

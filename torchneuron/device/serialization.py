@@ -45,6 +45,20 @@ class _DeviceHostStorage(torch.UntypedStorage):
     def device(self) -> torch.device:  # type: ignore[override]
         return torch.device(getattr(self, _MARK))
 
+    def clone(self) -> torch.UntypedStorage:  # type: ignore[override]
+        """A host copy of these bytes, marked as this one is.
+
+        Why: the storage stays the buffer's for as long as the loaded tensor lives, and
+        ``UntypedStorage.clone`` allocates on ``self.device``, which the device refuses
+        (it has no allocator). Whoever copies a buffer's storage (the verification of a
+        compiled graph's or a replayed region's first run; ``copy.deepcopy`` of a buffer)
+        got that refusal for every tensor loaded from a checkpoint: a region reading the
+        optimizer state that ``load_state_dict`` restored never replayed."""
+        copy = torch.UntypedStorage(self.nbytes()).copy_(self)
+        setattr(copy, _MARK, getattr(self, _MARK))
+        copy.__class__ = _DeviceHostStorage
+        return copy
+
 
 def reduce_neuron_tensor(t: NeuronTensor, protocol: int) -> tuple:
     """``__reduce_ex__``: pickle as CPU PyTorch pickles the buffer, storage tagged neuron."""

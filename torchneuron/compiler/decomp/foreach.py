@@ -1,5 +1,8 @@
-"""Foreach arithmetic (``_foreach_mul``, ``_foreach_add``, ``_foreach_addcmul``,
-``_foreach_addcdiv``) as the per-tensor ops ATen's CPU kernels run, with eager's bits.
+"""Foreach ops (``_foreach_mul``, ``_foreach_add``, ``_foreach_addcmul``,
+``_foreach_addcdiv``, and the rest of what ``torch.optim``'s ``foreach=True`` steps, EMA
+(``swa_utils``' ``_foreach_lerp_``) and ``clip_grad_norm_(foreach=True)`` call: ``lerp``,
+``sqrt``, ``div``, ``sub``, ``maximum``/``minimum``, ``neg``, ``reciprocal``, ``abs``,
+``zero``, ``norm``) as the per-tensor ops ATen's CPU kernels run, with eager's bits.
 
 Why: Torch-MLIR has no lowering for any ``_foreach_`` op, so an EMA of weights
 (``_foreach_mul_(ema, d); _foreach_add_(ema, params, alpha=1 - d)``) or a foreach
@@ -22,6 +25,8 @@ below writes the per-tensor op out in that op's own arithmetic:
   (``host_numerics.multiply_add_form``, the premises of ``decomp/addc.py``), refused
   where neither form is eager's.
 - ``addcdiv``: decomp/addc.py's entry, already eager's arithmetic (no fused step).
+- the others: the per-tensor aten op ATen's slow path calls (``at::lerp``, ``t.div(s)``,
+  ``at::linalg_vector_norm(t, ord, dtype=)``, ...), each lowered as that op is.
 
 The fused multiply-add is computed exactly (``_fma32``): the float32 product in float64
 is exact, the sum rounded to odd there, then rounded to float32, which is the single
@@ -252,3 +257,79 @@ def foreach_addcdiv_scalar(self: list[torch.Tensor], tensor1: list[torch.Tensor]
 def foreach_addcdiv_list(self: list[torch.Tensor], tensor1: list[torch.Tensor],
                          tensor2: list[torch.Tensor], scalars: Any) -> Any:
     return _foreach_addc("div", self, tensor1, tensor2, scalars)
+
+
+# --- the rest of the optimizers' foreach ops: the per-tensor op of ATen's slow path ------
+
+
+def _by_number(op: Any, ts: Sequence[torch.Tensor], scalars: Sequence[Any]) -> Any:
+    """Per tensor ``op(t, s)`` with a number ``s``. (Unlike ``mul_``, eager's in-place
+    ``div_``, ``sub_``, ``clamp_min_`` and ``clamp_max_`` give the out-of-place bits in
+    float16 / bfloat16 too: ``tests/compiler/test_decomp_foreach.py`` checks both.)"""
+    return [op(t, s) for t, s in zip(ts, scalars, strict=True)]
+
+
+def _register_binary(name: str, op: Any) -> None:
+    """``_foreach_<name>``'s Scalar, ScalarList, List (and Tensor) overloads."""
+    packet = getattr(aten, f"_foreach_{name}")
+    _register(packet.Scalar)(lambda self, scalar: _by_number(op, self, [scalar] * len(self)))
+    _register(packet.ScalarList)(lambda self, scalars: _by_number(op, self, scalars))
+    _register(packet.List)(lambda self, other: [op(t, o) for t, o in zip(self, other, strict=True)])
+    if "Tensor" in packet.overloads():
+        _register(packet.Tensor)(lambda self, other: [op(t, other) for t in self])
+
+
+_register_binary("div", aten.div.Tensor)
+_register_binary("maximum", lambda t, o: aten.clamp_min.default(t, o)
+                 if not isinstance(o, torch.Tensor) else aten.maximum.default(t, o))
+_register_binary("minimum", lambda t, o: aten.clamp_max.default(t, o)
+                 if not isinstance(o, torch.Tensor) else aten.minimum.default(t, o))
+
+
+@_register(aten._foreach_sub.Scalar)
+def foreach_sub_scalar(self: list[torch.Tensor], scalar: Any) -> Any:
+    return _by_number(aten.sub.Tensor, self, [scalar] * len(self))
+
+
+@_register(aten._foreach_sub.ScalarList)
+def foreach_sub_scalar_list(self: list[torch.Tensor], scalars: list[Any]) -> Any:
+    return _by_number(aten.sub.Tensor, self, scalars)
+
+
+@_register(aten._foreach_sub.List)
+def foreach_sub_list(self: list[torch.Tensor], other: list[torch.Tensor], *, alpha: Any = 1) -> Any:
+    if not _unit(alpha):  # a multiply-add, as ``add`` with ``alpha``: not taken here
+        return NotImplemented
+    return [aten.sub.Tensor(t, o) for t, o in zip(self, other, strict=True)]
+
+
+@_register(aten._foreach_lerp.Scalar)
+def foreach_lerp_scalar(self: list[torch.Tensor], tensors1: list[torch.Tensor], weight: Any) -> Any:
+    return [aten.lerp.Scalar(s, e, weight) for s, e in zip(self, tensors1, strict=True)]
+
+
+@_register(aten._foreach_lerp.ScalarList)
+def foreach_lerp_scalar_list(self: list[torch.Tensor], tensors1: list[torch.Tensor],
+                             weight: list[Any]) -> Any:
+    return [aten.lerp.Scalar(s, e, w) for s, e, w in zip(self, tensors1, weight, strict=True)]
+
+
+@_register(aten._foreach_lerp.List)
+def foreach_lerp_list(self: list[torch.Tensor], tensors1: list[torch.Tensor],
+                      weights: list[torch.Tensor]) -> Any:
+    return [aten.lerp.Tensor(s, e, w) for s, e, w in zip(self, tensors1, weights, strict=True)]
+
+
+def _register_unary(name: str, op: Any) -> None:
+    _register(getattr(aten, f"_foreach_{name}").default)(lambda self: [op(t) for t in self])
+
+
+for _name, _op in (("sqrt", aten.sqrt.default), ("neg", aten.neg.default),
+                   ("reciprocal", aten.reciprocal.default), ("abs", aten.abs.default),
+                   ("zero", aten.zeros_like.default)):
+    _register_unary(_name, _op)
+
+
+@_register(aten._foreach_norm.Scalar)
+def foreach_norm(self: list[torch.Tensor], ord: Any = 2, dtype: torch.dtype | None = None) -> Any:
+    return [aten.linalg_vector_norm.default(t, ord, dtype=dtype) for t in self]
