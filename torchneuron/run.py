@@ -35,9 +35,15 @@ def summary(now_ns: int) -> str:
     s = ae.stats()
     tier1 = s["first_tier_replays"]
     if s["replays"] == tier1 and s["ops_recorded"]:
-        pending = [r.ready_at_ns for r in ae.regions()
-                   if r.state is State.COMPILING and r.ready_at_ns is not None]
-        if pending:
+        compiling = [r for r in ae.regions()
+                     if r.state is State.COMPILING and r.ready_at_ns is not None]
+        failed = sum(1 for r in compiling if r.known_compile_error() is not None)
+        pending = [r.ready_at_ns for r in compiling if r.known_compile_error() is None]
+        if failed and not pending:
+            lines.append(("no compiled program replayed" if tier1 else "nothing replayed")
+                         + f": the compile of its {failed} hot region(s) failed (see "
+                         "explain() above); those regions run eagerly, with eager's results.")
+        elif pending:
             lines.append(
                 ("no compiled program replayed" if tier1 else "nothing replayed")
                 + f": the script ended (at {_seconds(now_ns)} simulated) before "
@@ -46,7 +52,9 @@ def summary(now_ns: int) -> str:
                 + (f"; meanwhile they replayed {tier1}x in the first tier (recorded eager "
                    "kernels)" if tier1 else "")
                 + "; run more steps, or run again with the compile "
-                "cache on (TORCHNEURON_CACHE not 0) to start from the compiled regions.")
+                "cache on (TORCHNEURON_CACHE not 0) to start from the compiled regions"
+                + (f" ({failed} other hot region(s) failed to compile: see explain() above)."
+                   if failed else "."))
         elif not s["compilations"]:
             lines.append("nothing replayed: no region repeated often enough to compile (a "
                          "loop replays from about its 3rd step, from about its 9th without a "

@@ -21,17 +21,15 @@ from torchneuron.compiler import CompileError, compile_graph
 from torchneuron.hardware.settings import override
 
 
-def _loop(steps: int = 6, sqrt: bool = False) -> list[float]:
+def _loop(steps: int = 6, refused: bool = False) -> list[float]:
     """A small loop with a sync per step (``.item()``): one region per step."""
     w = torch.linspace(-1, 1, 16).reshape(4, 4).to("neuron")
     x = torch.ones(4, 4, device="neuron")
     out = []
     for _ in range(steps):
         x = torch.tanh(x @ w + 0.5) * 0.9
-        if sqrt:
-            a, b = x.abs(), (x * x).abs()
-            torch._foreach_sqrt_([a, b])  # no lowering
-            x = x + a - b
+        if refused:
+            x = x + torch.igamma(x.abs() + 1, x * x + 1) * 0.1  # no lowering
         out.append(x.sum().item())
     return out
 
@@ -61,13 +59,13 @@ def test_a_replay_that_went_on_as_another_variant_is_explained() -> None:
 
 def test_a_compile_failure_says_what_happens_and_how_to_report_it() -> None:
     with pytest.raises(CompileError) as err:
-        compile_graph(lambda a: torch._foreach_sqrt([a]), [torch.rand(3)])
+        compile_graph(lambda a: torch.igamma(a, a), [torch.rand(3)])
     for message in (str(err.value), None):
         if message is None:  # the same failure met by adaptive eager
             with ae.enabled():
-                _loop(sqrt=True)
+                _loop(refused=True)
             message = ae.explain()
-            assert "compile-failed: the compiler cannot handle aten._foreach_sqrt" in message
+            assert "compile-failed: the compiler cannot handle aten.igamma" in message
             assert "The region runs eagerly, with eager's results" in message
         assert "runs eagerly" in message and "To report it" in message, message
         assert "compiler/" not in message and "add a decomposition" not in message, message
@@ -106,3 +104,19 @@ def test_executables_from_the_cache_are_cache_hits_in_the_headline() -> None:
     assert re.search(rf"\b{s['cache_hits']} cache hits\b", head), head
     assert "from the compile cache" in text, text
     assert first == pytest.approx(second, rel=1e-6)
+
+
+def test_a_region_whose_compile_already_failed_is_not_promised_a_replay() -> None:
+    """The run ends before the modeled compile is done, but its real compile (started at
+    the end for the compile cache) failed: no "a longer run replays it"."""
+    from torchneuron.run import summary
+
+    with override(compile_latency=True):
+        with ae.enabled():
+            _loop(refused=True)
+        text = ae.explain()
+    failed = [r for r in ae.regions() if r.known_compile_error() is not None]
+    assert failed and "state compile failed" in text, text
+    assert "its real compile already failed" in text, text
+    assert "cannot handle aten.igamma" in text and "a longer run replays it" not in text, text
+    assert "failed (see explain() above)" in summary(0).splitlines()[-1]

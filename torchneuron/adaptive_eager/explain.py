@@ -12,7 +12,8 @@ care to say:
 - a compile failure says what it means for the user (the region runs eagerly, with
   eager's results) and how to report it, not where in the compiler a fix would go;
 - a region whose compile finished after the loop it served had ended says so, instead
-  of "still compiling", once the run is over (adaptive eager disabled);
+  of "still compiling", once the run is over (adaptive eager disabled), and one whose
+  real compile already failed says that, not that a longer run would replay it;
 - executables loaded from the compile cache are counted in the headline.
 """
 
@@ -113,6 +114,15 @@ def _status(r: Region, *, enabled: bool, now_ns: int, refused: set[str]) -> tupl
         return r.state.value, ("why its program is not swapped in yet: its compile waits for "
                                "a worker of the simulated compiler (regions that save more "
                                "per second of compile go first)")
+    failure = r.known_compile_error()
+    if failure is not None:
+        tier1 = (f"replayed {r.first_tier_replays}x in the first tier meanwhile; "
+                 if r.first_tier_replays else "")
+        return "compile failed", (
+            f"{tier1}why its program is never swapped in: its real compile already failed "
+            f"(its modeled compile {'finishes' if enabled else 'would have finished'} at "
+            f"{_s(r.ready_at_ns or 0)}, when it is refused): "
+            + _compile_failed(f"{type(failure).__name__}: {failure}", refused))
     if r.state is State.COMPILING and r.ready_at_ns is not None:
         if r.ready_at_ns <= now_ns:  # done on the simulated clock; its start has not come
             return "ready", ("not replayed: ready at " + _s(r.ready_at_ns) + " simulated, and "

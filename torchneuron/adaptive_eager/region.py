@@ -97,6 +97,16 @@ class Region:
     def __len__(self) -> int:
         return len(self.sigs)
 
+    def known_compile_error(self) -> BaseException | None:
+        """The error of its real compile when that has already failed while its modeled
+        compile is not done yet (the runtime learns it only then): a run that ends first
+        must not promise that a longer run, or the compile cache, would replay it."""
+        future = self.future
+        if self.state is not State.COMPILING or future is None or not future.done() \
+                or future.cancelled():
+            return None
+        return future.exception()
+
     def to(self, state: State, reason: Reason | None = None, detail: str = "") -> None:
         if state not in _ALLOWED[self.state]:
             raise IllegalTransition(f"region {self.key}: {self.state.value} -> {state.value}")
