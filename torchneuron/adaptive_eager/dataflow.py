@@ -30,7 +30,7 @@ _factories: dict[str, Callable[..., Any]] = {}
 def generate(flow: tuple, value_type: type, general: Callable[[Any, list, tuple], bool]
              ) -> Callable[[Any, list], bool]:
     """``bind(replay, tensors)``: what ``general(replay, tensors, flow)`` returns, with
-    the same effects (the tensors appended to ``replay.refs``, new input slots taken).
+    the same effects (new input slots taken).
     ``value_type``: the type of a pending value's producer (``replay._Value``)."""
     kinds = "".join("x" if type(w) is int else "v" for w in flow)
     make = _factories.get(kinds)
@@ -45,17 +45,16 @@ def _compile(kinds: str) -> Callable[..., Any]:
             "    def bind(rp, tensors):",
             f"        if len(tensors) != {len(kinds)}:",
             "            return general(rp, tensors, FLOW)",
-            "        refs = rp.refs",
-            "        n0 = len(refs)"]
+            ]
     if "x" in kinds:
         code += ["        slots = rp.slots", "        ext_buffers = rp.ext_buffers"]
-    slow = ["            del refs[n0:]", "            return general(rp, tensors, FLOW)"]
+    slow = ["            return general(rp, tensors, FLOW)"]
     for j, kind in enumerate(kinds):
         w = names[j]
         code += [f"        t = tensors[{j}]", "        p = t._pending"]
         if kind == "v":
             code += [f"        if type(p) is not V or p.replay is not rp or p.ik is not {w}:",
-                     *slow, f"        refs.append({w})"]
+                     *slow]
         else:
             code += ["        buf = t._buffer",
                      "        v = t.__dict__.get('_ae_vid')",
@@ -64,13 +63,12 @@ def _compile(kinds: str) -> Callable[..., Any]:
                      "        slot = slots.get(v[0])",
                      "        if slot is None:",
                      f"            if len(slots) != {w} or t._device_index != rp.index:",
-                     "    " + slow[0], "    " + slow[1],
+                     "    " + slow[0],
                      f"            slots[v[0]] = {w}",
                      "            rp.ext.append(t)",
                      "            ext_buffers.append(buf)",
                      f"        elif slot != {w} or buf is not ext_buffers[slot]:",
-                     *slow,
-                     "        refs.append(t)"]
+                     *slow]
     code += ["        return True", "    return bind"]
     ns: dict[str, Any] = {}
     exec(compile("\n".join(code), f"<dataflow check {kinds}>", "exec"), ns)  # noqa: S102

@@ -107,6 +107,10 @@ class OpGuard:
     # ``template`` is the call's tensor arguments in order, positional, and nothing else
     # (``add(a, b)``): its arguments rebuilt are the tensors as a tuple (``deferred.run``)
     plain: bool = False
+    # how a deferred run rebuilds the call from the buffers when its template is
+    # ``template``: True if ``plain`` (the tensors as a tuple), else a function of the
+    # buffers generated at its first run (``deferred._rebuilder``), None until then
+    rebuild: Any = None
 
 
 def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
@@ -195,6 +199,7 @@ def _flatten(g: OpGuard) -> None:
     g.template = (tuple(temps[:nargs]), dict(zip(g.kwnames, temps[nargs:], strict=True)))
     g.plain = not g.kwnames and not floats and all(
         type(t) is Slot and t.j == j for j, t in enumerate(temps))
+    g.rebuild = True if g.plain else None
     g.floats = tuple(floats)
     g.check = _generate(g)
     g.write_at = tuple(pos if pos < nargs else name for pos, name in g.written

@@ -261,8 +261,6 @@ class Replay:
         # and a container apiece made the garbage collector run every step)
         self.funcs: list[Any] = []  # overload of each deferred op
         self.templates: list[Any] = []  # its argument template (``signature.rebuild``)
-        self.refs: list[Any] = []  # tensor arguments of all ops: (i, k) or the tensor
-        self.ref_ends: list[int] = []  # where each op's arguments end in ``refs``
         self.marked: list[torch.Tensor] = []
         self.write = _Write(self)  # the mark of every deferred write of this replay
         self.bytes = 0
@@ -274,7 +272,7 @@ class Replay:
         # deferred op -> the user's line that issued it, for ops that may raise at the end
         self.issued: dict[int, issued.Issued | None] = {}
         self.guards = _guards(region)
-        self._host = self.core.timeline.host  # ``core.host``, one call fewer per op
+        self._timeline = self.core.timeline  # charged a guard per op (``try_defer``)
 
     @property
     def complete(self) -> bool:
@@ -329,17 +327,24 @@ class Replay:
             if not g.bind(self, tensors):  # ``_bind``, generated for this op's flow
                 return MISMATCH
             if g.check_indices and not _indices_in_range(func, args):
-                del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
                 self.exit_reason = Reason.INDEX_OUT_OF_RANGE
                 return MISMATCH
             self.pos += 1
-            self._host(self.core.profile.guard_check_ns, "guard")
+            # the guard's host charge: ``Timeline.host(ns, "guard")``, inline (a call
+            # fewer per op) when no observer sees it and the cost is a plain int
+            tl = self._timeline
+            ns = self.core.profile.guard_check_ns
+            if tl.observers or type(ns) is not int or ns < 0:
+                tl.host(ns, "guard")
+            else:
+                tl.host_ns += ns
+                cats = tl.host_by_category
+                cats["guard"] = cats.get("guard", 0) + ns
             funcs = self.funcs
             if g.raises_later:
                 self.issued[len(funcs)] = issued.user_line()
             funcs.append(func)
             self.templates.append(template)
-            self.ref_ends.append(len(self.refs))
             if g.written:
                 if write_at is None:
                     self._mark_written(g, args, kwargs)
@@ -393,12 +398,11 @@ class Replay:
     def _bind(self, tensors: list[torch.Tensor], flow: tuple) -> bool:
         """Whether the op's tensor arguments are the values the recorded dataflow says
         (this replay's pending values, or input slots in order of first use, each still
-        on the buffer it had then); appends them to ``refs`` if so. A new input is given
-        the next slot (a mismatch after it ends the replay, or ``adopt`` takes it back)."""
+        on the buffer it had then): then they are exactly ``flow``, which is what the
+        deferred run takes them from (``deferred.run``). A new input is given the next
+        slot (a mismatch after it ends the replay, or ``adopt`` takes it back)."""
         if len(tensors) != len(flow):
             return False
-        refs = self.refs
-        n0 = len(refs)
         slots = self.slots
         for t, want in zip(tensors, flow, strict=True):
             p = t._pending
@@ -407,7 +411,6 @@ class Replay:
                     ik = p.ik
                     if ik is not want and ik != want:
                         break
-                    refs.append(ik)
                     continue
                 _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
             buf = t._buffer
@@ -426,10 +429,8 @@ class Replay:
                 break  # its buffer was replaced since its first use
             if slot != want:
                 break
-            refs.append(t)
         else:
             return True
-        del refs[n0:]
         return False
 
     def _lifted_match(self, static: Call, static_r: Call) -> bool:
