@@ -77,12 +77,10 @@ def run(rp: Replay) -> None:
     # a view in inference mode takes eager dispatch's own path (its wrapper is made
     # outside inference mode, a composite one decomposed): the facts are not for it
     inference = torch.is_inference_mode_enabled()
-    templates = rp.templates
     with no_modes():
-        for i, func in enumerate(rp.funcs):
+        for i, template in enumerate(rp.templates):
             f = facts[i]
             g = guards[i]
-            template = templates[i]
             try:
                 if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
                     tensors = list(map(getb, g.flow))
@@ -100,6 +98,7 @@ def run(rp: Replay) -> None:
                                else moved[w] if w in moved else ext[w] for w in g.flow]
                     args, kwargs = ((tuple(tensors), {}) if g.plain and template is g.template
                                     else rebuild_call(template, tensors))
+                    func = g.func
                     if f is _UNSEEN:
                         facts[i] = facts_of(func, args, kwargs)
                     out = run_eagerly(func, args, kwargs, tensors)  # (factories as eager)
@@ -109,9 +108,9 @@ def run(rp: Replay) -> None:
                           f"{rp.region.key}, run eagerly at its side exit")
                 where = rp.issued.get(i)
                 if where is None:
-                    e.add_note(f"(raised by {func}, {detail})")
+                    e.add_note(f"(raised by {g.func}, {detail})")
                     raise
-                raise issued.pointing_at(e, where, func, detail) from None
+                raise issued.pointing_at(e, where, g.func, detail) from None
             news = g.news  # the outputs that are values of the region
             if not news:
                 continue

@@ -43,6 +43,7 @@ from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.compiler.prepare import index_bounds
 from torchneuron.device import buffers
+from torchneuron.device.buffers import defer_write
 from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
 from torchneuron.hardware import get_core
 
@@ -259,8 +260,9 @@ class Replay:
         self.pending: dict[tuple[int, int], weakref.ref] = {}
         # the deferred ops, flat (no container per op: they live until the region ends,
         # and a container apiece made the garbage collector run every step)
-        self.funcs: list[Any] = []  # overload of each deferred op
-        self.templates: list[Any] = []  # its argument template (``signature.rebuild``)
+        # the argument template of each deferred op (``signature.rebuild``); its overload
+        # and tensor arguments are its guard's (``OpGuard.func``, ``flow``)
+        self.templates: list[Any] = []
         self.marked: list[torch.Tensor] = []
         self.write = _Write(self)  # the mark of every deferred write of this replay
         self.bytes = 0
@@ -340,17 +342,22 @@ class Replay:
                 tl.host_ns += ns
                 cats = tl.host_by_category
                 cats["guard"] = cats.get("guard", 0) + ns
-            funcs = self.funcs
+            templates = self.templates
             if g.raises_later:
-                self.issued[len(funcs)] = issued.user_line()
-            funcs.append(func)
-            self.templates.append(template)
+                self.issued[len(templates)] = issued.user_line()
+            templates.append(template)
             if g.written:
                 if write_at is None:
                     self._mark_written(g, args, kwargs)
                 else:
                     for at in write_at:
-                        self._mark(args[at] if type(at) is int else kwargs[at])
+                        t = args[at] if type(at) is int else kwargs[at]
+                        if type(t) is NeuronTensor:  # (``_mark`` of one tensor, inline)
+                            if t._pending is None:
+                                defer_write(t, self.write)
+                                self.marked.append(t)
+                        else:
+                            self._mark(t)
             out = g.new
             if out is not None:  # a single new value (``_new``, inlined): most ops
                 value = _new_value(_Value)  # ``_Value(self, out.ik)``, without its frame
