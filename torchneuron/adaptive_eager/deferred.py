@@ -83,15 +83,16 @@ def run(rp: Replay) -> None:
             g = guards[i]
             try:
                 if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
-                    tensors = list(map(getb, g.flow))
-                    if template is g.template:  # the guard's constant template
+                    tensors = tuple(map(getb, g.flow))
+                    if template is not g.template:  # (a float of the call's own in it)
+                        args, kwargs = rebuild_call(template, tensors)  # type: ignore[arg-type]
+                    else:  # the guard's constant template
                         rb = g.rebuild
-                        if rb is None:
-                            rb = _rebuilder(g)
-                        args, kwargs = (tuple(tensors), {}) if rb is True else rb(tensors)
-                    else:
-                        args, kwargs = rebuild_call(template, tensors)
-                    out = rerun(f, args, kwargs, tensors, core)
+                        if rb is True:  # (the tensors in order)
+                            args, kwargs = tensors, {}
+                        else:
+                            args, kwargs = (rb or _rebuilder(g))(tensors)
+                    out = rerun(f, args, kwargs, tensors, core)  # type: ignore[arg-type]
                     wrap = False
                 else:
                     tensors = [_wrapped(w, bufs, wrapped, index) if type(w) is tuple
