@@ -265,7 +265,6 @@ class Replay:
         self.templates: list[Any] = []
         self.marked: list[torch.Tensor] = []
         self.write = _Write(self)  # the mark of every deferred write of this replay
-        self.bytes = 0
         self.done = False
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
@@ -365,7 +364,6 @@ class Replay:
                 value.ik = out.ik
                 value.result = None
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
-                self.bytes += out.nbytes
                 index = self.index
                 if out.layout_index != index:
                     _layout(out, index)
@@ -396,7 +394,6 @@ class Replay:
         """A new pending tensor for output ``out`` of a deferred op."""
         value = _Value(self, out.ik)  # type: ignore[arg-type]
         self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
-        self.bytes += out.nbytes
         index = self.index
         if out.layout_index != index:
             _layout(out, index)
