@@ -374,12 +374,23 @@ def _generate(g: OpGuard) -> Any:
         elif kind == _GENERAL:  # a dtype, layout, memory format or device
             bound[c] = e
             code.append(f"    if _arg({c}, a, tensors, lifted) is _FAIL: return None")
-        else:  # _SEQ of tensors, exact scalars and Nones
+        else:  # _SEQ of tensors, exact scalars and Nones (each as ``_leaf`` checks it)
             bound[c + "y"] = e[1]
             code.append(f"    if type(a) is not {c}y or len(a) != {len(e[2])}: return None")
             for j, x in enumerate(e[2]):
-                bound[f"{c}_{j}"] = x
-                code.append(f"    if _leaf({c}_{j}, a[{j}], tensors, lifted) is _FAIL: return None")
+                cj = f"{c}_{j}"
+                if x[0] == _TENSOR:
+                    bound[cj + "s"], bound[cj + "t"], bound[cj + "d"] = x[1], x[2], x[4]
+                    code += [f"    b = a[{j}]",
+                             f"    if (type(b) is not NT or b.dtype is not {cj}d or b.storage_offset() "
+                             f"!= {int(x[3])} or b.stride() != {cj}t or b.shape != {cj}s): return None",
+                             "    tensors.append(b)"]
+                elif x[0] == _EXACT:
+                    bound[cj + "y"], bound[cj] = x[1], x[2]
+                    code += [f"    b = a[{j}]",
+                             f"    if type(b) is not {cj}y or b != {cj}: return None"]
+                else:  # _NONE
+                    code.append(f"    if a[{j}] is not None: return None")
     code.append("    return _fill(g, args, kwargs)" if g.floats else "    return T")
     text = "\n".join([f"def make({', '.join(bound)}):",
                       "  def check(args, kwargs, tensors, lifted):",
