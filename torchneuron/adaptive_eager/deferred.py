@@ -82,27 +82,24 @@ def run(rp: Replay) -> None:
             f = facts[i]
             g = guards[i]
             try:
-                if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
-                    tensors = tuple(map(getb, g.flow))
-                    if template is not g.template:  # (a float of the call's own in it)
-                        args, kwargs = rebuild_call(template, tensors)  # type: ignore[arg-type]
-                    else:  # the guard's constant template
-                        rb = g.rebuild
-                        if rb is True:  # (the tensors in order)
-                            args, kwargs = tensors, {}
-                        else:
-                            args, kwargs = (rb or _rebuilder(g))(tensors)
+                # (facts: eager's fast path the first time, and not a view in inference)
+                fast = f is not _UNSEEN and f is not None and not (inference and f.rec.is_view)
+                tensors = (tuple(map(getb, g.flow)) if fast
+                           else [_wrapped(w, bufs, wrapped, index) if type(w) is tuple
+                                 else moved[w] if w in moved else ext[w] for w in g.flow])
+                if template is not g.template:  # (a value of the call's own in it)
+                    args, kwargs = rebuild_call(template, tensors)  # type: ignore[arg-type]
+                else:  # the guard's constant template: the tensors in order, or generated
+                    rb = g.rebuild
+                    args, kwargs = ((tuple(tensors), {}) if rb is True
+                                    else (rb or _rebuilder(g))(tensors))
+                if fast:
                     out = rerun(f, args, kwargs, tensors, core)  # type: ignore[arg-type]
                     wrap = False
                 else:
-                    tensors = [_wrapped(w, bufs, wrapped, index) if type(w) is tuple
-                               else moved[w] if w in moved else ext[w] for w in g.flow]
-                    args, kwargs = ((tuple(tensors), {}) if g.plain and template is g.template
-                                    else rebuild_call(template, tensors))
-                    func = g.func
                     if f is _UNSEEN:
-                        facts[i] = facts_of(func, args, kwargs)
-                    out = run_eagerly(func, args, kwargs, tensors)  # (factories as eager)
+                        facts[i] = facts_of(g.func, args, kwargs)
+                    out = run_eagerly(g.func, args, kwargs, tensors)  # (factories as eager)
                     wrap = True
             except Exception as e:
                 detail = (f"deferred by adaptive eager as op {i} of region "
