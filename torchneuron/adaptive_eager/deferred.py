@@ -82,21 +82,20 @@ def run(rp: Replay) -> None:
             f = facts[i]
             g = guards[i]
             try:
-                # (facts: eager's fast path the first time, and not a view in inference)
-                fast = f is not _UNSEEN and f is not None and not (inference and f.rec.is_view)
-                tensors = (tuple(map(getb, g.flow)) if fast
-                           else [_wrapped(w, bufs, wrapped, index) if type(w) is tuple
-                                 else moved[w] if w in moved else ext[w] for w in g.flow])
-                if template is not g.template:  # (a value of the call's own in it)
-                    args, kwargs = rebuild_call(template, tensors)  # type: ignore[arg-type]
-                else:  # the guard's constant template: the tensors in order, or generated
-                    rb = g.rebuild
-                    args, kwargs = ((tuple(tensors), {}) if rb is True
-                                    else (rb or _rebuilder(g))(tensors))
-                if fast:
+                if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
+                    tensors = tuple(map(getb, g.flow))
+                    # (``_call_of``, inline: this is the path of nearly every op)
+                    if template is not g.template:  # (a value of the call's own in it)
+                        args, kwargs = rebuild_call(template, tensors)  # type: ignore[arg-type]
+                    else:
+                        rb = g.rebuild
+                        args, kwargs = (tensors, {}) if rb is True else (rb or _rebuilder(g))(tensors)
                     out = rerun(f, args, kwargs, tensors, core)  # type: ignore[arg-type]
                     wrap = False
                 else:
+                    tensors = [_wrapped(w, bufs, wrapped, index) if type(w) is tuple
+                               else moved[w] if w in moved else ext[w] for w in g.flow]
+                    args, kwargs = _call_of(g, template, tensors)
                     if f is _UNSEEN:
                         facts[i] = facts_of(g.func, args, kwargs)
                     out = run_eagerly(g.func, args, kwargs, tensors)  # (factories as eager)
@@ -142,6 +141,16 @@ def _wrapped(ik: tuple[int, int], bufs: dict, wrapped: dict, index: int) -> torc
         t = wrapped[ik] = wrap_buffer(bufs[ik], index)
     return t
 
+
+
+def _call_of(g: OpGuard, template: tuple, tensors: Any) -> tuple[tuple, dict]:
+    """The call ``(args, kwargs)`` of a deferred op with guard ``g``, argument template
+    ``template`` and tensor arguments ``tensors``: the tensors in order, or the guard's
+    constant template rebuilt by its generated function, or ``rebuild_call``."""
+    if template is not g.template:  # (a value of the call's own in it)
+        return rebuild_call(template, tensors)
+    rb = g.rebuild
+    return (tuple(tensors), {}) if rb is True else (rb or _rebuilder(g))(tensors)
 
 
 def _rebuilder(g: OpGuard) -> Any:
