@@ -14,16 +14,14 @@ from torchneuron.adaptive_eager.replay import Replay, _Value
 
 def _replay() -> Any:
     rp = Replay.__new__(Replay)  # only the state the check reads and writes
-    rp.refs, rp.slots, rp.ext, rp.ext_buffers = [], {}, [], []
+    rp.slots, rp.ext, rp.ext_buffers = {}, [], []
     rp.index = 0  # the device of the tensors the cases make
     return rp
 
 
 def _state(rp: Any) -> tuple:
-    """What the check leaves behind (a replay's own pending tensors are its own objects:
-    their value ids stand for them)."""
-    return ([r if type(r) is tuple else id(r) for r in rp.refs], sorted(rp.slots.values()),
-            [id(b) for b in rp.ext_buffers])
+    """What the check leaves behind: the input slots it took, with their buffers."""
+    return sorted(rp.slots.values()), [id(b) for b in rp.ext_buffers]
 
 
 def _pending(rp: Any, ik: tuple[int, int]) -> torch.Tensor:

@@ -145,6 +145,23 @@ def test_guard_refuses_what_the_general_check_refuses() -> None:
     assert guard.match(g, (x, float("nan"), [1, 2], True), {"alpha": -0.0}, []) is None
 
 
+def test_guards_of_one_shape_share_their_code_and_namespace_not_their_values() -> None:
+    """Guards whose checks read the same share one code object and one global namespace
+    (the interpreter keeps its global lookups only for the namespace it saw last: a
+    namespace per guard made every check miss them), each with its own expected values."""
+    x = torch.randn(3, 4, device="neuron")
+    y = torch.randn(4, 3, device="neuron").t()
+    gx = _guard_for((x, x, 2.0), {})
+    gy = _guard_for((y, y, 3.0), {})
+    assert gx.check.__code__ is gy.check.__code__
+    assert gx.check.__globals__ is gy.check.__globals__
+    assert guard.match(gx, (x, x, 2.0), {}, []) is not None
+    assert guard.match(gy, (y, y, 3.0), {}, []) is not None
+    assert guard.match(gx, (y, y, 3.0), {}, []) is None
+    assert guard.match(gy, (x, x, 2.0), {}, []) is None
+    assert guard.match(gx, (x, x, 3.0), {}, []) is None
+
+
 @pytest.mark.parametrize("n", [0, 1, 3])
 def test_region_key_hashes_the_printed_signature(n: int) -> None:
     import hashlib

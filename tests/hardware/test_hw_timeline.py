@@ -73,3 +73,28 @@ def test_a_free_worker_takes_the_highest_priority_compile_submitted_by_then() ->
     assert tl.compile_done_at(b) is None
     tl.host(100, "test")
     assert tl.compile_done_at(b) == 300
+
+
+@pytest.mark.parametrize("observed", [False, True])
+def test_issue_is_a_host_launch_then_an_enqueue(observed: bool) -> None:
+    """``issue`` (a kernel of a recorded batch, in one call) charges and enqueues exactly
+    as ``host(ns, "launch")`` then ``enqueue``; observers see the same intervals."""
+    seen: dict[str, list] = {"issue": [], "calls": []}
+    timelines = {"issue": Timeline(), "calls": Timeline()}
+    for name, tl in timelines.items():
+        tl.host(300, "guard")
+        tl.enqueue(5_000, "before")
+        if observed:
+            tl.observers.append(lambda *a, name=name: seen[name].append(a))
+    got = [timelines["issue"].issue(2_000, 700, "k", "detail") for _ in range(3)]
+    tl = timelines["calls"]
+    want = []
+    for _ in range(3):
+        tl.host(2_000, "launch")
+        want.append(tl.enqueue(700, "k", "detail"))
+    assert got == want
+    a, b = timelines["issue"], timelines["calls"]
+    assert (a.host_ns, a.device_free_ns, a.host_by_category, a.device_busy_ns, a.device_idle_ns,
+            a.enqueued) == (b.host_ns, b.device_free_ns, b.host_by_category, b.device_busy_ns,
+                            b.device_idle_ns, b.enqueued)
+    assert seen["issue"] == seen["calls"]

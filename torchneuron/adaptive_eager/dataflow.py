@@ -9,7 +9,9 @@ every op of every replay, and the loop costs more than the reads it makes.
 ``generate`` unrolls it for one recorded flow, the expected value ids and input slots
 bound as constants, and takes only the common cases: a pending value of this replay whose
 value id is the recorded tuple itself (``guard`` shares one tuple per value across a
-region), an input seen before on the same buffer, or the next new input. Anything else
+region), an input seen before on the same buffer, or the next new input (a value of an
+earlier replay too, its buffer taken first, and a tensor not seen before, given its id,
+as the general check does). Anything else
 goes, from the start, to the general check, which decides: the generated check never
 accepts what the general one refuses nor refuses what it accepts, and it leaves the same
 state behind (a new input it took is found again, on its first buffer, by the general one).
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from torchneuron.adaptive_eager.recorder import vid_of
 
 __all__ = ["generate"]
 
@@ -30,7 +34,7 @@ _factories: dict[str, Callable[..., Any]] = {}
 def generate(flow: tuple, value_type: type, general: Callable[[Any, list, tuple], bool]
              ) -> Callable[[Any, list], bool]:
     """``bind(replay, tensors)``: what ``general(replay, tensors, flow)`` returns, with
-    the same effects (the tensors appended to ``replay.refs``, new input slots taken).
+    the same effects (new input slots taken).
     ``value_type``: the type of a pending value's producer (``replay._Value``)."""
     kinds = "".join("x" if type(w) is int else "v" for w in flow)
     make = _factories.get(kinds)
@@ -45,33 +49,36 @@ def _compile(kinds: str) -> Callable[..., Any]:
             "    def bind(rp, tensors):",
             f"        if len(tensors) != {len(kinds)}:",
             "            return general(rp, tensors, FLOW)",
-            "        refs = rp.refs",
-            "        n0 = len(refs)"]
+            ]
     if "x" in kinds:
         code += ["        slots = rp.slots", "        ext_buffers = rp.ext_buffers"]
-    slow = ["            del refs[n0:]", "            return general(rp, tensors, FLOW)"]
+    slow = ["            return general(rp, tensors, FLOW)"]
     for j, kind in enumerate(kinds):
         w = names[j]
         code += [f"        t = tensors[{j}]", "        p = t._pending"]
         if kind == "v":
             code += [f"        if type(p) is not V or p.replay is not rp or p.ik is not {w}:",
-                     *slow, f"        refs.append({w})"]
-        else:
-            code += ["        buf = t._buffer",
-                     "        v = t.__dict__.get('_ae_vid')",
-                     "        if type(p) is V or buf is None or v is None or v[1] != id(t):",
+                     *slow]
+        else:  # (a value of an earlier, ended replay: its buffer taken now, as there)
+            code += ["        if type(p) is V:",
+                     "            if p.replay is rp:",
+                     "    " + slow[0],
+                     "            t.buffer",
+                     "        buf = t._buffer",
+                     "        if buf is None:",
                      *slow,
-                     "        slot = slots.get(v[0])",
+                     "        v = t.__dict__.get('_ae_vid')",
+                     "        vid = v[0] if v is not None and v[1] == id(t) else vid_of(t)",
+                     "        slot = slots.get(vid)",
                      "        if slot is None:",
                      f"            if len(slots) != {w} or t._device_index != rp.index:",
-                     "    " + slow[0], "    " + slow[1],
-                     f"            slots[v[0]] = {w}",
+                     "    " + slow[0],
+                     f"            slots[vid] = {w}",
                      "            rp.ext.append(t)",
                      "            ext_buffers.append(buf)",
                      f"        elif slot != {w} or buf is not ext_buffers[slot]:",
-                     *slow,
-                     "        refs.append(t)"]
+                     *slow]
     code += ["        return True", "    return bind"]
-    ns: dict[str, Any] = {}
+    ns: dict[str, Any] = {"vid_of": vid_of}
     exec(compile("\n".join(code), f"<dataflow check {kinds}>", "exec"), ns)  # noqa: S102
     return ns["make"]

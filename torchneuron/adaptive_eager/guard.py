@@ -107,6 +107,10 @@ class OpGuard:
     # ``template`` is the call's tensor arguments in order, positional, and nothing else
     # (``add(a, b)``): its arguments rebuilt are the tensors as a tuple (``deferred.run``)
     plain: bool = False
+    # how a deferred run rebuilds the call from the buffers when its template is
+    # ``template``: True if ``plain`` (the tensors as a tuple), else a function of the
+    # buffers generated at its first run (``deferred._rebuilder``), None until then
+    rebuild: Any = None
 
 
 def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
@@ -195,6 +199,7 @@ def _flatten(g: OpGuard) -> None:
     g.template = (tuple(temps[:nargs]), dict(zip(g.kwnames, temps[nargs:], strict=True)))
     g.plain = not g.kwnames and not floats and all(
         type(t) is Slot and t.j == j for j, t in enumerate(temps))
+    g.rebuild = True if g.plain else None
     g.floats = tuple(floats)
     g.check = _generate(g)
     g.write_at = tuple(pos if pos < nargs else name for pos, name in g.written
@@ -329,13 +334,14 @@ def _generate(g: OpGuard) -> Any:
     the comparisons themselves. The function makes the same comparisons, in the same
     order, with the expected values bound as constants: per tensor its exact type,
     dtype, offset, strides and sizes; per scalar its type and value; grad mode and
-    autocast state; arity and keyword names. It returns the template, or None."""
+    autocast state; arity and keyword names. It returns the template, or None.
+
+    The expected values are the closure of a factory made once per text (``_factory``):
+    guards of one overload and arity mostly read the same, and one code object run with
+    a namespace per guard kept the interpreter from keeping its global lookups."""
     nargs = g.nargs
-    ns: dict[str, Any] = {"NT": NeuronTensor, "_grad": _grad_enabled, "_autocast": _autocast_enabled,
-                          "_arg": _arg, "_leaf": _leaf, "_FAIL": _FAIL, "_fill": _fill,
-                          "g": g, "T": g.template, "KW": g.kwnames}
-    code = ["def check(args, kwargs, tensors, lifted):",
-            f"    if len(args) != {nargs}: return None",
+    bound: dict[str, Any] = {"g": g, "T": g.template, "KW": g.kwnames}
+    code = [f"    if len(args) != {nargs}: return None",
             "    if tuple(kwargs) != KW: return None" if g.kwnames else
             "    if kwargs: return None",
             f"    if _grad() is not {g.grad} or _autocast() is not {g.autocast}: return None"]
@@ -344,21 +350,21 @@ def _generate(g: OpGuard) -> Any:
         code.append(f"    a = args[{p}]" if p < nargs else f"    a = kwargs[{g.kwnames[p - nargs]!r}]")
         kind = e[0]
         if kind == _TENSOR:
-            ns[c + "s"], ns[c + "t"], ns[c + "d"] = e[1], e[2], e[4]
+            bound[c + "s"], bound[c + "t"], bound[c + "d"] = e[1], e[2], e[4]
             code += [f"    if (type(a) is not NT or a.dtype is not {c}d or a.storage_offset() != "
                      f"{int(e[3])} or a.stride() != {c}t or a.shape != {c}s): return None",
                      "    tensors.append(a)"]
         elif kind == _EXACT:
-            ns[c + "y"], ns[c] = e[1], e[2]
+            bound[c + "y"], bound[c] = e[1], e[2]
             code.append(f"    if type(a) is not {c}y or a != {c}: return None")
         elif kind == _NONE:
             code.append("    if a is not None: return None")
         elif kind == _FLOAT:  # as in ``_leaf``
             if e[2] is None:
-                ns[c] = e[1]
+                bound[c] = e[1]
                 code.append(f"    if type(a) is not float or repr(a) != {c}: return None")
             else:
-                ns[c] = e[2]
+                bound[c] = e[2]
                 code.append(f"    if type(a) is not float or a != {c}: return None")
         elif kind == _LIFTED:  # what ``lift.guard`` takes: a float, whatever its value
             # the float itself, not its repr (``replay._accept`` reads it as
@@ -366,35 +372,54 @@ def _generate(g: OpGuard) -> Any:
             code += ["    if type(a) is not float: return None",
                      f"    lifted.append(({int(e[1])}, a))"]
         elif kind == _GENERAL:  # a dtype, layout, memory format or device
-            ns[c] = e
+            bound[c] = e
             code.append(f"    if _arg({c}, a, tensors, lifted) is _FAIL: return None")
-        else:  # _SEQ of tensors, exact scalars and Nones
-            ns[c + "y"] = e[1]
+        else:  # _SEQ of tensors, exact scalars and Nones (each as ``_leaf`` checks it)
+            bound[c + "y"] = e[1]
             code.append(f"    if type(a) is not {c}y or len(a) != {len(e[2])}: return None")
             for j, x in enumerate(e[2]):
-                ns[f"{c}_{j}"] = x
-                code.append(f"    if _leaf({c}_{j}, a[{j}], tensors, lifted) is _FAIL: return None")
+                cj = f"{c}_{j}"
+                if x[0] == _TENSOR:
+                    bound[cj + "s"], bound[cj + "t"], bound[cj + "d"] = x[1], x[2], x[4]
+                    code += [f"    b = a[{j}]",
+                             f"    if (type(b) is not NT or b.dtype is not {cj}d or b.storage_offset() "
+                             f"!= {int(x[3])} or b.stride() != {cj}t or b.shape != {cj}s): return None",
+                             "    tensors.append(b)"]
+                elif x[0] == _EXACT:
+                    bound[cj + "y"], bound[cj] = x[1], x[2]
+                    code += [f"    b = a[{j}]",
+                             f"    if type(b) is not {cj}y or b != {cj}: return None"]
+                else:  # _NONE
+                    code.append(f"    if a[{j}] is not None: return None")
     code.append("    return _fill(g, args, kwargs)" if g.floats else "    return T")
-    exec(_compiled("\n".join(code), f"<guard of {g.func}>"), ns)  # noqa: S102
-    return ns["check"]
+    text = "\n".join([f"def make({', '.join(bound)}):",
+                      "  def check(args, kwargs, tensors, lifted):",
+                      *("  " + line for line in code), "  return check"])
+    return _factory(text, f"<guard of {g.func}>")(*bound.values())
 
 
-_CODES: dict[tuple[str, str], Any] = {}  # (text, name) -> its code object
-_CODES_KEPT = 4096  # (all forgotten at once past this)
+# what every generated check reads besides its closure: one namespace per factory
+_GLOBALS = {"NT": NeuronTensor, "_grad": _grad_enabled, "_autocast": _autocast_enabled,
+            "_arg": _arg, "_leaf": _leaf, "_FAIL": _FAIL, "_fill": _fill}
+_FACTORIES: dict[tuple[str, str], Any] = {}  # (text, name) -> its factory
+_FACTORIES_KEPT = 4096  # (all forgotten at once past this)
 
 
-def _compiled(text: str, name: str) -> Any:
-    """``compile(text, name, "exec")``, once per distinct text and name: most guards of
-    an overload read the same (the expected values are names bound in each guard's own
-    namespace), and compiling costs far more than the check it makes, a cost paid
-    during the first steps a guard is used in (the recorder's trail, a replay)."""
+def _factory(text: str, name: str) -> Any:
+    """The factory ``make`` defined by ``text``, compiled once per distinct text and
+    name: most guards of an overload read the same (their expected values are the
+    factory's arguments), and compiling costs far more than the check it makes, a
+    cost paid during the first steps a guard is used in (the recorder's trail, a
+    replay)."""
     key = (text, name)
-    code = _CODES.get(key)
-    if code is None:
-        if len(_CODES) >= _CODES_KEPT:
-            _CODES.clear()
-        code = _CODES[key] = compile(text, name, "exec")
-    return code
+    make = _FACTORIES.get(key)
+    if make is None:
+        if len(_FACTORIES) >= _FACTORIES_KEPT:
+            _FACTORIES.clear()
+        ns = dict(_GLOBALS)
+        exec(compile(text, name, "exec"), ns)  # noqa: S102
+        make = _FACTORIES[key] = ns["make"]
+    return make
 
 
 def _match_walk(g: OpGuard, args: tuple, kwargs: dict, tensors: list[torch.Tensor],

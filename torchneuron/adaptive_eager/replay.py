@@ -43,6 +43,7 @@ from torchneuron.adaptive_eager.verify import reference_raised, run_checked
 from torchneuron.compiler.launch import launch
 from torchneuron.compiler.prepare import index_bounds
 from torchneuron.device import buffers
+from torchneuron.device.buffers import defer_write
 from torchneuron.device.tensor import NeuronTensor, pending_layout, pending_of
 from torchneuron.hardware import get_core
 
@@ -259,13 +260,11 @@ class Replay:
         self.pending: dict[tuple[int, int], weakref.ref] = {}
         # the deferred ops, flat (no container per op: they live until the region ends,
         # and a container apiece made the garbage collector run every step)
-        self.funcs: list[Any] = []  # overload of each deferred op
-        self.templates: list[Any] = []  # its argument template (``signature.rebuild``)
-        self.refs: list[Any] = []  # tensor arguments of all ops: (i, k) or the tensor
-        self.ref_ends: list[int] = []  # where each op's arguments end in ``refs``
+        # the argument template of each deferred op (``signature.rebuild``); its overload
+        # and tensor arguments are its guard's (``OpGuard.func``, ``flow``)
+        self.templates: list[Any] = []
         self.marked: list[torch.Tensor] = []
         self.write = _Write(self)  # the mark of every deferred write of this replay
-        self.bytes = 0
         self.done = False
         self.missing: set[tuple[int, int]] = set()  # live values the plan lacks
         self.exit_reason: Reason | None = None  # set when a guard fails for a known reason
@@ -274,7 +273,7 @@ class Replay:
         # deferred op -> the user's line that issued it, for ops that may raise at the end
         self.issued: dict[int, issued.Issued | None] = {}
         self.guards = _guards(region)
-        self._host = self.core.timeline.host  # ``core.host``, one call fewer per op
+        self._timeline = self.core.timeline  # charged a guard per op (``try_defer``)
 
     @property
     def complete(self) -> bool:
@@ -329,23 +328,35 @@ class Replay:
             if not g.bind(self, tensors):  # ``_bind``, generated for this op's flow
                 return MISMATCH
             if g.check_indices and not _indices_in_range(func, args):
-                del self.refs[self.ref_ends[-1] if self.ref_ends else 0:]
                 self.exit_reason = Reason.INDEX_OUT_OF_RANGE
                 return MISMATCH
             self.pos += 1
-            self._host(self.core.profile.guard_check_ns, "guard")
-            funcs = self.funcs
+            # the guard's host charge: ``Timeline.host(ns, "guard")``, inline (a call
+            # fewer per op) when no observer sees it and the cost is a plain int
+            tl = self._timeline
+            ns = self.core.profile.guard_check_ns
+            if tl.observers or type(ns) is not int or ns < 0:
+                tl.host(ns, "guard")
+            else:
+                tl.host_ns += ns
+                cats = tl.host_by_category
+                cats["guard"] = cats.get("guard", 0) + ns
+            templates = self.templates
             if g.raises_later:
-                self.issued[len(funcs)] = issued.user_line()
-            funcs.append(func)
-            self.templates.append(template)
-            self.ref_ends.append(len(self.refs))
+                self.issued[len(templates)] = issued.user_line()
+            templates.append(template)
             if g.written:
                 if write_at is None:
                     self._mark_written(g, args, kwargs)
                 else:
                     for at in write_at:
-                        self._mark(args[at] if type(at) is int else kwargs[at])
+                        t = args[at] if type(at) is int else kwargs[at]
+                        if type(t) is NeuronTensor:  # (``_mark`` of one tensor, inline)
+                            if t._pending is None:
+                                defer_write(t, self.write)
+                                self.marked.append(t)
+                        else:
+                            self._mark(t)
             out = g.new
             if out is not None:  # a single new value (``_new``, inlined): most ops
                 value = _new_value(_Value)  # ``_Value(self, out.ik)``, without its frame
@@ -353,7 +364,6 @@ class Replay:
                 value.ik = out.ik
                 value.result = None
                 self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
-                self.bytes += out.nbytes
                 index = self.index
                 if out.layout_index != index:
                     _layout(out, index)
@@ -384,7 +394,6 @@ class Replay:
         """A new pending tensor for output ``out`` of a deferred op."""
         value = _Value(self, out.ik)  # type: ignore[arg-type]
         self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
-        self.bytes += out.nbytes
         index = self.index
         if out.layout_index != index:
             _layout(out, index)
@@ -393,12 +402,11 @@ class Replay:
     def _bind(self, tensors: list[torch.Tensor], flow: tuple) -> bool:
         """Whether the op's tensor arguments are the values the recorded dataflow says
         (this replay's pending values, or input slots in order of first use, each still
-        on the buffer it had then); appends them to ``refs`` if so. A new input is given
-        the next slot (a mismatch after it ends the replay, or ``adopt`` takes it back)."""
+        on the buffer it had then): then they are exactly ``flow``, which is what the
+        deferred run takes them from (``deferred.run``). A new input is given the next
+        slot (a mismatch after it ends the replay, or ``adopt`` takes it back)."""
         if len(tensors) != len(flow):
             return False
-        refs = self.refs
-        n0 = len(refs)
         slots = self.slots
         for t, want in zip(tensors, flow, strict=True):
             p = t._pending
@@ -407,7 +415,6 @@ class Replay:
                     ik = p.ik
                     if ik is not want and ik != want:
                         break
-                    refs.append(ik)
                     continue
                 _ = t.buffer  # a value of an earlier, ended replay: take its buffer now
             buf = t._buffer
@@ -426,10 +433,8 @@ class Replay:
                 break  # its buffer was replaced since its first use
             if slot != want:
                 break
-            refs.append(t)
         else:
             return True
-        del refs[n0:]
         return False
 
     def _lifted_match(self, static: Call, static_r: Call) -> bool:

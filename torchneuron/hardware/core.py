@@ -78,8 +78,18 @@ class NeuronCore:
         p = self.profile
         tl = self.timeline
         self.ops[name] += 1
-        if self.issuing:
-            return self._issue_kernel(name, signature, work, cost, key)
+        if self.issuing:  # a kernel of a recorded batch
+            if work is None:  # metadata only: the guard that matched it was its host cost
+                return None
+            if key is None:
+                key = (name, tuple(signature))
+            if cost is None:
+                cost = kernel_cost(work, p)
+            if key in self.seen_signatures or not _computes(work):  # (the common case)
+                self.kernels += 1
+                tl.issue(p.recorded_kernel_launch_ns, cost.total_ns, name, cost)
+                return cost
+            return self._issue_compiled(name, work, cost, key)
         if work is None:
             tl.host(p.host_dispatch_ns, "dispatch")
             return None
@@ -116,26 +126,19 @@ class NeuronCore:
         finally:
             self.issuing = False
 
-    def _issue_kernel(self, name: str, signature: tuple[Any, ...], work: KernelWork | None,
-                      cost: KernelCost | None, key: tuple | None) -> KernelCost | None:
-        """One kernel of a recorded batch (``issue_recorded``)."""
-        if work is None:  # metadata only: the guard that matched it was its host cost
-            return None
+    def _issue_compiled(self, name: str, work: KernelWork, cost: KernelCost, key: tuple
+                        ) -> KernelCost:  # fmt: skip
+        """A kernel of a recorded batch whose signature this core has not compiled: it
+        was recorded eagerly before, so normally it was; not after a profile swap. Its
+        compile, then its launch."""
         p = self.profile
-        if key is None:
-            key = (name, tuple(signature))
-        if cost is None:
-            cost = kernel_cost(work, p)
         self.kernels += 1
-        if key not in self.seen_signatures and _computes(work):
-            # recorded eagerly before, so normally compiled; not after a profile swap
-            self.seen_signatures.add(key)
-            self.eager_compiles += 1
-            compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
-            if compile_ns:
-                self.timeline.host(compile_ns, "compile")
-        self.timeline.host(p.recorded_kernel_launch_ns, "launch")
-        self.timeline.enqueue(cost.total_ns, name, detail=cost)
+        self.seen_signatures.add(key)
+        self.eager_compiles += 1
+        compile_ns = eager_compile_latency_ns(p, settings.compile_latency_enabled())
+        if compile_ns:
+            self.timeline.host(compile_ns, "compile")
+        self.timeline.issue(p.recorded_kernel_launch_ns, cost.total_ns, name, cost)
         return cost
 
     def run_executable(

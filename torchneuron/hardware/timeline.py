@@ -172,6 +172,20 @@ class Timeline:
         cats["launch"] = cats.get("launch", 0) + launch_ns
         return self.enqueue(device_ns, label, detail)
 
+    def issue(self, launch_ns: int, device_ns: int, label: str = "", detail: Any = None
+              ) -> tuple[int, int]:
+        """``host(launch_ns, "launch")``, then ``enqueue(device_ns, label, detail)``: one
+        kernel of a recorded batch (``NeuronCore.issue_recorded``), in fewer calls, as
+        ``launch`` is one eager kernel's. With observers the two calls run."""
+        launch_ns = int(launch_ns)
+        if self.observers or launch_ns < 0:
+            self.host(launch_ns, "launch")
+            return self.enqueue(device_ns, label, detail)
+        self.host_ns += launch_ns
+        cats = self.host_by_category
+        cats["launch"] = cats.get("launch", 0) + launch_ns
+        return self.enqueue(device_ns, label, detail)
+
     def submit_compile(self, latency_ns: int, priority: float = 0.0, workers: int = 1) -> int:
         """Queue a background compile of modeled ``latency_ns`` now on the simulated
         compiler (``compile_queue``: ``workers`` at once, highest ``priority`` first);
