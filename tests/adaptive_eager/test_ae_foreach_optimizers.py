@@ -81,3 +81,4 @@ def test_a_loaded_buffers_storage_clones_on_the_host() -> None:
     assert copy.data_ptr() != storage.data_ptr()
     assert copy.device == storage.device
     assert torch.equal(torch.empty(0).set_(copy.cpu()).view(torch.float32), torch.arange(6.0))
+

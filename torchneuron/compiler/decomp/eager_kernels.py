@@ -435,8 +435,9 @@ def _eager_runs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def functional_overloads(packet: str) -> list[Any]:
-    """The functional overloads of ``packet`` returning only tensors (``.out``, in-place
-    and mutating ones never reach prepare: functionalization rewrote them)."""
+    """The functional overloads of ``packet`` returning only tensors (in-place and
+    mutating ones never reach prepare: functionalization rewrote them; ``.out`` ones
+    can, from a region's graph: ``_out_entry``)."""
     op = getattr(aten, packet)
     found = []
     for name in op.overloads():
@@ -547,19 +548,59 @@ def _writing_batch_norm(base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
+def _out_overloads(packet: str) -> list[tuple[Any, Any]]:
+    """(``.out`` overload, its functional overload) pairs of ``packet``: ``out`` goes with
+    ``default``, ``X_out`` with ``X``."""
+    op = getattr(aten, packet)
+    pairs = []
+    for name in op.overloads():
+        base = "default" if name == "out" else name[:-4] if name.endswith("_out") else None
+        if base is not None and base in op.overloads():
+            functional = getattr(op, base)
+            if functional in functional_overloads(packet):
+                pairs.append((getattr(op, name), functional))
+    return pairs
+
+
+def _out_entry(kernel: EagerKernel, functional: Any, base: Callable[..., Any] | None
+               ) -> Callable[..., Any]:
+    """An ``.out`` call as its functional overload, eager's kernel, and a ``copy_`` into
+    ``out`` (of the result's shape and dtype; else ``base``'s entry, which resizes).
+
+    Why: a graph adaptive eager captured holds the ``.out`` call the device ran
+    (``torch.addmm(g, p, W, alpha=-1, out=g)`` in ``nn.LinearCrossEntropyLoss``'s
+    backward), and PyTorch's entry for it spells the call out (``mm``, ``mul``, ``add``:
+    two roundings where eager's kernel has one): the ModuleInfo replay sweep over every
+    sample found its input gradient off in the last bit in 11 of 857 samples."""
+
+    def decomposition(*args: Any, out: Any = None, **kwargs: Any) -> Any:
+        if isinstance(out, torch.Tensor) and _applies(kernel, functional, args, kwargs):
+            result = functional(*args, **kwargs)
+            if result.shape == out.shape and result.dtype == out.dtype:
+                return out.copy_(result)
+        if base is None:
+            return NotImplemented
+        return base(*args, out=out, **kwargs)
+
+    return decomposition
+
+
 def _kernel_dtype(x: torch.Tensor) -> bool:
     return x.dtype in _WIDE or x.dtype == torch.float16 and not x.is_contiguous()
 
 
 def eager_kernel_decompositions(base: Table) -> Table:
     """The layer: an entry for every overload above that keeps the node when the call
-    applies and otherwise defers to ``base``'s entry (the table built so far); and the
-    batch norm that writes its statistics, as its functional overload's kernel."""
+    applies and otherwise defers to ``base``'s entry (the table built so far); its
+    ``.out`` overloads as that functional call and a copy; and the batch norm that writes
+    its statistics, as its functional overload's kernel."""
     table: Table = {}
     for kernel in EAGER_KERNELS:
         for packet in kernel.packets:
             for op in functional_overloads(packet):
                 table[op] = _entry(kernel, op, base.get(op))
+            for out_op, functional in _out_overloads(packet):
+                table[out_op] = _out_entry(kernel, functional, base.get(out_op))
     legit = aten._native_batch_norm_legit.default
     table[legit] = _writing_batch_norm(base.get(legit))
     return table
