@@ -41,6 +41,7 @@ BIT_PATTERNS = (
     # all 8 pairs of an Intel Xeon with AVX-512 FP16, tools/cpu_paths.py --paths cpus)
     "adaptive_eager/test_ae_*_bits*.py", "adaptive_eager/test_ae_strided_layouts.py",
     "adaptive_eager/test_ae_inplace_layouts.py",
+    "adaptive_eager/test_ae_foreach_optimizers.py", "adaptive_eager/test_ae_out_calls.py",
     "compiler/interpreter/test_interpreter_codegen.py",
     "compiler/interpreter/test_interpreter_element_index.py",
     "compiler/interpreter/test_interpreter_specialize.py",
