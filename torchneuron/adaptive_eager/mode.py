@@ -31,7 +31,7 @@ from torchneuron.adaptive_eager.growing import _MAX_STEP_OPS, NEW
 from torchneuron.adaptive_eager.ledger import Ledger
 from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
-from torchneuron.adaptive_eager.recorder import outputs_of, run_eagerly, static_of
+from torchneuron.adaptive_eager.recorder import _op_of, _sig_of, outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.replay import MISMATCH
 from torchneuron.adaptive_eager.signature import Call, Unsupported, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
@@ -169,14 +169,14 @@ class Runtime(Ledger):
                 return self.refused_op(func, args, kwargs)
             seg = self.segment
             tr = seg.trail
-            tensors = template = None
+            tensors = template = floats = None
             if tr is not None:  # the trail's op (``trail``) if the call is it
                 n = len(seg.entries)
                 op = tr[1][n] if n < len(tr[1]) else None
                 if op is None or op[0] is not func:
                     op = seg.expect(func)  # (another trail, or none)
                 if op is not None:
-                    fn = op[5][0]  # the op's flat check (``trail.check``, inlined)
+                    fn = op[5][0]  # the op's flat check (``trail.taken``, inlined)
                     if fn:
                         tensors = []
                         with _NoTorchFunction():
@@ -184,13 +184,13 @@ class Runtime(Ledger):
                             if template is None:
                                 tensors = None
                     elif fn is None:
-                        tensors = trail.check(op, args, kwargs)
-                    if tensors is None:  # another argument: a trail that had this one?
-                        op = seg.expect(func, op)
-                        if op is not None:
-                            tensors = trail.check(op, args, kwargs)
+                        got = trail.taken(op, args, kwargs)
+                        if got is not None:
+                            tensors, template = got
+                    if tensors is None:
+                        tensors, template, floats, op = self._off_trail(seg, func, args, kwargs, op)
             if tensors is not None:  # not described again
-                static = op[4]  # type: ignore[index]
+                static = op[4] if floats is None else floats  # type: ignore[index]
             else:
                 op = None  # (this op in full)
                 try:
@@ -208,7 +208,28 @@ class Runtime(Ledger):
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
                     return out
-            return self.record(func, args, kwargs, static, tensors, rec, op, template)
+            return self.record(func, args, kwargs, static, tensors, rec, op, template, floats)
+
+    @staticmethod
+    def _off_trail(seg: Any, func: Any, args: tuple, kwargs: dict, op: tuple) -> tuple:
+        """The call is not the trail's op ``op`` there (another argument): (tensors,
+        template, None, op) of another trail's op there that it is (which is followed
+        from then on, ``Segment.expect``); else (tensors, template, the call's ``Call``,
+        op) if the trail's op there is the call but for its floats' values
+        (``trail.check_floats``); else Nones (the op is recorded in full)."""
+        alt = seg.expect(func, op)
+        if alt is not None:
+            got = trail.taken(alt, args, kwargs)
+            if got is not None:
+                return got[0], got[1], None, alt
+            op = alt
+        tr = seg.trail
+        n = len(seg.entries)
+        if tr is not None and n < len(tr[1]) and tr[1][n] is op:
+            got = trail.check_floats(op, args, kwargs)
+            if got is not None:
+                return got[0], got[1], got[2], op
+        return None, None, None, None
 
     def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
@@ -249,11 +270,13 @@ class Runtime(Ledger):
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
                tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None,
-               template: Any = None) -> Any:
+               template: Any = None, floats: Call | None = None) -> Any:
         """Run the op eagerly and append it to the segment. ``op``: the trail's op the call
         was checked against (``trail.check``), appended as it is if the outputs are its
         outputs too; ``template``: the check's answer (its flat check's), if it had one.
-        An op that is the trail's, with the trail's dataflow, runs
+        ``floats``: the call's ``Call`` (``static``) if it is ``op`` but for its floats'
+        values (``trail.check_floats``): it runs as ``op`` would, and is appended as its
+        own op. An op that is the trail's, with the trail's dataflow, runs
         on buffers with eager's facts (``trailrun``)."""
         written = None
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
@@ -267,10 +290,18 @@ class Runtime(Ledger):
             tr = seg.trail
             n = len(seg.entries)
             if tr is not None and n < len(tr[2]) and tr[1][n] is op:
-                got = trailrun.run(seg, tr[2][n], op, args, kwargs, tensors,  # type: ignore[arg-type]
-                                   template, self.index, core)
+                sig = tr[2][n]
+                got = trailrun.run(seg, sig, op, args, kwargs, tensors,  # type: ignore[arg-type]
+                                   template, self.index, core, floats is None)
                 if got is not None:
                     flow, out, leaves = got
+                    if floats is not None:  # the call's own op, with the trail op's dataflow
+                        if leaves is not None:  # (its outputs are the trail op's)
+                            op = _op_of(func, floats, op[1].result, op[2])  # type: ignore[index]
+                            static = op[4]  # (interned, as ``Segment.append`` answers)
+                            flow = (*flow[:4], _sig_of(func, op[1], op[2], sig.refs))
+                        else:
+                            op = flow = None
         if out is trailrun.NOT_RUN:
             for t in tensors:  # ``run_eagerly``, without its call
                 if type(t) is not NeuronTensor:
@@ -279,6 +310,8 @@ class Runtime(Ledger):
             else:
                 out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
         if leaves is None:  # (else the outputs are the trail op's: ``trailrun._single``)
+            if floats is not None:  # (the call's own op: appended in full)
+                op = None
             try:
                 struct, outs, leaves = outputs_of(out, tensors)
             except Unsupported:

@@ -295,8 +295,23 @@ def _op_of(func: Any, call: tuple, struct: str, outs: tuple) -> tuple:
         if len(_OPS) >= _KEPT:
             _OPS.clear()
         static = build(Static, (*call, struct))
-        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call, [None, False])
+        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call,
+                               [None, False, None, None])
     return op
+
+
+def _went_as(ops: list[tuple], mine: list[tuple], n: int) -> bool:
+    """Whether a trail's first ``n`` ops are the segment's ``mine``, or differ from them
+    only in floats the lifter could lift (their blind keys, ``lift.blind_key``): AdamW's
+    update goes on as last step's did, with this step's bias corrections. Only which
+    trail is followed depends on it: each op is still checked against the trail's
+    exactly (``trail``)."""
+    if ops[:n] == mine:
+        return True
+    for i in range(n):
+        if ops[i][3] != mine[i][3]:
+            return False
+    return True
 
 
 def _sig_of(func: Any, static: Static, outs: tuple, refs: tuple) -> OpSig:
@@ -382,7 +397,7 @@ class Segment:
         for alt in self.trails.get(id(mine[0]), ()):  # (``ops`` from the start: no drop)
             ops = alt[1]
             if alt is not tr and n < len(ops) and ops[n][0] is func \
-                    and ops[n] is not tried and ops[:n] == mine:
+                    and ops[n] is not tried and _went_as(ops, mine, n):
                 self.trail = alt
                 return ops[n]
         if tried is None:
