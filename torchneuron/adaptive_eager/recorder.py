@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -306,12 +307,11 @@ def _went_as(ops: list[tuple], mine: list[tuple], n: int) -> bool:
     update goes on as last step's did, with this step's bias corrections. Only which
     trail is followed depends on it: each op is still checked against the trail's
     exactly (``trail``)."""
-    if ops[:n] == mine:
-        return True
-    for i in range(n):
-        if ops[i][3] != mine[i][3]:
-            return False
-    return True
+    head = ops[:n]
+    return head == mine or list(map(_BLIND, head)) == list(map(_BLIND, mine))
+
+
+_BLIND = operator.itemgetter(3)  # an interned op's blind key (``_op_of``)
 
 
 def _sig_of(func: Any, static: Static, outs: tuple, refs: tuple) -> OpSig:
