@@ -157,3 +157,43 @@ def test_the_trail_check_refuses_what_static_of_describes_otherwise() -> None:
     assert trail.outputs(op, a, tensors) is None  # the argument itself: not a new value
     assert trail.outputs(op, out.t(), tensors) is None  # other shape and strides
     assert trail.outputs(op, (out,), tensors) is None  # other structure
+
+
+def test_the_float_blind_check_answers_static_of_for_another_float_and_refuses_the_rest() -> None:
+    """``trail.check_floats`` takes a call that is the trail's op but for the values of
+    its top-level floats, and answers the ``Call`` that ``static_of`` gives for it (each
+    float's repr: -0.0, nan and inf too) and a template with the call's floats; anything
+    else that differs (shape, an int for a float, a float in a list) is refused."""
+    from torchneuron.adaptive_eager import trail
+    from torchneuron.adaptive_eager.signature import rebuild_call
+
+    a = torch.randn(3, 4).to("neuron")
+    b = torch.randn(3, 4).to("neuron")
+    addcdiv = torch.ops.aten.addcdiv_.default
+    div = torch.ops.aten.div.Tensor
+
+    def op_of(func: Any, args: tuple, kwargs: dict) -> tuple:
+        call, _, tensors = recorder.static_of(func, args, kwargs)
+        out = func(*args, **kwargs)
+        struct, outs, _ = recorder.outputs_of(out, tensors)
+        return recorder._op_of(func, call, struct, outs)
+
+    op = op_of(addcdiv, (a, a, b), {"value": -0.25})
+    for v in (-0.25, 0.5, -0.0, 0.0, float("nan"), float("inf"), 1e-300):
+        got = trail.check_floats(op, (a, a, b), {"value": v})
+        assert got is not None, v
+        call, _, tensors = recorder.static_of(addcdiv, (a, a, b), {"value": v})
+        assert got[0] == tensors and got[2] == call, v
+        uargs, ukwargs = rebuild_call(got[1], [t._buffer for t in tensors])
+        assert repr(ukwargs["value"]) == repr(v) and uargs[0] is a._buffer
+    c = torch.randn(4, 3).to("neuron")
+    for args, kwargs in (((a, a, b), {"value": -1}), ((a, a, b.double()), {"value": 2.0}),
+                         ((a, a, c.t()), {"value": 2.0}), ((a, a, b), {})):
+        assert trail.check_floats(op, args, kwargs) is None
+        assert recorder.static_of(addcdiv, args, kwargs)[0] != op[4]
+    dop = op_of(div, (a, 0.125), {})
+    got = trail.check_floats(dop, (a, 3.0), {})
+    assert got is not None and got[2] == recorder.static_of(div, (a, 3.0), {})[0]
+    assert trail.check_floats(dop, (a, 3), {}) is None  # (an int: another op)
+    sop = op_of(torch.ops.aten.sum.dim_IntList, (a, [0], True), {})
+    assert trail.check_floats(sop, (a, [0], True), {}) is None  # (no float)
