@@ -16,7 +16,7 @@ import torch
 
 from torchneuron.adaptive_eager import growing, mode, recorder, trail
 from torchneuron.dispatch import oprecord
-from torchneuron.hardware import settings
+from torchneuron.hardware import get_core, settings
 from torchneuron.hardware.timeline import Timeline
 
 # (function, the method of ``mode.Runtime`` holding its copy, the copy's first line
@@ -32,6 +32,8 @@ _COPIES: list[tuple[Any, Any, str, int, str]] = [
      "955bf07e5c9d9f01"),
     (trail.taken, mode.Runtime.on_op, "# the op's flat check (``trail.taken``, inlined)", 11,
      "1e0d906db3133d7f"),
+    (get_core, mode.Runtime.record, "# ``get_core``, without its call once made", 3,
+     "956465296d34e97f"),
     (oprecord.record, mode.Runtime.on_op, "# ``record(func)``, without its call once built", 3,
      "b4ad466eca381f79"),
 ]
@@ -64,7 +66,8 @@ def test_each_inlined_copy_changes_with_its_function() -> None:
 def test_the_private_names_the_op_path_reads_are_what_the_public_functions_read() -> None:
     """``settings._values`` is where ``get_value`` finds a value set (the op path reads
     ``ae_max_region_ops`` there), ``oprecord._records`` is ``record``'s table by the
-    op's id, and ``growing._MAX_STEP_OPS`` is ``Growing.saw``'s bound."""
+    op's id, ``growing._MAX_STEP_OPS`` is ``Growing.saw``'s bound and
+    ``hardware.core._cores`` is ``get_core``'s table."""
     with settings.override(ae_max_region_ops=1234):
         assert mode._set_values is settings._values
         assert mode._set_values.get("ae_max_region_ops") == settings.get_value("ae_max_region_ops")
@@ -72,6 +75,10 @@ def test_the_private_names_the_op_path_reads_are_what_the_public_functions_read(
     rec = oprecord.record(f)
     assert mode._records is oprecord._records and mode._records.get(id(f)) is rec
     assert rec.func is f
+    from torchneuron.hardware import core
+
+    c0 = core.get_core(0)
+    assert mode._cores is core._cores and mode._cores.get(0) is c0
     g = growing.Growing()
     g.pos = mode._MAX_STEP_OPS
     g.saw(f, ())

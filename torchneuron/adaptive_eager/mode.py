@@ -40,6 +40,7 @@ from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
 from torchneuron.dispatch.oprecord import OpRecord, _records, record
 from torchneuron.hardware import get_core, settings
+from torchneuron.hardware.core import _cores
 
 __all__ = ["AdaptiveEagerMode", "Runtime"]
 
@@ -285,7 +286,9 @@ class Runtime(Ledger):
         seg = self.segment
         flow = leaves = None
         out = trailrun.NOT_RUN
-        core = get_core(self.index)  # (once: the run on buffers charges it too)
+        core = _cores.get(self.index)  # ``get_core``, without its call once made (once:
+        if core is None:  # the run on buffers charges it too)
+            core = get_core(self.index)
         if template is not None:
             tr = seg.trail
             n = len(seg.entries)
