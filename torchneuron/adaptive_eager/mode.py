@@ -53,6 +53,7 @@ _get_value = settings.get_value
 # the settings set or read in this process, by name: ``ae_max_region_ops`` (not a live row)
 # is read there once per recorded op, without ``get_value``'s call once it has a value
 _set_values = settings._values
+_NOT_RUN = trailrun.NOT_RUN
 _NO_LIFTED: list = []  # (a trail's op has no lifted floats: the check never appends)
 
 
@@ -285,7 +286,7 @@ class Runtime(Ledger):
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         seg = self.segment
         flow = leaves = None
-        out = trailrun.NOT_RUN
+        out = _NOT_RUN
         core = _cores.get(self.index)  # ``get_core``, without its call once made (once:
         if core is None:  # the run on buffers charges it too)
             core = get_core(self.index)
@@ -308,7 +309,7 @@ class Runtime(Ledger):
                             flow = (*flow[:4], _sig_of(func, op[1], op[2], sig.refs))
                         else:
                             op = flow = None
-        if out is trailrun.NOT_RUN:
+        if out is _NOT_RUN:
             for t in tensors:  # ``run_eagerly``, without its call
                 if type(t) is not NeuronTensor:
                     out = func(*args, **kwargs)

@@ -38,13 +38,16 @@ class Facts:
     """What eager dispatch decided for one op with its argument metadata: its record, its
     signature key and the signature's facts (``fastpath.SignatureFacts``)."""
 
-    __slots__ = ("rec", "key", "sig")
+    __slots__ = ("rec", "key", "sig", "host")
 
     def __init__(self, rec: OpRecord, key: tuple | None, sig: fastpath.SignatureFacts | None
                  ) -> None:  # fmt: skip
         self.rec = rec
         self.key = key
         self.sig = sig
+        # why eager runs it on the host (``SignatureFacts.fallback``), if it does: only
+        # from ``facts_of(..., fallbacks=True)``
+        self.host: str | None = None
 
 
 def facts_of(func: Any, args: tuple, kwargs: dict, fallbacks: bool = False) -> Facts | None:
@@ -76,9 +79,12 @@ def facts_of(func: Any, args: tuple, kwargs: dict, fallbacks: bool = False) -> F
     if sig is None:
         sig = fastpath.remember(u.key, fastpath.SignatureFacts(fallback_reason(rec.name,
                                                                                u.tensors)))
-    if sig.fallback is not None and not fallbacks:
-        return None
-    return Facts(rec, u.key, sig)
+    facts = Facts(rec, u.key, sig)
+    if sig.fallback is not None:
+        if not fallbacks:
+            return None
+        facts.host = sig.fallback
+    return facts
 
 
 def rerun(facts: Facts, uargs: Any, ukwargs: dict, buffers: list[torch.Tensor],
@@ -89,14 +95,14 @@ def rerun(facts: Facts, uargs: Any, ukwargs: dict, buffers: list[torch.Tensor],
     result(s), with autograd's known-zero results made real zeros as eager's wrappers
     make them (a host fallback's results as they are: eager's wrapper does that)."""
     rec = facts.rec
-    sig = facts.sig
-    if sig is not None and sig.fallback is not None:  # (``facts_of(..., fallbacks=True)``)
-        return _run_on_host(core, rec, sig.fallback, uargs, ukwargs, buffers, core.index)
+    if facts.host is not None:  # (``facts_of(..., fallbacks=True)``)
+        return _run_on_host(core, rec, facts.host, uargs, ukwargs, buffers, core.index)
     out = rec.op(*uargs, **ukwargs) if rec.plain else _call(rec, uargs, ukwargs, core.index)
     _executed[rec.name] += 1  # ``count_executed``, inline
     if not rec.kernel:  # metadata only: the charge is the dispatch
         core.run_eager_kernel(rec.name, (), None)
         return out
+    sig = facts.sig
     if type(out) is _Tensor:
         hit = sig.results.get((out.shape, out.stride(), out.dtype))  # type: ignore[union-attr]
         if hit is not None and hit[2] is core.profile:
