@@ -208,5 +208,13 @@ def rebuilder(template: tuple) -> Any:
         return None
     kws = ", ".join(f"{k!r}: {e}" for k, e in zip(ktemp, values, strict=True))
     text = f"def rb(b):\n    return {args}, {{{kws}}}"
-    exec(compile(text, "<trailrun.rebuilder>", "exec"), ns)  # noqa: S102
+    code = _CODES.get(text)  # (the same text for every template of one shape)
+    if code is None:
+        if len(_CODES) >= _KEPT:
+            _CODES.clear()
+        code = _CODES[text] = compile(text, "<trailrun.rebuilder>", "exec")
+    exec(code, ns)  # noqa: S102
     return ns["rb"]
+
+
+_CODES: dict[str, Any] = {}  # a rebuilder's text -> its code: compiling costs far more
