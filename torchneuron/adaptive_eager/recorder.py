@@ -306,7 +306,9 @@ def _went_as(ops: list[tuple], mine: list[tuple], n: int) -> bool:
     only in floats the lifter could lift (their blind keys, ``lift.blind_key``): AdamW's
     update goes on as last step's did, with this step's bias corrections. Only which
     trail is followed depends on it: each op is still checked against the trail's
-    exactly (``trail``)."""
+    exactly (``trail``). Asked only where the trail has no op for the call: where the
+    trail's op is the call's but for an argument, the trails alike but for floats are
+    last steps' (switching among them at every op cost O(n) per op)."""
     head = ops[:n]
     # (in C, stopping at the first difference: asked once per trail at every switch)
     return head == mine or (len(head) == len(mine)
@@ -399,7 +401,8 @@ class Segment:
         for alt in self.trails.get(id(mine[0]), ()):  # (``ops`` from the start: no drop)
             ops = alt[1]
             if alt is not tr and n < len(ops) and ops[n][0] is func \
-                    and ops[n] is not tried and _went_as(ops, mine, n):
+                    and ops[n] is not tried and (_went_as(ops, mine, n) if tried is None
+                                                 else ops[:n] == mine):
                 self.trail = alt
                 return ops[n]
         if tried is None:
