@@ -103,8 +103,9 @@ def test_a_repeated_step_takes_the_trail_and_records_what_recording_in_full_does
 def test_a_step_that_goes_another_way_midway_is_recorded_as_in_full(monkeypatch: Any) -> None:
     """From step 4 on, the forward has one more op in its middle (a multiplication by a
     scalar that alternates between two values): the trail is followed up to the first
-    op that differs, which is recorded in full (another overload, or the same overload
-    with another scalar), and what follows is recorded exactly as in full."""
+    op that differs, which is recorded in full (another overload), and what follows is
+    recorded exactly as in full. The same overload with another scalar is the trail's op
+    but for a float's value (``trail.check_floats``): taken, recorded as its own op."""
     fast = _recorded(monkeypatch, True, 4)
     full = _recorded(monkeypatch, False, 4)
     steps = _by_segment(fast)
@@ -115,10 +116,9 @@ def test_a_step_that_goes_another_way_midway_is_recorded_as_in_full(monkeypatch:
     # step 4: another overload at the mul (no trail went that way): the rest in full
     k = steps[4].index(False, 1)
     assert k >= 3 and all(steps[4][1:k]) and not any(steps[4][k:])
-    # step 5: the mul's scalar differs from step 4's (in full), the ops after it follow
-    # the trail again, but the mul's backward, which carries the scalar too
-    k = steps[5].index(False, 1)
-    assert k >= 3 and all(steps[5][1:k]) and steps[5][k + 1:].count(False) == 1
+    # step 5: the mul's scalar differs from step 4's, and so does its backward's, which
+    # carries the scalar too: both taken with their own floats, as every other op
+    assert all(steps[5][1:])
     # step 6 goes as step 4 went, step 7 as step 5: the trails of those steps, all of it
     assert all(steps[6][1:]) and all(steps[7][1:])
     assert not any(full["taken"])
@@ -157,3 +157,43 @@ def test_the_trail_check_refuses_what_static_of_describes_otherwise() -> None:
     assert trail.outputs(op, a, tensors) is None  # the argument itself: not a new value
     assert trail.outputs(op, out.t(), tensors) is None  # other shape and strides
     assert trail.outputs(op, (out,), tensors) is None  # other structure
+
+
+def test_the_float_blind_check_answers_static_of_for_another_float_and_refuses_the_rest() -> None:
+    """``trail.check_floats`` takes a call that is the trail's op but for the values of
+    its top-level floats, and answers the ``Call`` that ``static_of`` gives for it (each
+    float's repr: -0.0, nan and inf too) and a template with the call's floats; anything
+    else that differs (shape, an int for a float, a float in a list) is refused."""
+    from torchneuron.adaptive_eager import trail
+    from torchneuron.adaptive_eager.signature import rebuild_call
+
+    a = torch.randn(3, 4).to("neuron")
+    b = torch.randn(3, 4).to("neuron")
+    addcdiv = torch.ops.aten.addcdiv_.default
+    div = torch.ops.aten.div.Tensor
+
+    def op_of(func: Any, args: tuple, kwargs: dict) -> tuple:
+        call, _, tensors = recorder.static_of(func, args, kwargs)
+        out = func(*args, **kwargs)
+        struct, outs, _ = recorder.outputs_of(out, tensors)
+        return recorder._op_of(func, call, struct, outs)
+
+    op = op_of(addcdiv, (a, a, b), {"value": -0.25})
+    for v in (-0.25, 0.5, -0.0, 0.0, float("nan"), float("inf"), 1e-300):
+        got = trail.check_floats(op, (a, a, b), {"value": v})
+        assert got is not None, v
+        call, _, tensors = recorder.static_of(addcdiv, (a, a, b), {"value": v})
+        assert got[0] == tensors and got[2] == call, v
+        uargs, ukwargs = rebuild_call(got[1], [t._buffer for t in tensors])
+        assert repr(ukwargs["value"]) == repr(v) and uargs[0] is a._buffer
+    c = torch.randn(4, 3).to("neuron")
+    for args, kwargs in (((a, a, b), {"value": -1}), ((a, a, b.double()), {"value": 2.0}),
+                         ((a, a, c.t()), {"value": 2.0}), ((a, a, b), {})):
+        assert trail.check_floats(op, args, kwargs) is None
+        assert recorder.static_of(addcdiv, args, kwargs)[0] != op[4]
+    dop = op_of(div, (a, 0.125), {})
+    got = trail.check_floats(dop, (a, 3.0), {})
+    assert got is not None and got[2] == recorder.static_of(div, (a, 3.0), {})[0]
+    assert trail.check_floats(dop, (a, 3), {}) is None  # (an int: another op)
+    sop = op_of(torch.ops.aten.sum.dim_IntList, (a, [0], True), {})
+    assert trail.check_floats(sop, (a, [0], True), {}) is None  # (no float)

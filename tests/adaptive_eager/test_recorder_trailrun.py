@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.loops import make_loop
+from tests.loops import Loop, make_loop
 from torchneuron import adaptive_eager as ae
 from torchneuron.adaptive_eager import recorder, trailrun
 from torchneuron.adaptive_eager.signature import InputRef
@@ -28,11 +28,31 @@ from torchneuron.hardware.settings import override
 STEPS = 8
 
 
+def _clipped_adamw() -> Loop:
+    """An MLP trained with gradient clipping (``linalg_vector_norm``: eager runs it on
+    the host) and AdamW (whose ``div`` and ``addcdiv_`` take bias corrections that change
+    every step)."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4)).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(5, 8).to("neuron")
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = model(x).square().mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.detach()
+
+    return Loop("clipped_adamw", "eager", step, model)
+
+
 def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
     reset_cores()
     reset_op_tracking()
     torch.manual_seed(0)
-    loop = make_loop(name, "eager")
+    loop = _clipped_adamw() if name == "clipped_adamw" else make_loop(name, "eager")
     core = get_core(0)
     taken = [0]
     run = trailrun.run
@@ -58,7 +78,7 @@ def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
             ae.explain(), taken[0])
 
 
-@pytest.mark.parametrize("name", ["res_mlp", "cnn"])
+@pytest.mark.parametrize("name", ["res_mlp", "cnn", "clipped_adamw"])
 def test_an_op_on_its_trail_runs_and_is_recorded_as_through_eager_dispatch(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with override(ae_hot_threshold=10**9, cache=False):
@@ -75,6 +95,49 @@ def test_an_op_on_its_trail_runs_and_is_recorded_as_through_eager_dispatch(
     assert all(torch.equal(a, b) for a, b in zip(losses, want[3], strict=True))
     assert all(torch.equal(a, b) for a, b in zip(params, want[4], strict=True))
     assert (stats, regions, explain) == want[5:8]
+
+
+def test_an_op_on_its_trail_but_for_a_float_or_run_on_the_host_runs_on_buffers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the third step on, AdamW's ``div`` and ``addcdiv_`` (their bias corrections
+    are new every step: the trail's op but for a float, ``trail.check_floats``) and
+    clipping's ``linalg_vector_norm`` (eager runs it on the host, ``facts_of(...,
+    fallbacks=True)``) run on buffers like every other op on its trail: the ops that go
+    through eager dispatch are only the first of each segment (which picks its trail)."""
+    from torchneuron.adaptive_eager import mode
+
+    on_buffers = [False]
+    run = trailrun.run
+
+    def counted(*args: object) -> object:
+        out = run(*args)  # type: ignore[arg-type]
+        on_buffers[0] = out is not None and out[1] is not trailrun.NOT_RUN
+        return out
+
+    record = mode.Runtime.record
+    dispatched: list[tuple] = []  # (step, the op, its position in the segment)
+
+    def recorded(self: mode.Runtime, func: object, *args: object) -> object:
+        on_buffers[0] = False
+        n = len(self.segment.entries)
+        out = record(self, func, *args)  # type: ignore[arg-type]
+        if not on_buffers[0]:
+            dispatched.append((step[0], str(func), n))
+        return out
+
+    monkeypatch.setattr(trailrun, "run", counted)
+    monkeypatch.setattr(mode.Runtime, "record", recorded)
+    torch.manual_seed(0)
+    loop = _clipped_adamw()
+    step = [0]
+    ae.reset()
+    with override(ae_hot_threshold=10**9, cache=False), ae.enabled():
+        for i in range(6):
+            step[0] = i
+            loop.step().cpu()
+        assert ae.stats()["replays"] == 0
+    late = [d for d in dispatched if d[0] >= 2]
+    assert late and all(n == 0 for _, _, n in late), late
 
 
 def test_tensors_sharing_a_buffer_or_on_another_device_go_through_eager_dispatch() -> None:

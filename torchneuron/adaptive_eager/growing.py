@@ -64,6 +64,8 @@ eager).
 from __future__ import annotations
 
 from collections import Counter
+from itertools import compress, count
+from operator import itemgetter, ne
 from typing import Any
 
 from torchneuron.adaptive_eager.reasons import Reason
@@ -148,6 +150,9 @@ def _ops(chunks: list[_Chunk]) -> list[tuple[Any, Any]]:
         else:
             out.extend((sig.func, sig.static.call) for sig in sigs[:x])
     return out
+
+
+_REGION = itemgetter(0)  # a chunk's region signatures (None: a single op)
 
 
 def _aligned(a: list[_Chunk], b: list[_Chunk], c: list[_Chunk]) -> bool:
@@ -304,7 +309,21 @@ class Growing:
         if a == b == c:  # the same step three times (compared in C): nothing grows
             return
         found = []
-        if _aligned(a, b, c):  # compare only the single ops
+        if len(a) == len(b) == len(c) == n and not (
+                any(map(_REGION, a)) or any(map(_REGION, b)) or any(map(_REGION, c))):
+            # single ops only (a step recorded): the positions are the chunks', and only
+            # where the three differ is there anything to compare (found in C: AdamW's
+            # scalars make every step differ from the last in a few ops)
+            for pos in sorted({*compress(count(), map(ne, a, b)), *compress(count(), map(ne, b, c))}):
+                x, y, z = a[pos], b[pos], c[pos]
+                if not (x[1] is y[1] is z[1]):
+                    return
+                if not (x[2] == y[2] == z[2]):
+                    pat = steady(x[2], y[2], z[2])
+                    if pat is None:
+                        return
+                    found.append((pos, x[1], pat))
+        elif _aligned(a, b, c):  # compare only the single ops
             pos = 0
             for x, y, z in zip(a, b, c, strict=True):
                 if x[0] is not None:

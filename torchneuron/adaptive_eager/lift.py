@@ -286,6 +286,25 @@ _KEEP_BLANKS = 1 << 16
 
 
 def _apply(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
+    """``sigs`` with the floats at ``positions`` lifted; remembered per signature (by the
+    identities of its ops, as ``_skeleton``) and positions: a closed window is lifted
+    (``Lifter.lift``) and then looked up again (``Lifter.known``, at every cut), and each
+    lifted op is a new ``OpSig`` hashed down to the shapes to be interned."""
+    key = (tuple(map(id, sigs)), tuple(positions))
+    got = _APPLIED.get(key)
+    if got is not None:
+        return got[1]
+    out = _lifted(sigs, positions)
+    if len(_APPLIED) >= _KEEP_SKELETONS:
+        _APPLIED.clear()
+    _APPLIED[key] = (sigs, out)  # (``sigs`` kept: no other object takes their ids)
+    return out
+
+
+_APPLIED: dict[tuple, tuple] = {}  # (ids of a signature's ops, positions) -> (sigs, lifted)
+
+
+def _lifted(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
     by_entry: dict[int, dict] = {}
     for n, (i, w) in enumerate(positions):
         by_entry.setdefault(i, {})[w] = (MARK, n)
@@ -298,6 +317,7 @@ def _apply(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
         # is then found by the identities of its ops (``signature.region_key``)
         if len(_LIFTED) >= _KEEP_BLANKS:
             _LIFTED.clear()
+            _APPLIED.clear()  # (what it kept is interned no more)
         out[i] = _LIFTED.setdefault(lifted, lifted)
     return tuple(out)
 

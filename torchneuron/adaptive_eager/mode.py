@@ -31,7 +31,7 @@ from torchneuron.adaptive_eager.growing import _MAX_STEP_OPS, NEW
 from torchneuron.adaptive_eager.ledger import Ledger
 from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
-from torchneuron.adaptive_eager.recorder import outputs_of, run_eagerly, static_of
+from torchneuron.adaptive_eager.recorder import _op_of, _sig_of, outputs_of, run_eagerly, static_of
 from torchneuron.adaptive_eager.replay import MISMATCH
 from torchneuron.adaptive_eager.signature import Call, Unsupported, meta_of
 from torchneuron.adaptive_eager.swapin import SwapIn
@@ -40,6 +40,7 @@ from torchneuron.device.tensor import NeuronTensor
 from torchneuron.dispatch import run_op
 from torchneuron.dispatch.oprecord import OpRecord, _records, record
 from torchneuron.hardware import get_core, settings
+from torchneuron.hardware.core import _cores
 
 __all__ = ["AdaptiveEagerMode", "Runtime"]
 
@@ -52,6 +53,7 @@ _get_value = settings.get_value
 # the settings set or read in this process, by name: ``ae_max_region_ops`` (not a live row)
 # is read there once per recorded op, without ``get_value``'s call once it has a value
 _set_values = settings._values
+_NOT_RUN = trailrun.NOT_RUN
 _NO_LIFTED: list = []  # (a trail's op has no lifted floats: the check never appends)
 
 
@@ -169,14 +171,14 @@ class Runtime(Ledger):
                 return self.refused_op(func, args, kwargs)
             seg = self.segment
             tr = seg.trail
-            tensors = template = None
+            tensors = template = floats = None
             if tr is not None:  # the trail's op (``trail``) if the call is it
                 n = len(seg.entries)
                 op = tr[1][n] if n < len(tr[1]) else None
                 if op is None or op[0] is not func:
                     op = seg.expect(func)  # (another trail, or none)
                 if op is not None:
-                    fn = op[5][0]  # the op's flat check (``trail.check``, inlined)
+                    fn = op[5][0]  # the op's flat check (``trail.taken``, inlined)
                     if fn:
                         tensors = []
                         with _NoTorchFunction():
@@ -184,13 +186,13 @@ class Runtime(Ledger):
                             if template is None:
                                 tensors = None
                     elif fn is None:
-                        tensors = trail.check(op, args, kwargs)
-                    if tensors is None:  # another argument: a trail that had this one?
-                        op = seg.expect(func, op)
-                        if op is not None:
-                            tensors = trail.check(op, args, kwargs)
+                        got = trail.taken(op, args, kwargs)
+                        if got is not None:
+                            tensors, template = got
+                    if tensors is None:
+                        tensors, template, floats, op = self._off_trail(seg, func, args, kwargs, op)
             if tensors is not None:  # not described again
-                static = op[4]  # type: ignore[index]
+                static = op[4] if floats is None else floats  # type: ignore[index]
             else:
                 op = None  # (this op in full)
                 try:
@@ -208,7 +210,28 @@ class Runtime(Ledger):
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:
                     return out
-            return self.record(func, args, kwargs, static, tensors, rec, op, template)
+            return self.record(func, args, kwargs, static, tensors, rec, op, template, floats)
+
+    @staticmethod
+    def _off_trail(seg: Any, func: Any, args: tuple, kwargs: dict, op: tuple) -> tuple:
+        """The call is not the trail's op ``op`` there (another argument): (tensors,
+        template, None, op) of another trail's op there that it is (which is followed
+        from then on, ``Segment.expect``); else (tensors, template, the call's ``Call``,
+        op) if the trail's op there is the call but for its floats' values
+        (``trail.check_floats``); else Nones (the op is recorded in full)."""
+        alt = seg.expect(func, op)
+        if alt is not None:
+            got = trail.taken(alt, args, kwargs)
+            if got is not None:
+                return got[0], got[1], None, alt
+            op = alt
+        tr = seg.trail
+        n = len(seg.entries)
+        if tr is not None and n < len(tr[1]) and tr[1][n] is op:
+            got = trail.check_floats(op, args, kwargs)
+            if got is not None:
+                return got[0], got[1], got[2], op
+        return None, None, None, None
 
     def host_copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Host data entering the device (``hostdata``): runs eagerly now, never recorded;
@@ -249,11 +272,13 @@ class Runtime(Ledger):
 
     def record(self, func: Any, args: tuple, kwargs: dict, static: Call,
                tensors: list[torch.Tensor], rec: OpRecord, op: tuple | None = None,
-               template: Any = None) -> Any:
+               template: Any = None, floats: Call | None = None) -> Any:
         """Run the op eagerly and append it to the segment. ``op``: the trail's op the call
         was checked against (``trail.check``), appended as it is if the outputs are its
         outputs too; ``template``: the check's answer (its flat check's), if it had one.
-        An op that is the trail's, with the trail's dataflow, runs
+        ``floats``: the call's ``Call`` (``static``) if it is ``op`` but for its floats'
+        values (``trail.check_floats``): it runs as ``op`` would, and is appended as its
+        own op. An op that is the trail's, with the trail's dataflow, runs
         on buffers with eager's facts (``trailrun``)."""
         written = None
         if rec.written and not rec.keeps_metadata:  # (add_, mul_, copy_: no metadata change)
@@ -261,17 +286,30 @@ class Runtime(Ledger):
                 written = [(t, meta_of(t)) for t in _written(rec.written, args, kwargs)]
         seg = self.segment
         flow = leaves = None
-        out = trailrun.NOT_RUN
-        core = get_core(self.index)  # (once: the run on buffers charges it too)
+        out = _NOT_RUN
+        core = _cores.get(self.index)  # ``get_core``, without its call once made (once:
+        if core is None:  # the run on buffers charges it too)
+            core = get_core(self.index)
         if template is not None:
             tr = seg.trail
             n = len(seg.entries)
             if tr is not None and n < len(tr[2]) and tr[1][n] is op:
-                got = trailrun.run(seg, tr[2][n], op, args, kwargs, tensors,  # type: ignore[arg-type]
-                                   template, self.index, core)
+                sig = tr[2][n]
+                got = trailrun.run(seg, sig, op, args, kwargs, tensors,  # type: ignore[arg-type]
+                                   template, self.index, core, floats is None)
                 if got is not None:
                     flow, out, leaves = got
-        if out is trailrun.NOT_RUN:
+                    if floats is not None:  # the call's own op, with the trail op's dataflow
+                        if leaves is not None:  # (its outputs are the trail op's)
+                            box = op[5]  # type: ignore[index]
+                            op = _op_of(func, floats, op[1].result, op[2])  # type: ignore[index]
+                            static = op[4]  # (interned, as ``Segment.append`` answers)
+                            if op[5][2] is None:  # (its float-blind check is the trail op's)
+                                op[5][2:] = box[2:]
+                            flow = (*flow[:4], _sig_of(func, op[1], op[2], sig.refs))
+                        else:
+                            op = flow = None
+        if out is _NOT_RUN:
             for t in tensors:  # ``run_eagerly``, without its call
                 if type(t) is not NeuronTensor:
                     out = func(*args, **kwargs)
@@ -279,6 +317,8 @@ class Runtime(Ledger):
             else:
                 out = run_op(func, args, kwargs) if tensors else func(*args, **kwargs)
         if leaves is None:  # (else the outputs are the trail op's: ``trailrun._single``)
+            if floats is not None:  # (the call's own op: appended in full)
+                op = None
             try:
                 struct, outs, leaves = outputs_of(out, tensors)
             except Unsupported:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -295,8 +296,26 @@ def _op_of(func: Any, call: tuple, struct: str, outs: tuple) -> tuple:
         if len(_OPS) >= _KEPT:
             _OPS.clear()
         static = build(Static, (*call, struct))
-        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call, [None, False])
+        op = _OPS[key] = (func, static, outs, blind_key(func, static, outs), call,
+                               [None, False, None, None])
     return op
+
+
+def _went_as(ops: list[tuple], mine: list[tuple], n: int) -> bool:
+    """Whether a trail's first ``n`` ops are the segment's ``mine``, or differ from them
+    only in floats the lifter could lift (their blind keys, ``lift.blind_key``): AdamW's
+    update goes on as last step's did, with this step's bias corrections. Only which
+    trail is followed depends on it: each op is still checked against the trail's
+    exactly (``trail``). Asked only where the trail has no op for the call: where the
+    trail's op is the call's but for an argument, the trails alike but for floats are
+    last steps' (switching among them at every op cost O(n) per op)."""
+    head = ops[:n]
+    # (in C, stopping at the first difference: asked once per trail at every switch)
+    return head == mine or (len(head) == len(mine)
+                            and all(map(operator.eq, map(_BLIND, head), map(_BLIND, mine))))
+
+
+_BLIND = operator.itemgetter(3)  # an interned op's blind key (``_op_of``)
 
 
 def _sig_of(func: Any, static: Static, outs: tuple, refs: tuple) -> OpSig:
@@ -382,7 +401,8 @@ class Segment:
         for alt in self.trails.get(id(mine[0]), ()):  # (``ops`` from the start: no drop)
             ops = alt[1]
             if alt is not tr and n < len(ops) and ops[n][0] is func \
-                    and ops[n] is not tried and ops[:n] == mine:
+                    and ops[n] is not tried and (_went_as(ops, mine, n) if tried is None
+                                                 else ops[:n] == mine):
                 self.trail = alt
                 return ops[n]
         if tried is None:

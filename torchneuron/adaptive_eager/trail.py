@@ -26,10 +26,11 @@ import torch
 
 from torchneuron.adaptive_eager import trailrun
 from torchneuron.adaptive_eager.guard import _guard
+from torchneuron.adaptive_eager.lift import MARK, _floats, _replace
 from torchneuron.adaptive_eager.recorder import outputs_of
-from torchneuron.adaptive_eager.signature import OpSig, Unsupported
+from torchneuron.adaptive_eager.signature import Call, OpSig, Static, Unsupported, build
 
-__all__ = ["check", "outputs"]
+__all__ = ["check", "check_floats", "outputs", "taken"]
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 _NO_INDEX_CHECKS: frozenset = frozenset()
@@ -53,6 +54,66 @@ def _check_of(op: tuple) -> Any:
         box[1] = True if g.plain else (
             g.check is not None and not g.floats and trailrun.rebuilder(g.template) or False)
     return got
+
+
+def taken(op: tuple, args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Any] | None:
+    """(tensor arguments, template) if ``op``'s flat check takes the call (``check``,
+    with the check's answer, which ``trailrun`` rebuilds the call from); else None."""
+    fn = op[5][0]
+    if fn is None:
+        fn = _check_of(op)
+    if fn is False:
+        return None
+    tensors: list[torch.Tensor] = []
+    with _NoTorchFunction():
+        template = fn(args, kwargs, tensors, [])
+    return None if template is None else (tensors, template)
+
+
+def _floats_check_of(op: tuple) -> Any:
+    """The flat check of interned op ``op`` with each top-level float taken as whatever
+    float the call has (as a region's guard takes a lifted float, ``lift``), built on
+    first use and kept in the op's box (with where those floats are), or False if the
+    op has no such float or no flat check."""
+    box = op[5]
+    got = box[2]
+    if got is None:
+        func, static, outs = op[0], op[1], op[2]
+        fl = _floats(static)
+        got = False
+        if fl:
+            marked = Static(_replace(static.args, {w: (MARK, n) for n, (w, _) in enumerate(fl)}),
+                            static.grad, static.autocast, static.result)
+            g = _guard(0, OpSig(func, marked, (), outs), _NO_INDEX_CHECKS)
+            if g.check is not None:
+                got = g.check
+                box[3] = tuple(w for w, _ in fl)
+        box[2] = got
+    return got
+
+
+def check_floats(op: tuple, args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Any, Call] | None:
+    """(tensor arguments, template, the call's ``Call``) if ``static_of`` would describe
+    the call as ``op``'s ``Call`` but for the values of top-level floats: an optimizer's
+    scalars that change every step (AdamW's bias corrections). The ``Call`` is then
+    ``static_of``'s (``("float", repr(value))`` at each float, the rest the op's), and
+    the template has the call's floats. Why: such an op is on its trail in everything
+    eager's facts depend on (``fastpath`` keys a float by its type alone), so it can run
+    on buffers as the trail's op runs; it is recorded as its own op, as in full. Else
+    None."""
+    fn = _floats_check_of(op)
+    if fn is False:
+        return None
+    tensors: list[torch.Tensor] = []
+    lifted: list = []
+    with _NoTorchFunction():
+        template = fn(args, kwargs, tensors, lifted)
+    if template is None:
+        return None
+    where = op[5][3]
+    call = op[4]
+    desc = _replace(call.args, {where[n]: ("float", repr(a)) for n, a in lifted})
+    return tensors, template, build(Call, (desc, call.grad, call.autocast))
 
 
 def check(op: tuple, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:

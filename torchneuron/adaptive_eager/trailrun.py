@@ -46,7 +46,7 @@ _KEPT = 1 << 16  # (all forgotten at once past this)
 
 def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
         tensors: list[torch.Tensor], template: Any, index: int,
-        core: NeuronCore) -> tuple | None:
+        core: NeuronCore, exact: bool = True) -> tuple | None:
     """None if the next op of ``seg``, with tensor arguments ``tensors``, has not ``sig``'s
     references from the segment's start (the trail's op there); else ``(flow, result,
     leaves)``. ``flow``: what ``Segment.append_op`` takes to append the op without
@@ -59,7 +59,10 @@ def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
     ``recorder.outputs_of`` would describe them as ``op``'s outputs (``_single``), else
     None (the caller describes them). ``op``: the trail's interned op there
     (``recorder._op_of``); ``template``: the call with ``Slot``s for the tensors (the
-    trail check's answer); ``core``: device ``index``'s (``get_core``), charged for the run."""
+    trail check's answer); ``core``: device ``index``'s (``get_core``), charged for the run.
+    ``exact``: False if the call is ``op`` but for its floats' values
+    (``trail.check_floats``): the same facts (eager keys a float by its type), its call
+    rebuilt from ``template``, which has its own floats."""
     refs = sig.refs
     if not seg.rel0 or len(refs) != len(tensors):
         return None
@@ -112,14 +115,15 @@ def run(seg: Segment, sig: OpSig, op: tuple, args: tuple, kwargs: dict,
         if len(_FACTS) >= _KEPT:
             _FACTS.clear()
         # (before the op runs: eager keys it by these arguments' metadata)
-        got = _FACTS[id(sig)] = (sig, facts_of(func, args, kwargs), n)
+        got = _FACTS[id(sig)] = (sig, facts_of(func, args, kwargs, True), n)
     elif len(same) != got[2]:
         return flow, NOT_RUN, None
     facts = got[1]
     if facts is None or (facts.rec.is_view and _inference_mode()) \
             or _get_dispatch_mode(_FAKE) is not None:
         return flow, NOT_RUN, None
-    how = op[5][1]  # (``trail._check_of``: how the op's call is rebuilt on the buffers)
+    # (``trail._check_of``: how the op's call is rebuilt on the buffers)
+    how = op[5][1] if exact else False
     if how is True:  # (the template is the tensors in order: ``guard.OpGuard.plain``)
         out = rerun(facts, tuple(bufs), {}, bufs, core)
     else:
@@ -204,5 +208,13 @@ def rebuilder(template: tuple) -> Any:
         return None
     kws = ", ".join(f"{k!r}: {e}" for k, e in zip(ktemp, values, strict=True))
     text = f"def rb(b):\n    return {args}, {{{kws}}}"
-    exec(compile(text, "<trailrun.rebuilder>", "exec"), ns)  # noqa: S102
+    code = _CODES.get(text)  # (the same text for every template of one shape)
+    if code is None:
+        if len(_CODES) >= _KEPT:
+            _CODES.clear()
+        code = _CODES[text] = compile(text, "<trailrun.rebuilder>", "exec")
+    exec(code, ns)  # noqa: S102
     return ns["rb"]
+
+
+_CODES: dict[str, Any] = {}  # a rebuilder's text -> its code: compiling costs far more

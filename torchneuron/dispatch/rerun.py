@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from torchneuron.dispatch import fastpath
-from torchneuron.dispatch.eager import _SHALLOW_COPY_TYPE, _call, _charge
+from torchneuron.dispatch.eager import _SHALLOW_COPY_TYPE, _call, _charge, _run_on_host
 from torchneuron.dispatch.oprecord import OpRecord, record
 from torchneuron.dispatch.support import dtype_reason, fallback_reason
 from torchneuron.dispatch.tracking import _executed
@@ -38,20 +38,26 @@ class Facts:
     """What eager dispatch decided for one op with its argument metadata: its record, its
     signature key and the signature's facts (``fastpath.SignatureFacts``)."""
 
-    __slots__ = ("rec", "key", "sig")
+    __slots__ = ("rec", "key", "sig", "host")
 
     def __init__(self, rec: OpRecord, key: tuple | None, sig: fastpath.SignatureFacts | None
                  ) -> None:  # fmt: skip
         self.rec = rec
         self.key = key
         self.sig = sig
+        # why eager runs it on the host (``SignatureFacts.fallback``), if it does: only
+        # from ``facts_of(..., fallbacks=True)``
+        self.host: str | None = None
 
 
-def facts_of(func: Any, args: tuple, kwargs: dict) -> Facts | None:
+def facts_of(func: Any, args: tuple, kwargs: dict, fallbacks: bool = False) -> Facts | None:
     """The facts eager dispatch finds for ``func`` on these neuron tensor arguments, if it
     would run it on the fast path as a device kernel (or a metadata-only op) with no host
     fallback; None otherwise (the op must go through ``run_op``). Call it before the op
-    runs: the arguments' metadata is what eager keys it by."""
+    runs: the arguments' metadata is what eager keys it by. ``fallbacks``: also a device
+    kernel that eager's fast path runs on the host for its signature (``linalg_vector_norm``,
+    ``SignatureFacts.fallback``), which ``rerun`` then runs as eager does
+    (``eager._run_on_host``)."""
     if func is _SHALLOW_COPY_TYPE:
         return None
     rec = record(func)
@@ -73,9 +79,12 @@ def facts_of(func: Any, args: tuple, kwargs: dict) -> Facts | None:
     if sig is None:
         sig = fastpath.remember(u.key, fastpath.SignatureFacts(fallback_reason(rec.name,
                                                                                u.tensors)))
+    facts = Facts(rec, u.key, sig)
     if sig.fallback is not None:
-        return None
-    return Facts(rec, u.key, sig)
+        if not fallbacks:
+            return None
+        facts.host = sig.fallback
+    return facts
 
 
 def rerun(facts: Facts, uargs: Any, ukwargs: dict, buffers: list[torch.Tensor],
@@ -84,8 +93,10 @@ def rerun(facts: Facts, uargs: Any, ukwargs: dict, buffers: list[torch.Tensor],
     neuron tensor replaced by its buffer, ``buffers`` those buffers in order) on ``core``
     (``get_core`` of its device), charged as eager dispatch charges it; returns the CPU
     result(s), with autograd's known-zero results made real zeros as eager's wrappers
-    make them."""
+    make them (a host fallback's results as they are: eager's wrapper does that)."""
     rec = facts.rec
+    if facts.host is not None:  # (``facts_of(..., fallbacks=True)``)
+        return _run_on_host(core, rec, facts.host, uargs, ukwargs, buffers, core.index)
     out = rec.op(*uargs, **ukwargs) if rec.plain else _call(rec, uargs, ukwargs, core.index)
     _executed[rec.name] += 1  # ``count_executed``, inline
     if not rec.kernel:  # metadata only: the charge is the dispatch
