@@ -34,7 +34,7 @@ from torchneuron.compiler.decomp import (
     custom,
     division,
     dropout,
-    eager_kernels,
+    eager_kernel_table,
     elementwise,
     embedding_bag,
     extremes,
@@ -169,7 +169,7 @@ LAYERS: list[Layer] = [
     opmath.opmath_decompositions,                      # half in float32; wraps the entries before
     half_log_softmax.half_log_softmax_decompositions,  # last dim of halves: eager's roundings
     shapes.shape_decompositions,                       # wraps the entries above, so late
-    eager_kernels.eager_kernel_decompositions,         # eager's own kernel; wraps the above
+    eager_kernel_table.eager_kernel_decompositions,    # eager's own kernel; wraps the above
     with_index_checks,                                 # out-of-range indices raise: outermost
 ]
 
