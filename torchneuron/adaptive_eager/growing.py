@@ -84,6 +84,21 @@ _KEEP_KINDS = 8  # kinds of step (length, first op) whose last steps are remembe
 _CAPPED = Reason.GROWING_CAPPED.value  # counted for a pattern refused at the cap
 
 
+
+_GIVE_UP = object()  # ``_pattern``: the three steps are not one step growing
+
+
+def _pattern(fa: Any, fb: Any, fc: Any, sa: Any, sb: Any, sc: Any) -> Any:
+    """What one position of three recorded steps says (ops ``f``, arguments ``s``): None
+    when the three calls are the same, their steady pattern when only the arguments
+    move steadily, else ``_GIVE_UP``."""
+    if not (fa is fb is fc):
+        return _GIVE_UP
+    if sa == sb == sc:
+        return None
+    pat = steady(sa, sb, sc)
+    return _GIVE_UP if pat is None else pat
+
 class _Any:
     """The wildcard: stands for any int (never a bool) in a pattern."""
 
@@ -316,12 +331,10 @@ class Growing:
             # scalars make every step differ from the last in a few ops)
             for pos in sorted({*compress(count(), map(ne, a, b)), *compress(count(), map(ne, b, c))}):
                 x, y, z = a[pos], b[pos], c[pos]
-                if not (x[1] is y[1] is z[1]):
+                pat = _pattern(x[1], y[1], z[1], x[2], y[2], z[2])
+                if pat is _GIVE_UP:
                     return
-                if not (x[2] == y[2] == z[2]):
-                    pat = steady(x[2], y[2], z[2])
-                    if pat is None:
-                        return
+                if pat is not None:
                     found.append((pos, x[1], pat))
         elif _aligned(a, b, c):  # compare only the single ops
             pos = 0
@@ -329,25 +342,20 @@ class Growing:
                 if x[0] is not None:
                     pos += x[1]
                     continue
-                if not (x[1] is y[1] is z[1]):
+                pat = _pattern(x[1], y[1], z[1], x[2], y[2], z[2])
+                if pat is _GIVE_UP:
                     return
-                if not (x[2] == y[2] == z[2]):
-                    pat = steady(x[2], y[2], z[2])
-                    if pat is None:
-                        return
+                if pat is not None:
                     found.append((pos, x[1], pat))
                 pos += 1
         else:
             for pos, ((fa, sa), (fb, sb), (fc, sc)) in enumerate(
                     zip(_ops(a), _ops(b), _ops(c), strict=True)):
-                if not (fa is fb is fc):
+                pat = _pattern(fa, fb, fc, sa, sb, sc)
+                if pat is _GIVE_UP:
                     return
-                if sa == sb == sc:
-                    continue
-                pat = steady(sa, sb, sc)
-                if pat is None:
-                    return
-                found.append((pos, fa, pat))
+                if pat is not None:
+                    found.append((pos, fa, pat))
         if not found or 2 * len(found) > n:
             return
         for pos, func, pat in found:
