@@ -37,8 +37,9 @@ def summary(now_ns: int) -> str:
     if s["replays"] == tier1 and s["ops_recorded"]:
         compiling = [r for r in ae.regions()
                      if r.state is State.COMPILING and r.ready_at_ns is not None]
-        failed = sum(1 for r in compiling if r.known_compile_error() is not None)
-        pending = [r.ready_at_ns for r in compiling if r.known_compile_error() is None]
+        errors = [r.known_compile_error() for r in compiling]
+        failed = sum(1 for e in errors if e is not None)
+        pending = [r.ready_at_ns for r, e in zip(compiling, errors, strict=True) if e is None]
         if failed and not pending:
             lines.append(("no compiled program replayed" if tier1 else "nothing replayed")
                          + f": the compile of its {failed} hot region(s) failed (see "

@@ -114,10 +114,10 @@ def _status(r: Region, *, enabled: bool, now_ns: int, refused: set[str]) -> tupl
         return r.state.value, ("why its program is not swapped in yet: its compile waits for "
                                "a worker of the simulated compiler (regions that save more "
                                "per second of compile go first)")
+    tier1 = (f"replayed {r.first_tier_replays}x in the first tier meanwhile; "
+             if r.first_tier_replays else "")
     failure = r.known_compile_error()
     if failure is not None:
-        tier1 = (f"replayed {r.first_tier_replays}x in the first tier meanwhile; "
-                 if r.first_tier_replays else "")
         return "compile failed", (
             f"{tier1}why its program is never swapped in: its real compile already failed "
             f"(its modeled compile {'finishes' if enabled else 'would have finished'} at "
@@ -128,8 +128,6 @@ def _status(r: Region, *, enabled: bool, now_ns: int, refused: set[str]) -> tupl
             return "ready", ("not replayed: ready at " + _s(r.ready_at_ns) + " simulated, and "
                              "its first op has not come again since"
                              + ("" if enabled else ": the loop it served ended first"))
-        tier1 = (f"replayed {r.first_tier_replays}x in the first tier meanwhile; "
-                 if r.first_tier_replays else "")
         if not enabled:  # the run is over: it will never be swapped in
             return "compiled, program never replayed", (
                 f"{tier1}its compiled program never replayed: the loop it served ended (the "

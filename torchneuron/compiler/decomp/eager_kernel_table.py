@@ -67,17 +67,15 @@ def _writing_batch_norm(base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
-def _out_overloads(packet: str) -> list[tuple[Any, Any]]:
-    """(``.out`` overload, its functional overload) pairs of ``packet``: ``out`` goes with
-    ``default``, ``X_out`` with ``X``."""
+def _out_overloads(packet: str, functionals: list[Any]) -> list[tuple[Any, Any]]:
+    """(``.out`` overload, its functional overload) pairs of ``packet`` whose functional
+    overload is one of ``functionals``: ``out`` goes with ``default``, ``X_out`` with ``X``."""
     op = getattr(aten, packet)
     pairs = []
     for name in op.overloads():
         base = "default" if name == "out" else name[:-4] if name.endswith("_out") else None
-        if base is not None and base in op.overloads():
-            functional = getattr(op, base)
-            if functional in functional_overloads(packet):
-                pairs.append((getattr(op, name), functional))
+        if base is not None and base in op.overloads() and getattr(op, base) in functionals:
+            pairs.append((getattr(op, name), getattr(op, base)))
     return pairs
 
 
@@ -116,9 +114,10 @@ def eager_kernel_decompositions(base: Table) -> Table:
     table: Table = {}
     for kernel in EAGER_KERNELS:
         for packet in kernel.packets:
-            for op in functional_overloads(packet):
+            functionals = functional_overloads(packet)
+            for op in functionals:
                 table[op] = _entry(kernel, op, base.get(op))
-            for out_op, functional in _out_overloads(packet):
+            for out_op, functional in _out_overloads(packet, functionals):
                 table[out_op] = _out_entry(kernel, functional, base.get(out_op))
     legit = aten._native_batch_norm_legit.default
     table[legit] = _writing_batch_norm(base.get(legit))
