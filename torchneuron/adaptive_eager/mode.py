@@ -167,8 +167,8 @@ class Runtime(Ledger):
                 # decomposes them as the CPU does, so their views are recorded as views)
                 self.detector.end_segment()
                 return func(*args, **kwargs)
-            if id(func) in self.refused.ids:  # (ids: an overload's hash is a Python call)
-                return self.refused_op(func, args, kwargs)
+            if id(func) in self.refused.ids and self.refused.refuses(func, args, kwargs):
+                return self.refused_op(func, args, kwargs)  # (ids: a hash is a Python call)
             seg = self.segment
             tr = seg.trail
             tensors = template = floats = None

@@ -9,11 +9,19 @@ op-intrinsic ``reason``); from then on the runtime ends the segment before that 
 runs it eagerly, unrecorded, like a growing op (``growing``), so the ops on either side
 of it form regions of their own that do compile. Eager runs the op itself, so the
 numbers are eager's; only fusion across it is lost.
+
+Some are known before any region fails. Ops whose output's shape depends on their
+inputs' values (``nonzero``, ``masked_select``, ``unique``, ``bincount``; indexing with a
+boolean mask) cannot be in a static-shape program, and worse, a segment holding one
+never repeats: its shapes change with the data, so no region around it ever got hot (an
+evaluation loop computing metrics with ``unique`` and ``masked_select`` replayed nothing
+in 25 steps). They end the segment from the start, as a real device ends its graph there
+to learn the size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -25,7 +33,33 @@ from torchneuron.compiler.decomp.refusals.cpu_dependent import (
     REFUSED_REASONS as CPU_DEPENDENT_REASONS,
 )
 
-__all__ = ["RefusedOps", "stream_names"]
+__all__ = ["DYNAMIC_SHAPE_ALWAYS", "DYNAMIC_SHAPE_WHEN", "RefusedOps", "stream_names"]
+
+aten = torch.ops.aten
+
+
+def _bool_index(args: tuple, kwargs: dict) -> bool:
+    """``x[mask]``: an index of booleans (or bytes) selects as many rows as are true."""
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+               for i in (args[1] if len(args) > 1 else kwargs.get("indices", ())))
+
+
+def _no_output_size(args: tuple, kwargs: dict) -> bool:
+    """``repeat_interleave(repeats)`` sums ``repeats`` for its length unless told it."""
+    return kwargs.get("output_size", args[1] if len(args) > 1 else None) is None
+
+
+# tagged ``dynamic_output_shape`` in every call (each overload; ``.out`` resizes ``out``)
+DYNAMIC_SHAPE_ALWAYS = tuple(
+    getattr(packet, name) for packet in (aten.nonzero, aten.masked_select, aten._unique,
+                                         aten._unique2, aten.unique_dim,
+                                         aten.unique_consecutive, aten.bincount)
+    for name in packet.overloads())
+# tagged too, but dynamic only for some arguments: decided per call
+DYNAMIC_SHAPE_WHEN: dict[Any, tuple[Callable[[tuple, dict], bool], str]] = {
+    aten.index.Tensor: (_bool_index, "dynamic-output-shape: a boolean index"),
+    aten.repeat_interleave.Tensor: (_no_output_size, "dynamic-output-shape: no output_size"),
+}
 
 # Reasons that belong to the op, not to the region, its layouts or the worker (half-conv
 # and cpu-dependent-special-value are the op's in a dtype: all its overloads run eagerly)
@@ -73,10 +107,19 @@ class RefusedOps:
         # the first regions already end around them (an LSTM's training step replayed
         # whole only after two regions had failed to compile, a dozen steps in); shown
         # (``describe``) once met
-        self.unmet: set[Any] = set(ALWAYS_REFUSED)
-        for f, reason in ALWAYS_REFUSED.items():
+        known = {**ALWAYS_REFUSED, **dict.fromkeys(DYNAMIC_SHAPE_ALWAYS, "dynamic-output-shape"),
+                 **{f: why for f, (_, why) in DYNAMIC_SHAPE_WHEN.items()}}
+        self.unmet: set[Any] = set(known)
+        for f, reason in known.items():
             self.ops[f] = f"{f} ({reason})"
             self.ids.add(id(f))
+        self.when = {id(f): rule for f, (rule, _) in DYNAMIC_SHAPE_WHEN.items()}
+
+    def refuses(self, func: Any, args: tuple, kwargs: dict) -> bool:
+        """Whether this call of ``func`` (one of ``ids``) runs between regions: always,
+        but for the ops refused only for some arguments (``DYNAMIC_SHAPE_WHEN``)."""
+        rule = self.when.get(id(func))
+        return rule is None or rule(args, kwargs)
 
     def met(self, func: Any) -> None:
         """``func`` ran between regions (a known refusal is then shown)."""
@@ -94,7 +137,7 @@ class RefusedOps:
             name = ".".join(parts[:2])
             funcs = [f for f in dict.fromkeys(region_ops)
                      if isinstance(f, torch._ops.OpOverload) and f.name() == str(op)
-                     and f not in self.ops]
+                     and (f not in self.ops or id(f) in self.when)]
             return self._add(funcs, name, reason)
         if len(parts) < 2 or parts[0] != "aten":
             return False
@@ -104,15 +147,16 @@ class RefusedOps:
         names = set(stream_names(name))
         funcs = [f for f in dict.fromkeys(region_ops)
                  if isinstance(f, torch._ops.OpOverload) and _name(f) in names
-                 and f not in self.ops]
+                 and (f not in self.ops or id(f) in self.when)]
         return self._add(funcs, name, reason)
 
     def _add(self, funcs: list[Any], name: str, reason: str) -> bool:
         if name not in self.names and len(self.names) >= _MAX_OPS:
             return False
-        for f in funcs:
+        for f in funcs:  # (refused in every call now, if only in some before)
             self.ops[f] = f"{f} ({reason})"
             self.ids.add(id(f))
+            self.when.pop(id(f), None)
         if funcs:
             self.names.add(name)
         return bool(funcs)
