@@ -1,10 +1,12 @@
-"""Ties in sorting and selection ops: compiled indices equal eager's, or the graph is refused.
+"""Ties in sorting and selection ops: compiled indices equal eager's.
 
 Eager's ``topk``, ``kthvalue`` and unstable ``sort`` / ``argsort`` order equal values by
 their algorithm (rows of 40 values in 0..3: tied indices neither ascending nor alike
-between the ops; -0.0 and 0.0 in the algorithm's order), which the lowering cannot
-reproduce: they are refused and run eagerly. Stable sorts, ``max`` / ``min`` with a
-dimension and ``argmax`` / ``argmin`` (the first index of the extreme) compile and match.
+between the ops; -0.0 and 0.0 in the algorithm's order), which no lowering reproduces:
+the program calls eager's own kernel for them (``decomp/eager_kernels``; they were
+refused and ran eagerly before, so a top-k sampling loop ran ``topk`` between regions).
+Stable sorts, ``max`` / ``min`` with a dimension and ``argmax`` / ``argmin`` (the first
+index of the extreme) are lowered and match.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _rows(dtype: torch.dtype) -> torch.Tensor:
     return x
 
 
-REFUSED: dict[str, Callable[[torch.Tensor], Any]] = {
+EAGER_ORDER: dict[str, Callable[[torch.Tensor], Any]] = {
     "topk": lambda a: torch.topk(a, 3, 1),
     "topk_smallest": lambda a: torch.topk(a, 3, 1, largest=False),
     "topk_all": lambda a: torch.topk(a, 40, 1),
@@ -56,14 +58,17 @@ EXACT: dict[str, Callable[[torch.Tensor], Any]] = {
 }
 
 
-@pytest.mark.same_on_every_cpu
+@pytest.mark.same_on_every_cpu  # (eager's kernel on both sides: equal on any CPU path)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case", sorted(REFUSED))
-def test_tie_ordering_ops_are_refused_and_run_eagerly(case: str, dtype: torch.dtype) -> None:
-    x = _rows(dtype)
-    with pytest.raises(CompileError, match="tie"):
-        compile_graph(REFUSED[case], [x])
-    torch_compile_matches_eager(REFUSED[case], x)
+def test_tie_ordering_ops_compile_as_eagers_kernel_and_match(dtype: torch.dtype) -> None:
+    cases_match_eager(EAGER_ORDER, _rows(dtype))  # every case in one graph, not refused
+
+
+@pytest.mark.parametrize("case", ["topk", "sort_descending"])
+def test_torch_compile_tie_ordering_ops_match_eager(case: str) -> None:
+    torch_compile_matches_eager(EAGER_ORDER[case], _rows(torch.float32))
+    torch_compile_matches_eager(lambda a: EAGER_ORDER[case](a * 2)[0].sum(1),
+                                _rows(torch.float32), grad=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

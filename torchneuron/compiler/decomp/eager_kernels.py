@@ -381,6 +381,13 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     EagerKernel(("sum", "mean"), "reduce", vector=1, scalar=0, when=_strided_float_input),
     EagerKernel(("grid_sampler_3d", "grid_sampler_3d_backward"), "elementwise", vector=10,
                 scalar=0, when=_input_of(0, _HALVES), probe=_small_probe),
+    # selections whose order among equal values is eager's algorithm's (``topk``'s partial
+    # sort, ``kthvalue``'s selection, an unstable ``sort``), not the values' positions: no
+    # lowering reproduces it (decomp/refusals/tie_order refused them, so a top-k sampling
+    # loop ran ``topk`` between regions). A stable sort too: the stable entry lowered it
+    # as ``sort.default``, which is now this kernel (unstable). A sorting network's
+    # compare-and-swap passes per element (assumed)
+    EagerKernel(("topk", "kthvalue", "sort"), "reduce", vector=8, scalar=0),
 )
 
 

@@ -1,17 +1,19 @@
-"""``topk``, ``kthvalue`` and unstable ``sort`` / ``argsort`` are refused: eager orders
-ties by its algorithm, which the lowering cannot reproduce.
+"""``topk``, ``kthvalue`` and unstable ``sort`` / ``argsort`` where eager's kernel cannot
+be carried: refused, since eager orders ties by its algorithm, which the lowering cannot
+reproduce.
 
 Which of several equal values eager's CPU ``topk`` returns first, which index
 ``kthvalue`` reports, and where an unstable ``sort`` puts equal values is decided by the
 algorithm the kernel runs (a partial sort, ``nth_element``, an unstable sort), not by
 position: on rows of 40 values in 0..3 the indices of tied values come out neither
 ascending nor alike between the three ops, and -0.0 / 0.0 (equal to the comparator) come
-out in the algorithm's order too. Eager's unstable sort depends on the row's values only,
-so the interpreter could call it, but the lowering erases the difference: Torch-MLIR
+out in the algorithm's order too. The lowering erases the difference: Torch-MLIR
 writes ``is_stable = false`` for stable sorts as well, and ``topk`` / ``kthvalue`` become
-the same sort and a slice. So graphs holding these ops are refused and run eagerly.
-A stable sort (``stable=True``) is kept: its order is defined, and the interpreter's
-stable sort gives eager's indices. A dimension of size 0 or 1 has no ties and is kept.
+the same sort and a slice. So these ops are eager's own kernel in the program
+(``decomp/eager_kernels``, a layer above this one); the entries here are what is left
+when that does not apply (a call eager's kernel does not take): refused, and run
+eagerly; a stable sort (``stable=True``) is then lowered as the plain sort (the
+interpreter's is stable). A dimension of size 0 or 1 has no ties and is kept.
 """
 
 from __future__ import annotations
