@@ -35,8 +35,11 @@ def lookup(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> 
     """The region's executable from the compile cache (this or an earlier process), or None.
 
     A hit compiles nothing, so the region is ready at once and costs no compile latency.
+    Raises the ``CompileError`` of an earlier compile of the same graph that failed, when
+    the cache remembers one: the region is refused at once, not compiled again.
     """
-    return load_cached(default_store(), _graph_key(gm, examples), name=f"region_{key}")
+    return load_cached(default_store(), _graph_key(gm, examples), name=f"region_{key}",
+                       source="adaptive_eager")
 
 
 def _compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], key: str) -> Any:

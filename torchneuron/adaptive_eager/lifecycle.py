@@ -25,6 +25,7 @@ from torchneuron.adaptive_eager.ledger import Ledger, start_key
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.region import Region, State
 from torchneuron.adaptive_eager.signature import InputRef, ValueRef, region_key
+from torchneuron.compiler.errors import CompileError
 from torchneuron.compiler.launch import compile_latency_ns
 from torchneuron.hardware import get_core, settings
 
@@ -136,7 +137,11 @@ class Lifecycle:
         region.verified = False
         region.guards = None  # prepared again at the next replay (a recaptured plan)
         examples = example_inputs(plan)
-        cached = background.lookup(gm, examples, region.key)
+        try:
+            cached = background.lookup(gm, examples, region.key)
+        except CompileError as err:  # its compile failed before: the cache remembers it
+            self.failed(region, err)
+            return
         if cached is not None:  # a warm cache: ready now, nothing compiled, no latency
             region.executable = cached
             region.to(State.READY)
@@ -251,15 +256,21 @@ class Lifecycle:
         region.wall_stall_s += stall
         L.wall_stall_s += stall
         if err is not None:
-            region.to(State.ABORTED, Reason.COMPILE_FAILED, f"{type(err).__name__}: {err}")
-            L.reasons[Reason.COMPILE_FAILED.value] += 1
-            L.counts["compile_failures"] += 1
-            if L.refused.learn(err, (sig.func for sig in region.sigs)):
-                log.info("%s runs eagerly between regions from now on: %s",
-                         getattr(err, "op", None), getattr(err, "reason", None))
+            self.failed(region, err)
             return
         region.executable = exe
         region.to(State.READY)
+
+    def failed(self, region: Region, err: BaseException) -> None:
+        """The region's compile failed (now, or in an earlier run the compile cache
+        remembers): it runs eagerly, and the op to blame between regions from now on."""
+        L = self.ledger
+        region.to(State.ABORTED, Reason.COMPILE_FAILED, f"{type(err).__name__}: {err}")
+        L.reasons[Reason.COMPILE_FAILED.value] += 1
+        L.counts["compile_failures"] += 1
+        if L.refused.learn(err, (sig.func for sig in region.sigs)):
+            log.info("%s runs eagerly between regions from now on: %s",
+                     getattr(err, "op", None), getattr(err, "reason", None))
 
     # --- replays ------------------------------------------------------------------------------
     def start_replay(self, region: Region) -> int:

@@ -16,7 +16,8 @@ Its section of ``torchneuron.reset()`` / ``torchneuron.stats()`` is registered b
 ``store.py`` (the default store). Settings (declared in ``config.py``): ``TORCHNEURON_CACHE=0`` turns it off;
 ``TORCHNEURON_CACHE_DIR`` (default ``$XDG_CACHE_HOME/torchneuron`` or
 ``~/.cache/torchneuron``); ``TORCHNEURON_CACHE_MAX_SIZE`` (default 10GB);
-``TORCHNEURON_CACHE_MEMORY_SIZE`` (default 256MB).
+``TORCHNEURON_CACHE_MEMORY_SIZE`` (default 256MB); ``TORCHNEURON_CACHE_RETRY_FAILED=1``
+compiles again graphs whose failed compile the store remembers (``failure`` entries).
 """
 
 from torchneuron.cache.config import cache_dir, enabled, format_size, parse_size

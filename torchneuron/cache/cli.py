@@ -59,10 +59,17 @@ def _out(args: argparse.Namespace, human: str, data: Any) -> None:
 def _rows_table(rows: list[EntryInfo]) -> str:
     body = [[r.key[:16], r.kind, config.format_size(r.size), age_text(r.created),
              age_text(r.used), r.hits, r.components.get("target") or "-",
-             r.meta.get("name") or (r.target or "-")[:16], "" if r.compatible else "incompatible"]
+             _name(r), "" if r.compatible else "incompatible"]
             for r in rows]
     return table(["KEY", "KIND", "SIZE", "CREATED", "USED", "HITS", "TARGET", "NAME/LINK", ""],
                  body) if rows else "(no entries)"
+
+
+def _name(r: EntryInfo) -> str:
+    """An executable's name, a link's executable, a failed compile's stage and reason."""
+    if r.kind == "failure":
+        return f"failed: {r.meta.get('stage')}, {r.meta.get('reason')}"
+    return str(r.meta.get("name") or (r.target or "-")[:16])
 
 
 def _confirm(args: argparse.Namespace, what: str) -> bool:
@@ -92,16 +99,17 @@ def cmd_stats(args: argparse.Namespace, disk: DiskStore) -> int:
         if args.zero else []
     totals = counters.read_totals(folder)
     rows = list_entries(disk)
-    exes = [r for r in rows if r.kind == "executable"]
+    kinds = {k: sum(r.kind == k for r in rows) for k in ("executable", "link", "failure")}
     size = sum(r.size for r in rows)
     lookups = totals["hits"] + totals["misses"]
     rate = f"{100 * totals['hits'] / lookups:.1f} %" if lookups else "-"
-    facts = [("cache directory", str(disk.root)), ("executables", len(exes)),
-             ("links", len(rows) - len(exes)),
+    facts = [("cache directory", str(disk.root)), ("executables", kinds["executable"]),
+             ("links", kinds["link"]), ("failed compiles", kinds["failure"]),
              ("size", f"{config.format_size(size)} of {config.format_size(disk.max_bytes)}"),
              ("hit rate", rate)] + [(k.replace("_", " "), v) for k, v in totals.items()]
     data = [{"key": k, "value": v} for k, v in
-            [("dir", str(disk.root)), ("executables", len(exes)), ("links", len(rows) - len(exes)),
+            [("dir", str(disk.root)), ("executables", kinds["executable"]),
+             ("links", kinds["link"]), ("failures", kinds["failure"]),
              ("size", size), ("max_size", disk.max_bytes)] + list(totals.items())]
     _out(args, "\n".join(f"{k:<16} {v}" for k, v in facts), data)
     return _failed(args, failures)

@@ -1,7 +1,7 @@
 """Where the cache lives and how big it may grow: the cache's rows of the one settings table.
 
 The rows (``TORCHNEURON_CACHE``, ``TORCHNEURON_CACHE_DIR``, ``TORCHNEURON_CACHE_MAX_SIZE``,
-``TORCHNEURON_CACHE_MEMORY_SIZE``) are declared here, by the package that reads them, in
+``TORCHNEURON_CACHE_MEMORY_SIZE``, ``TORCHNEURON_CACHE_RETRY_FAILED``) are declared here, by the package that reads them, in
 the table of ``torchneuron/hardware/settings.py`` (which owns the parsing and warnings);
 this module also interprets them. The default directory is the user's cache directory
 (``$XDG_CACHE_HOME/torchneuron``, else ``~/.cache/torchneuron``), never ``/tmp``, which
@@ -22,8 +22,8 @@ from typing import Any
 
 from torchneuron.hardware import settings
 
-__all__ = ["ROWS", "enabled", "cache_dir", "max_size", "memory_size", "format_size",
-           "parse_size"]
+__all__ = ["ROWS", "enabled", "cache_dir", "max_size", "memory_size", "retry_failed",
+           "format_size", "parse_size"]
 
 parse_size = settings.parse_size
 
@@ -38,6 +38,9 @@ ROWS: tuple[settings.Setting, ...] = (
                      "evicted)"),
     settings.Setting("cache_memory_size", "TORCHNEURON_CACHE_MEMORY_SIZE", 256 * 10**6,
                      parse_size, "in-process cache tier size bound in bytes"),
+    settings.Setting("cache_retry_failed", "TORCHNEURON_CACHE_RETRY_FAILED", False,
+                     settings.parse_bool, "compile again a graph whose compile failed before "
+                     "(by default the failure is remembered and the graph runs eagerly)"),
 )
 settings.declare(*ROWS)
 
@@ -55,6 +58,11 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "torchneuron"
+
+
+def retry_failed() -> bool:
+    """Whether a remembered failed compile is tried again (``TORCHNEURON_CACHE_RETRY_FAILED``)."""
+    return bool(settings.get_value("cache_retry_failed"))
 
 
 def max_size() -> int:

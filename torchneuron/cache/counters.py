@@ -25,7 +25,7 @@ from torchneuron.cache import bounded_json, safe_fs
 __all__ = ["Counters", "EVENTS", "read_totals", "zero"]
 
 EVENTS = ("hits", "memory_hits", "disk_hits", "misses", "writes", "evictions", "errors",
-          "corrupt", "link_hits", "link_misses")
+          "corrupt", "link_hits", "link_misses", "failure_hits")
 _FOLD_ABOVE = 64
 _FLUSH_EVERY_S = 2.0
 _MAX_FILE = 1 << 16

@@ -2,7 +2,8 @@
 
 For an executable: every key component, the entry's sizes and times, an excerpt of its
 StableHLO, its kernels, the neuron compiler's schedule summary and the cost estimate.
-For a link: the executable it points to. The payload is parsed as the compiler's
+For a link: the executable it points to. For a failed compile: its stage, reason, op and
+message. The payload is parsed as the compiler's
 executable (data only, as the cache itself loads it).
 """
 
@@ -40,6 +41,12 @@ def describe(disk: DiskStore, r: EntryInfo) -> tuple[dict[str, Any], str]:
     except (OSError, ValueError) as e:
         data["problem"] = str(e)
         return data, "\n".join(lines + [f"problem    {e}"])
+    if got.kind == "failure":
+        record = entry_format.failure_record(got.payload)
+        data["failure"] = record
+        return data, "\n".join(lines + [f"{k:<10} {record[k]}" for k in entry_format.FAILURE_FIELDS]
+                               + ["(a graph whose compile failed: it runs eagerly; "
+                                  "TORCHNEURON_CACHE_RETRY_FAILED=1 compiles it again)"])
     if got.kind == "link":
         target = got.payload.decode("ascii")
         data["links_to"] = target

@@ -6,6 +6,7 @@ Layout under the cache directory (created user-only, 0700)::
     v1/exe/ab/<key>               executables (entry.py format), "used" time = mtime
     v1/exe/ab/<key>.hits          one byte appended per hit (size = hit count)
     v1/index/cd/<graph key>       links graph key -> executable key
+    v1/failed/ef/<graph key>      graphs whose compile failed: the stage, reason, op, message
     v1/stats/*.json               per-process counts (counters.py)
 
 Why it is safe without locks: an entry is written to a temporary file in the same
@@ -49,7 +50,8 @@ __all__ = ["DiskStore", "UnsafePath"]
 _TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# torchneuron compile cache\n"
 _STALE_TMP_S = 3600.0
 _MAX_LINK = 1 << 16  # bytes: a link is a header and a key
-_SUBDIRS = ("exe", "index", "stats")
+_SUBDIRS = ("exe", "index", "failed", "stats")
+_FOLDERS = {"executable": "exe", "link": "index", "failure": "failed"}  # kind -> folder
 # A concurrent `clear` or `rm -rf` can remove an entry's folder between our making it and
 # writing into it; a few quick retries ride that out on a loaded machine (two did not).
 _WRITE_ATTEMPTS = 5
@@ -132,8 +134,7 @@ class DiskStore:
     # -- paths ----------------------------------------------------------------------
 
     def path(self, kind: str, key: str) -> Path:
-        sub = "exe" if kind == "executable" else "index"
-        return self.base / sub / key[:2] / key
+        return self.base / _FOLDERS[kind] / key[:2] / key
 
     def exists(self, kind: str, key: str) -> bool:
         return self.readable and os.path.lexists(self.path(kind, key))
@@ -250,7 +251,7 @@ class DiskStore:
     # -- housekeeping ------------------------------------------------------------------
 
     def _shards(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
-        for kind, sub in (("executable", "exe"), ("link", "index")):
+        for kind, sub in _FOLDERS.items():
             for shard in safe_fs.scan(self.base / sub):
                 yield kind, shard
 

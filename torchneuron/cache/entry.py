@@ -4,7 +4,9 @@
      "created": 1764554400.0, "size": 51234, "sha256": "...", "meta": {...}}\\n<payload>
 
 Entries are data: the header is JSON, an executable's payload is the executable's own
-JSON, a link's payload is the executable key it points to. Nothing is unpickled or
+JSON, a link's payload is the executable key it points to, and a failure's (a graph
+whose compile failed, remembered so that later processes do not compile it again) is a
+JSON object naming the stage, the reason, the op and the message. Nothing is unpickled or
 imported while reading one, so a crafted file can at worst be refused. ``decode``
 checks everything a torn, truncated or foreign file could get wrong (magic, store
 version, kind, key, length, checksum) and raises ``EntryError`` naming what.
@@ -21,12 +23,13 @@ from typing import Any
 
 from torchneuron.cache import bounded_json
 
-__all__ = ["STORE_VERSION", "KINDS", "Entry", "EntryError", "encode", "decode", "read_header",
-           "is_key", "check_payload"]
+__all__ = ["STORE_VERSION", "KINDS", "FAILURE_FIELDS", "Entry", "EntryError", "encode", "decode",
+           "read_header", "is_key", "check_payload", "failure_record"]
 
 STORE_VERSION = 1
 MAGIC = "torchneuron-cache"
-KINDS = ("executable", "link")
+KINDS = ("executable", "link", "failure")
+FAILURE_FIELDS = ("stage", "reason", "op", "message")
 _MAX_HEADER = 1 << 20
 HEADER_READ = _MAX_HEADER + 1  # bytes read for a listing: enough for any header
 MAX_ENTRY = 1 << 30  # bytes: a larger file in the cache is refused unread
@@ -97,9 +100,24 @@ def decode(raw: bytes, expect_key: str | None = None) -> Entry:
         raise EntryError("checksum mismatch")
     if header["kind"] == "link" and not is_key(payload.decode("ascii", "replace")):
         raise EntryError("link does not point at a key")
+    if header["kind"] == "failure":
+        failure_record(payload)
     created = header.get("created")
     return Entry(header["kind"], header["key"], payload, header["meta"],
                  float(created) if isinstance(created, (int, float)) else 0.0, header)
+
+
+def failure_record(payload: bytes) -> dict[str, str | None]:
+    """A failure entry's payload as its record: each of ``FAILURE_FIELDS`` a string (the
+    op may be null), nothing else; ``EntryError`` for anything else."""
+    try:
+        obj = bounded_json.loads(payload, max_bytes=1 << 16)
+    except ValueError as e:
+        raise EntryError(f"failure payload is not JSON ({e})") from None
+    if not isinstance(obj, dict) or set(obj) != set(FAILURE_FIELDS) or not all(
+            isinstance(obj[k], str) or (k == "op" and obj[k] is None) for k in FAILURE_FIELDS):
+        raise EntryError(f"failure payload is not a record of {', '.join(FAILURE_FIELDS)}")
+    return obj
 
 
 def check_payload(entry: Entry) -> None:

@@ -2,8 +2,8 @@
 
 Used by ``ls``, ``info``, ``prune``, ``verify`` and ``rm``. "Compatible" means this
 torchneuron can use the entry: an executable built by the same compiler and executable
-format versions (store-version changes live in another folder altogether), and a link
-whose executable is present and compatible.
+format versions (store-version changes live in another folder altogether), a link
+whose executable is present and compatible, and a failure recorded by the same versions.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def list_entries(disk: DiskStore, *, with_links: bool = True) -> list[EntryInfo]
     for r in rows:
         if r.problem is not None:
             continue
-        if r.kind == "executable":
+        if r.kind in ("executable", "failure"):
             got = {k: r.components.get(k) for k in versions}
             r.compatible = got == versions
         else:

@@ -2,7 +2,7 @@
 
 It saves the disk read and checksum on repeated loads in one process (a re-traced
 graph after ``torch._dynamo.reset()``, many identical regions under adaptive eager)
-and keeps graph-key links found so far. Thread-safe: adaptive eager compiles in the
+and keeps graph-key links and failed compiles found so far. Thread-safe: adaptive eager compiles in the
 background.
 """
 
@@ -22,6 +22,7 @@ class MemoryLRU:
         self.max_bytes = max_bytes
         self._data: LRUCache[str, bytes] = LRUCache(maxsize=max(max_bytes, 1), getsizeof=len)
         self._links: LRUCache[str, str] = LRUCache(maxsize=65536)
+        self._failures: LRUCache[str, dict] = LRUCache(maxsize=4096)
         self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes | None:
@@ -46,6 +47,18 @@ class MemoryLRU:
         with self._lock:
             self._links[graph_key] = key
 
+    def failure(self, graph_key: str) -> dict | None:
+        with self._lock:
+            return self._failures.get(graph_key)
+
+    def remember_failure(self, graph_key: str, record: dict) -> None:
+        with self._lock:
+            self._failures[graph_key] = record
+
+    def forget_failure(self, graph_key: str) -> None:
+        with self._lock:
+            self._failures.pop(graph_key, None)
+
     @property
     def bytes_used(self) -> int:
         with self._lock:
@@ -58,3 +71,4 @@ class MemoryLRU:
         with self._lock:
             self._data.clear()
             self._links.clear()
+            self._failures.clear()

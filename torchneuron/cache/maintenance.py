@@ -29,7 +29,7 @@ from torchneuron.cache import counters
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache.disk import DiskStore
 from torchneuron.cache.entry import STORE_VERSION, Entry, EntryError
-from torchneuron.cache.inventory import EntryInfo, list_entries
+from torchneuron.cache.inventory import EntryInfo, current_versions, list_entries
 
 __all__ = ["prune", "clear", "verify", "export", "import_archive", "remove", "Problem",
            "ImportResult", "Failure", "check_executable"]
@@ -169,6 +169,13 @@ def verify(disk: DiskStore, fix: bool = False, *, content: bool = True) -> list[
         except (OSError, EntryError) as e:
             problems.append(Problem(path, kind, str(e)))
     for kind, path in files:
+        if kind != "failure":
+            continue
+        try:
+            _decode_file(disk, path, kind)  # (its record is checked by ``decode``)
+        except (OSError, EntryError) as e:
+            problems.append(Problem(path, kind, str(e)))
+    for kind, path in files:
         if kind != "link":
             continue
         try:
@@ -243,13 +250,16 @@ def import_archive(disk: DiskStore, file: str | Path, dry_run: bool = False) -> 
                 entry_format.check_payload(got)
                 if got.kind == "executable":
                     check_executable(got)
+                if got.kind == "failure":
+                    _check_failure_versions(got)
             except EntryError as e:
                 result.rejected.append((member.name, str(e)))
                 continue
             if got.kind == "link":
                 links.append((member.name, got))  # after every executable is known
                 continue
-            exes.add(got.key)
+            if got.kind == "executable":
+                exes.add(got.key)
             _add(disk, member.name, got, result, dry_run)
     for name, got in links:
         target = got.payload.decode("ascii")
@@ -259,6 +269,17 @@ def import_archive(disk: DiskStore, file: str | Path, dry_run: bool = False) -> 
             continue
         _add(disk, name, got, result, dry_run)
     return result
+
+
+def _check_failure_versions(got: Entry) -> None:
+    """A failed compile recorded by this compiler (another's can never be looked up)."""
+    components = got.meta.get("components")
+    versions = current_versions()
+    if not isinstance(components, dict) or \
+            {k: components.get(k) for k in versions} != versions:
+        recorded = components.get("compiler_version") if isinstance(components, dict) else None
+        raise EntryError(f"failure recorded by torchneuron {recorded}, this is "
+                         f"{versions['compiler_version']}")
 
 
 def _add(disk: DiskStore, name: str, got: Entry, result: ImportResult, dry_run: bool) -> None:

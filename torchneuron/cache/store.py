@@ -10,17 +10,22 @@ settings (``None`` when ``TORCHNEURON_CACHE=0``), rebuilt when they change.
 from __future__ import annotations
 
 import atexit
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 from torchneuron.cache import config
+from torchneuron.cache import entry as entry_format
 from torchneuron.cache.counters import EVENTS, Counters, read_totals
 from torchneuron.cache.disk import DiskStore
+from torchneuron.cache.inventory import current_versions
 from torchneuron.cache.lru import MemoryLRU
 from torchneuron.hardware import state
 
 __all__ = ["CacheStore", "default_store", "default_store_stats", "reset_default_store"]
+
+_MAX_MESSAGE = 4000  # characters of a failure's message kept (its reason and op are whole)
 
 
 class CacheStore:
@@ -85,6 +90,42 @@ class CacheStore:
             self.disk.remove_file(self.disk.path("link", graph_key))
         except OSError:
             pass  # read-only: the link stays a miss
+
+    def failure(self, graph_key: str) -> dict[str, Any] | None:
+        """The record of ``graph_key``'s failed compile (an earlier process's or this
+        one's), or None: never compiled, compiled, or ``TORCHNEURON_CACHE_RETRY_FAILED``."""
+        if config.retry_failed():
+            return None
+        record = self.memory.failure(graph_key)
+        if record is None:
+            got = self.disk.read("failure", graph_key)  # (verified: ``entry.decode``)
+            record = entry_format.failure_record(got.payload) if got is not None else None
+            if record is not None:
+                self.memory.remember_failure(graph_key, record)
+        if record is not None:
+            self._count("failure_hits")
+        return record
+
+    def remember_failure(self, graph_key: str, record: dict[str, Any]) -> None:
+        """Keep ``record`` (``entry.FAILURE_FIELDS``) of ``graph_key``'s failed compile, so
+        this and later processes do not compile the graph again (Neuron's compile cache
+        keeps failed compiles too). ``meta``: the versions, as an executable's."""
+        record = {k: record.get(k) for k in entry_format.FAILURE_FIELDS}
+        record["message"] = str(record["message"] or "")[:_MAX_MESSAGE]
+        self.memory.remember_failure(graph_key, record)
+        meta = {"kind": "failure", "stage": record["stage"], "reason": record["reason"],
+                "components": current_versions()}
+        self.disk.write("failure", graph_key,
+                        json.dumps(record, sort_keys=True).encode("utf-8"), meta)
+
+    def forget_failure(self, graph_key: str) -> None:
+        """``graph_key`` compiled after all (a retry): its failure is not kept."""
+        self.memory.forget_failure(graph_key)
+        if self.disk.exists("failure", graph_key):
+            try:
+                self.disk.remove_file(self.disk.path("failure", graph_key))
+            except OSError:
+                pass
 
     def discard(self, key: str) -> None:
         """Forget the executable under ``key`` in both tiers: the compiler found its bytes

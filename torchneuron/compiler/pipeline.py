@@ -24,7 +24,13 @@ from typing import Any
 from torch.utils._pytree import treespec_dumps
 
 from torchneuron.compiler import dump, executable, stats, versions
-from torchneuron.compiler.errors import CompileError
+from torchneuron.compiler.errors import (
+    CaptureError,
+    CompileError,
+    LoweringError,
+    NeuronCompileError,
+    PrepareError,
+)
 from torchneuron.compiler.executable import Executable, ExecutableFormatError
 from torchneuron.compiler.keys import executable_key, index_key
 from torchneuron.compiler.prepare.graph import PreparedGraph, prepare
@@ -170,14 +176,46 @@ def _load_cached(store: ExecutableStore, key: str | None, name: str,
     return exe
 
 
+# errors of the graph itself, the same in every process (a worker's crash or time-out
+# is the machine's, and is not remembered)
+_REMEMBERED_STAGES = ("capture", "prepare", "lower", "neuronc")
+_ERRORS = {cls.default_stage: cls for cls in (CaptureError, PrepareError, LoweringError,
+                                               NeuronCompileError)}
+
+
+def _known_failure(store: ExecutableStore, ikey: str, source: str) -> None:
+    """Raise the compile error ``store`` remembers for ``ikey`` (an earlier process's or
+    this one's), counted as a failure of ``source``; return if it remembers none."""
+    failure = getattr(store, "failure", None)
+    record = failure(ikey) if failure is not None else None
+    if record is None:
+        return
+    stage = record["stage"] if record["stage"] in _ERRORS else "prepare"
+    message = (f"{record['message']} (a failure the compile cache remembers from an earlier "
+               "compile of this graph; set TORCHNEURON_CACHE_RETRY_FAILED=1 to compile it "
+               "again)")
+    stats.record_failure(source, stage, record["reason"], message)
+    raise _ERRORS[stage](message, stage=stage, op=record["op"], reason=record["reason"])
+
+
+def _remember_failure(store: ExecutableStore | None, ikey: str | None, e: CompileError) -> None:
+    remember = getattr(store, "remember_failure", None)
+    if remember is not None and ikey is not None and e.stage in _REMEMBERED_STAGES:
+        remember(ikey, {"stage": e.stage, "reason": e.reason, "op": e.op,
+                        "message": e._message()})
+
+
 def load_cached(store: ExecutableStore | None, graph_key: str | None, *, name: str = "graph",
-                target: str | None = None, options: dict[str, Any] | None = None
-                ) -> Executable | None:
+                target: str | None = None, options: dict[str, Any] | None = None,
+                source: str = "api") -> Executable | None:
     """The executable ``store`` holds for ``graph_key``, or None: a look-up that compiles
-    nothing, so a caller can tell a warm cache (ready now) from a compile (later)."""
+    nothing, so a caller can tell a warm cache (ready now) from a compile (later). Raises
+    the ``CompileError`` of an earlier compile of the graph that failed, if the store
+    remembers one (so the caller does not compile it again)."""
     if store is None or not graph_key:
         return None
     ikey = index_key(graph_key, target or current_profile().name, dict(options or {}))
+    _known_failure(store, ikey, source)
     exe = _load_cached(store, store.resolve(ikey), name)
     if exe is not None:
         stats.record_cache("hits")
@@ -213,6 +251,8 @@ def compile_graph(
     options = dict(options or {})
     target = target or current_profile().name
     ikey = index_key(graph_key, target, options) if store is not None and graph_key else None
+    if ikey is not None:
+        _known_failure(store, ikey, source)  # type: ignore[arg-type]
     linked = store.resolve(ikey) if ikey is not None else None  # type: ignore[union-attr]
     exe = (_load_cached(store, linked, name, example_inputs)  # type: ignore[arg-type]
            if linked is not None else None)
@@ -235,6 +275,7 @@ def compile_graph(
                                      lowered["stablehlo"], target, options, in_process=in_process)
     except CompileError as e:
         stats.record_failure(source, e.stage, e.reason, str(e))
+        _remember_failure(store, ikey, e)
         raise
     if cached is not None:  # another graph lowered to the same program
         stats.record_cache("hits")
@@ -257,6 +298,9 @@ def compile_graph(
     if store is not None:
         stats.record_cache("misses")
         _save(store, exe, key, components, ikey, source)
+        forget = getattr(store, "forget_failure", None)
+        if forget is not None and ikey is not None:
+            forget(ikey)  # compiled after all (TORCHNEURON_CACHE_RETRY_FAILED)
     dump.dump_compilation(name, prepared.graph_text, exe)
     return exe
 

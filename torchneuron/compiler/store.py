@@ -16,6 +16,12 @@ degrades to "not cached". ``load`` returns only bytes it verified (a checksum), 
 the compiler still checks the content against the key (``executable.check_entry``)
 and treats bytes that fail as a counted miss and rebuilds. A store may also have
 ``discard(key)``: the compiler calls it for such bytes, so they are not served again.
+
+A store may also remember failed compiles under the index key (``failure(ikey)``, a
+record of ``stage``, ``reason``, ``op``, ``message`` or None; ``remember_failure(ikey,
+record)``; ``forget_failure(ikey)``): the compiler then raises the remembered error at
+once instead of preparing and lowering the graph again. Only failures the graph itself
+causes are remembered (not a worker that crashed or timed out).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ an upper layer). Rows declared elsewhere:
 - ``torchneuron/adaptive_eager/options.py``: ``TORCHNEURON_ADAPTIVE_EAGER`` and the
   ``TORCHNEURON_AE_*`` policies;
 - ``torchneuron/cache/config.py``: ``TORCHNEURON_CACHE``, ``TORCHNEURON_CACHE_DIR``,
-  ``TORCHNEURON_CACHE_MAX_SIZE``, ``TORCHNEURON_CACHE_MEMORY_SIZE``.
+  ``TORCHNEURON_CACHE_MAX_SIZE``, ``TORCHNEURON_CACHE_MEMORY_SIZE``,
+  ``TORCHNEURON_CACHE_RETRY_FAILED``.
 
 Read the table as ``settings.TABLE`` (it grows as packages declare their rows), never
 ``from settings import TABLE``.
