@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.compiler.exact import INF, NAN, cases_match_eager, torch_compile_matches_eager
-from torchneuron.compiler import CompileError, compile_graph
+from torchneuron.compiler import compile_graph
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
           torch.int32, torch.uint8, torch.int8)
