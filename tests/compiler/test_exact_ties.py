@@ -1,6 +1,7 @@
 """Ties in sorting and selection ops: compiled indices equal eager's.
 
-Eager's ``topk``, ``kthvalue`` and unstable ``sort`` / ``argsort`` order equal values by
+Eager's ``topk``, ``kthvalue``, ``median`` / ``mode`` along a dim and unstable ``sort`` /
+``argsort`` order (or pick among) equal values by
 their algorithm (rows of 40 values in 0..3: tied indices neither ascending nor alike
 between the ops; -0.0 and 0.0 in the algorithm's order), which no lowering reproduces:
 the program calls eager's own kernel for them (``decomp/eager_kernels``; they were
@@ -46,6 +47,11 @@ EAGER_ORDER: dict[str, Callable[[torch.Tensor], Any]] = {
     "sort_descending": lambda a: torch.sort(a, 1, descending=True),
     "argsort": lambda a: torch.argsort(a, 1),
     "msort": torch.msort,
+    # the index among tied middle values: eager's selection (lowered as a sort, the
+    # index was the sort's tie order, not the median's)
+    "median_dim": lambda a: torch.median(a, 1),
+    "nanmedian_dim": lambda a: torch.nanmedian(a, 1),
+    "mode": lambda a: torch.mode(a, 1),
 }
 EXACT: dict[str, Callable[[torch.Tensor], Any]] = {
     "sort_stable": lambda a: torch.sort(a, dim=1, stable=True),

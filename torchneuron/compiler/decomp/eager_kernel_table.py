@@ -3,8 +3,8 @@
 Why its own module: the kernels module says which calls run as eager's kernel and how a
 program carries one; this one says how the decomposition table keeps such a call whole:
 an entry per functional overload that keeps the node when the call applies (else the
-entry before this layer), the ``.out`` overloads as that functional call and a copy, and
-the batch norm that writes its running statistics as its functional overload's kernel.
+entry before this layer), the ``.out`` and in-place overloads as that functional call and
+a copy, and the batch norm that writes its running statistics as its functional overload's kernel.
 Imports ``decomp.eager_kernels`` and torch.
 """
 
@@ -102,6 +102,39 @@ def _out_entry(kernel: EagerKernel, functional: Any, base: Callable[..., Any] | 
     return decomposition
 
 
+def _inplace_overloads(packet: str, functionals: list[Any]) -> list[tuple[Any, Any]]:
+    """(in-place overload, its functional overload) pairs: ``lerp_.Tensor`` with
+    ``lerp.Tensor``, for each functional overload of ``packet`` in ``functionals``."""
+    inplace = getattr(aten, packet + "_", None)
+    if not isinstance(inplace, torch._ops.OpOverloadPacket):
+        return []
+    return [(getattr(inplace, f._overloadname), f) for f in functionals
+            if f._overloadname in inplace.overloads()]
+
+
+def _inplace_entry(kernel: EagerKernel, functional: Any, base: Callable[..., Any] | None
+                   ) -> Callable[..., Any]:
+    """An in-place call as its functional overload, eager's kernel, and a ``copy_`` into
+    ``self`` (of ``self``'s shape and dtype; else ``base``'s entry).
+
+    Why: a decomposition that runs above functionalization calls the in-place overload
+    itself (PyTorch's ``quantile`` interpolates with ``lerp_``), and PyTorch's entry for
+    it is the Python reference, which spells the call out: ``torch.quantile``'s
+    interpolation rounded twice where eager's ``lerp`` fuses (5 of 60 OpInfo samples off
+    in the last bit, once its sort compiled)."""
+
+    def decomposition(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self, torch.Tensor) and applies(kernel, functional, (self, *args), kwargs):
+            result = functional(self, *args, **kwargs)
+            if result.shape == self.shape and result.dtype == self.dtype:
+                return self.copy_(result)
+        if base is None:
+            return NotImplemented
+        return base(self, *args, **kwargs)
+
+    return decomposition
+
+
 def _kernel_dtype(x: torch.Tensor) -> bool:
     return x.dtype in _WIDE or x.dtype == torch.float16 and not x.is_contiguous()
 
@@ -109,7 +142,7 @@ def _kernel_dtype(x: torch.Tensor) -> bool:
 def eager_kernel_decompositions(base: Table) -> Table:
     """The layer: an entry for every overload above that keeps the node when the call
     applies and otherwise defers to ``base``'s entry (the table built so far); its
-    ``.out`` overloads as that functional call and a copy; and the batch norm that writes
+    ``.out`` and in-place overloads as that functional call and a copy; and the batch norm that writes
     its statistics, as its functional overload's kernel."""
     table: Table = {}
     for kernel in EAGER_KERNELS:
@@ -119,6 +152,9 @@ def eager_kernel_decompositions(base: Table) -> Table:
                 table[op] = _entry(kernel, op, base.get(op))
             for out_op, functional in _out_overloads(packet, functionals):
                 table[out_op] = _out_entry(kernel, functional, base.get(out_op))
+            for inplace_op, functional in _inplace_overloads(packet, functionals):
+                if inplace_op in base:  # (without an entry, functionalization takes it)
+                    table[inplace_op] = _inplace_entry(kernel, functional, base.get(inplace_op))
     legit = aten._native_batch_norm_legit.default
     table[legit] = _writing_batch_norm(base.get(legit))
     return table

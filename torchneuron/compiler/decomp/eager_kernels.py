@@ -385,9 +385,13 @@ EAGER_KERNELS: tuple[EagerKernel, ...] = (
     # sort, ``kthvalue``'s selection, an unstable ``sort``), not the values' positions: no
     # lowering reproduces it (decomp/refusals/tie_order refused them, so a top-k sampling
     # loop ran ``topk`` between regions). A stable sort too: the stable entry lowered it
-    # as ``sort.default``, which is now this kernel (unstable). A sorting network's
-    # compare-and-swap passes per element (assumed)
-    EagerKernel(("topk", "kthvalue", "sort"), "reduce", vector=8, scalar=0),
+    # as ``sort.default``, which is now this kernel (unstable). And what picks an index
+    # among tied values with eager's selection: ``median`` / ``nanmedian`` along a dim
+    # (decomp/reductions sorts, and the sort's tie order is not the median's: the index
+    # differed) and ``mode``. A sorting network's compare-and-swap passes per element
+    # (assumed)
+    EagerKernel(("topk", "kthvalue", "sort", "median", "nanmedian", "mode"), "reduce", vector=8,
+                scalar=0),
 )
 
 
