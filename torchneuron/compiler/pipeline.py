@@ -176,8 +176,9 @@ def _load_cached(store: ExecutableStore, key: str | None, name: str,
     return exe
 
 
-# errors of the graph itself, the same in every process (a worker's crash or time-out
-# is the machine's, and is not remembered)
+# errors of the graph itself, the same in every process: a stage's typed refusal that
+# names the op to blame (not a worker's crash or time-out, the machine's, nor an
+# unexpected exception a stage wrapped, which could be the process's state)
 _REMEMBERED_STAGES = ("capture", "prepare", "lower", "neuronc")
 _ERRORS = {cls.default_stage: cls for cls in (CaptureError, PrepareError, LoweringError,
                                                NeuronCompileError)}
@@ -200,7 +201,8 @@ def _known_failure(store: ExecutableStore, ikey: str, source: str) -> None:
 
 def _remember_failure(store: ExecutableStore | None, ikey: str | None, e: CompileError) -> None:
     remember = getattr(store, "remember_failure", None)
-    if remember is not None and ikey is not None and e.stage in _REMEMBERED_STAGES:
+    if remember is not None and ikey is not None and e.stage in _REMEMBERED_STAGES \
+            and e.op is not None:
         remember(ikey, {"stage": e.stage, "reason": e.reason, "op": e.op,
                         "message": e._message()})
 

@@ -21,7 +21,8 @@ A store may also remember failed compiles under the index key (``failure(ikey)``
 record of ``stage``, ``reason``, ``op``, ``message`` or None; ``remember_failure(ikey,
 record)``; ``forget_failure(ikey)``): the compiler then raises the remembered error at
 once instead of preparing and lowering the graph again. Only failures the graph itself
-causes are remembered (not a worker that crashed or timed out).
+causes are remembered: a stage's refusal naming the op to blame (not a worker that
+crashed or timed out).
 """
 
 from __future__ import annotations
