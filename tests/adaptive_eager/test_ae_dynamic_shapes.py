@@ -88,3 +88,42 @@ def test_topk_replays_inside_its_region_with_eagers_tie_order() -> None:
     _REFUSED.clear()
     assert_replays_eagers_bits(_topk_loop, no_divergence=True)
     assert _REFUSED == {}, _REFUSED  # (before: topk ran between regions, tie-order)
+
+
+def _masked_loss_loop(log: ReplayLog | None) -> Any:
+    """A loss over the positions a padding mask keeps (``logits[mask]``): its backward
+    puts one gradient row per kept position (``index_put`` with the mask), which a
+    static-shape program cannot hold."""
+    def loop(device: str) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(device)
+        g = torch.Generator().manual_seed(5)
+        out: dict[str, torch.Tensor] = {}
+        for step in range(10):
+            x = torch.randn(4, 7, 6, generator=g).to(device)
+            y = torch.randint(0, 3, (4, 7), generator=g).to(device)
+            mask = (torch.arange(7)[None] < torch.randint(3, 8, (4, 1), generator=g)).to(device)
+            logits = m(x)
+            loss = nn.functional.cross_entropy(logits[mask], y[mask])
+            m.zero_grad()
+            loss.backward()
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= 0.1 * p.grad
+            out[f"loss{step}"] = loss.detach().cpu()
+            if log is not None:
+                log.mark(step)
+                _FAILURES.append(ae.stats()["compile_failures"])
+        for i, p in enumerate(m.parameters()):
+            out[f"p{i}"] = p.detach().cpu()
+        return out
+    return loop
+
+
+_FAILURES: list[int] = []
+
+
+def test_a_masked_loss_trains_with_its_backwards_index_put_between_regions() -> None:
+    _FAILURES.clear()
+    assert_replays_eagers_bits(_masked_loss_loop, no_divergence=True)
+    assert _FAILURES[-1] == 0  # (before: each region holding the index_put failed)

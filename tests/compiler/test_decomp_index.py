@@ -255,3 +255,20 @@ def test_the_check_run_eagerly_on_the_device_launches_no_kernel() -> None:
     assert (core.kernels, core.eager_compiles) == (kernels, compiles)
     with pytest.raises(IndexError, match="index 9 is out of bounds for dimension 0 with size 9"):
         INDEX_BOUNDS(i, 0, 9, 0, "index")
+
+
+def test_a_boolean_mask_with_a_value_per_element_is_refused_naming_index_put() -> None:
+    """The backward of ``x[mask]`` puts one value per selected element
+    (``index_put(zeros, [mask], grad, accumulate=True)``): where each lands depends on the
+    mask's values. Torch-MLIR failed on it with an unknown size and the error blamed
+    ``aten.tensor``, so adaptive eager never learned the op and every region holding it
+    failed to compile again; now it is refused in prepare, naming ``aten.index_put``."""
+    from torchneuron.compiler import CompileError
+
+    x, m = torch.randn(4, 10, 5), torch.rand(4, 10) > 0.5
+    v = torch.randn(int(m.sum()), 5)
+    with pytest.raises(CompileError) as info:
+        compile_graph(lambda x, m, v: torch.zeros_like(x).index_put_((m,), v, accumulate=True),
+                      [x, m, v])
+    assert (info.value.stage, info.value.reason, info.value.op) == (
+        "prepare", "data-dependent", "aten.index_put")

@@ -12,7 +12,8 @@ numbers are eager's; only fusion across it is lost.
 
 Some are known before any region fails. Ops whose output's shape depends on their
 inputs' values (``nonzero``, ``masked_select``, ``unique``, ``bincount``; indexing with a
-boolean mask) cannot be in a static-shape program, and worse, a segment holding one
+boolean mask, and its backward's ``index_put`` of one value per selected element) cannot
+be in a static-shape program, and worse, a segment holding one
 never repeats: its shapes change with the data, so no region around it ever got hot (an
 evaluation loop computing metrics with ``unique`` and ``masked_select`` replayed nothing
 in 25 steps). They end the segment from the start, as a real device ends its graph there
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from torchneuron.compiler.decomp.index import mask_row_values
 from torchneuron.compiler.decomp.refusals.cpu_dependent import (
     ALWAYS_REFUSED,
 )
@@ -44,6 +46,15 @@ def _bool_index(args: tuple, kwargs: dict) -> bool:
                for i in (args[1] if len(args) > 1 else kwargs.get("indices", ())))
 
 
+def _mask_rows(args: tuple, kwargs: dict) -> bool:
+    """``x[mask] = v`` with one value per selected element (the backward of ``x[mask]``):
+    where each lands depends on the mask's values (one row for all is a ``where``)."""
+    indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+    values = args[2] if len(args) > 2 else kwargs.get("values")
+    return _bool_index(args, kwargs) and isinstance(values, torch.Tensor) \
+        and not mask_row_values(args[0], indices, values)
+
+
 def _no_output_size(args: tuple, kwargs: dict) -> bool:
     """``repeat_interleave(repeats)`` sums ``repeats`` for its length unless told it."""
     return kwargs.get("output_size", args[1] if len(args) > 1 else None) is None
@@ -59,6 +70,8 @@ DYNAMIC_SHAPE_ALWAYS = tuple(
 DYNAMIC_SHAPE_WHEN: dict[Any, tuple[Callable[[tuple, dict], bool], str]] = {
     aten.index.Tensor: (_bool_index, "dynamic-output-shape: a boolean index"),
     aten.repeat_interleave.Tensor: (_no_output_size, "dynamic-output-shape: no output_size"),
+    **{f: (_mask_rows, "data-dependent: a boolean index with a value per element")
+       for f in (aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default)},
 }
 
 # Reasons that belong to the op, not to the region, its layouts or the worker (half-conv

@@ -23,7 +23,7 @@ import torch
 from torchneuron.compiler.decomp.registry import Lowering, registrar
 from torchneuron.compiler.errors import PrepareError
 
-__all__ = ["INDEX_DECOMPOSITIONS"]
+__all__ = ["INDEX_DECOMPOSITIONS", "mask_row_values"]
 
 aten = torch.ops.aten
 INDEX_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {}
@@ -321,24 +321,41 @@ def nonzero_static(x: torch.Tensor, *, size: int, fill_value: int = -1) -> Any:
     return torch.where(found, picked, torch.full_like(picked, fill_value))
 
 
+def mask_row_values(x: torch.Tensor, indices: Sequence[Any], values: torch.Tensor) -> bool:
+    """``x[mask] = values`` with one bool mask over ``x``'s leading dims and ``values`` one
+    row that broadcasts to every selected element (no count of selected elements needed)."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.bool, torch.uint8):
+        return False
+    k = indices[0].dim()
+    rest = tuple(x.shape[k:])
+    if tuple(indices[0].shape) != tuple(x.shape[:k]):
+        return False
+    try:
+        return torch.broadcast_shapes(values.shape, (1, *rest)) == (1, *rest)
+    except RuntimeError:
+        return False
+
+
 @_register(aten.index_put.default)
 def index_put_mask(x: torch.Tensor, indices: Any, values: torch.Tensor,
                    accumulate: bool = False) -> Any:
     """``x[mask] = v`` with one bool mask over the leading dims and ``v`` one row (it
     broadcasts to every selected element): a ``where`` on the mask, no data-dependent count
-    of selected elements needed."""
-    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.bool, torch.uint8):
+    of selected elements needed. With one row per selected element (the backward of
+    ``x[mask]``), where each row lands depends on the mask's values: refused
+    (``data-dependent``; Torch-MLIR failed on it with an unknown size, blamed on no op)."""
+    masks = [i for i in indices if i is not None and i.dtype in (torch.bool, torch.uint8)]
+    if masks and not mask_row_values(x, indices, values):
+        if torch._guards.TracingContext.try_get() is not None:
+            return NotImplemented  # a raise escapes torch.compile; prepare refuses
+        raise PrepareError(
+            "aten.index_put: a boolean mask with one value per selected element puts each "
+            "value where the mask's values say, which a static-shape program cannot "
+            "express; it runs eagerly.", op="aten.index_put", reason="data-dependent")
+    if not masks or len(indices) != 1:
         return NotImplemented
     mask = indices[0].to(torch.bool)
-    k = mask.dim()
-    rest = tuple(x.shape[k:])
-    if tuple(mask.shape) != tuple(x.shape[:k]):
-        return NotImplemented
-    try:
-        if torch.broadcast_shapes(values.shape, (1, *rest)) != (1, *rest):
-            return NotImplemented
-    except RuntimeError:
-        return NotImplemented
+    rest = tuple(x.shape[mask.dim():])
     row = values.to(x.dtype).expand(1, *rest).reshape(rest)
     m = mask.reshape(*mask.shape, *([1] * len(rest)))
     return torch.where(m, x + row if accumulate else row, x)
