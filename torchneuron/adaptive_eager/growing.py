@@ -96,8 +96,28 @@ def _pattern(fa: Any, fb: Any, fc: Any, sa: Any, sb: Any, sc: Any) -> Any:
         return _GIVE_UP
     if sa == sb == sc:
         return None
+    key = (id(sa), id(sb), id(sc))
+    got = _STEADY.get(key)
+    if got is not None and got[0] is sa and got[1] is sb and got[2] is sc:
+        return got[3]
     pat = steady(sa, sb, sc)
-    return _GIVE_UP if pat is None else pat
+    if pat is None:
+        pat = _GIVE_UP
+    if len(_STEADY) >= _STEADY_KEPT:
+        _STEADY.clear()
+    _STEADY[key] = (sa, sb, sc, pat)
+    return pat
+
+
+# (ids of three arguments) -> (the three, ``_pattern``'s answer for them). Why: a step's
+# ops are kept with their interned ``static`` (``Segment.append``), so a loop that learns
+# from the same three arguments again (a recurrent loop: the GRU's time steps are steps
+# between boundaries, their offsets moving the same way every training step) asks
+# ``steady``'s recursion once per triple, not at every step. Kept with the arguments, so
+# their ids are not reused while kept; by identity, since arguments equal but for their
+# leaves' types (1 and True) have other patterns.
+_STEADY: dict[tuple[int, int, int], tuple[Any, Any, Any, Any]] = {}
+_STEADY_KEPT = 1 << 12  # answers kept (all forgotten at once past this)
 
 class _Any:
     """The wildcard: stands for any int (never a bool) in a pattern."""
