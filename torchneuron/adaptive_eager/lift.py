@@ -228,12 +228,16 @@ def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     if got is not None:
         return got[1]
     skel, floats, where = [], [], []
-    for i, sig in enumerate(sigs):
-        _, fl, blank = _blank_of(sig)
-        skel.append(blank)
-        for w, r in fl:
-            floats.append(r)
-            where.append((i, w))
+    # (``_blank_of`` of each op, its kept answers found in C: the window of a step whose
+    # floats change is new every step, its ops are not)
+    for i, (sig, got) in enumerate(zip(sigs, map(_BLANKS.get, ids), strict=True)):
+        if got is None or got[0] is not sig:
+            got = _blank_of(sig)
+        skel.append(got[2])
+        if got[1]:
+            for w, r in got[1]:
+                floats.append(r)
+                where.append((i, w))
     out = (_Skeleton(skel), floats, where)
     if len(_SKELETONS) >= _KEEP_SKELETONS:
         _SKELETONS.clear()
