@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from torchneuron.adaptive_eager.signature import Call, OpSig, Static
+from torchneuron.adaptive_eager.signature import Call, OpSig, OpsKey, Static
 
 __all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "skeleton", "floats_only_differ", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
            "MARK"]
@@ -245,8 +245,9 @@ def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     return out
 
 
-class _Skeleton(tuple):
-    """A skeleton: a tuple of ops that hashes once, from its ops' hashes kept per op.
+class _Skeleton(OpsKey):
+    """A skeleton: a tuple of ops that hashes once, from its ops' hashes kept per op
+    (``signature.OpsKey``).
 
     Why: the lifter looks its state up by skeleton (``Lifter.lift``: a pop and a store
     for every closed window, every step), and a tuple hashes every op's description down
@@ -254,31 +255,9 @@ class _Skeleton(tuple):
     an eager step's host instructions. The skeleton of a step is the same object every
     step (``_skeleton`` keeps it), so its hash is computed once. A step whose floats
     change (AdamW's bias corrections) is a new signature, so a new skeleton, every step,
-    but of the same blanked ops (``_blank_of``: one object per value): each op's hash is
-    kept by its identity (``_OP_HASHES``), and the skeleton's is the hash of its ops'
-    hashes (a hash of HF GPT-2's training step cost about 1.8M instructions, every
-    step). It equals the plain tuple of the same ops; equal skeletons hash alike (equal
-    ops hash alike); the lifter's table holds only skeletons."""
-
-    def __hash__(self) -> int:
-        h = self.__dict__.get("hash")
-        if h is None:
-            if len(_OP_HASHES) + len(self) > _KEEP_BLANKS:
-                _OP_HASHES.clear()
-                _OP_KEPT.clear()
-            hs = list(map(_OP_HASHES.get, map(id, self)))
-            if None in hs:
-                for i, x in enumerate(hs):
-                    if x is None:
-                        op = self[i]
-                        hs[i] = _OP_HASHES[id(op)] = hash(op)
-                        _OP_KEPT[id(op)] = op  # (kept: no other object takes its id)
-            h = self.__dict__["hash"] = hash(tuple(hs))
-        return h
-
-
-_OP_HASHES: dict[int, int] = {}  # id of an op of a skeleton -> its hash
-_OP_KEPT: dict[int, Any] = {}  # the same ops, kept while their hashes are
+    but of the same blanked ops (``_blank_of``: one object per value), whose hashes are
+    kept (a hash of HF GPT-2's training step cost about 1.8M instructions, every step).
+    The lifter's table holds only skeletons."""
 
 
 def _blank_of(sig: OpSig) -> tuple[OpSig, list, OpSig]:
