@@ -276,9 +276,9 @@ class Growing:
         self.n_seen = 0
         self.run = FIXED  # ``kind`` of the last op recorded this step (a cut between kinds)
         self.starts: dict[str, set[int]] = {}  # region key -> step positions it started at
-        # the last (up to) three steps of each (length, first op): steps may alternate
+        # the last (up to) three steps of each (length, id of the first op): steps may alternate
         # with others (a read of each step's output to the host is a step of its own)
-        self.prev: dict[tuple[int, Any], list[list[_Chunk]]] = {}
+        self.prev: dict[tuple[int, int], list[list[_Chunk]]] = {}
 
     @property
     def count(self) -> int:
@@ -383,7 +383,9 @@ class Growing:
         if not n or n > _MAX_STEP_OPS:
             return
         first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0].func
-        key = (n, first)
+        # (the overload by identity: its hash is a Python call, twice per step; it is
+        # kept alive by the steps kept under the key, so its id is its own)
+        key = (n, id(first))
         hist = self.prev.pop(key, [])
         hist.append(chunks)
         if len(hist) > 3:
