@@ -135,3 +135,32 @@ def test_scalar_out_of_float32_range_raises_eagers_error() -> None:
     assert len(eager["_errors"]) == 1 and adaptive["_errors"] == eager["_errors"]
     assert_same(eager, adaptive)
     assert ae.stats()["side_exits"] >= 1 and ae.stats()["replays"] >= 1, ae.explain()
+
+
+class _Counted(tuple):
+    """An op stand-in that counts its hashes."""
+
+    hashes = 0
+
+    def __hash__(self) -> int:
+        _Counted.hashes += 1
+        return tuple.__hash__(self)
+
+
+def test_a_skeleton_hashes_by_its_ops_values_each_op_once() -> None:
+    """Skeletons of equal ops are one key of the lifter's table, whatever objects the
+    ops are; a new skeleton of ops hashed before (a step whose floats changed) does not
+    hash its ops again."""
+    from torchneuron.adaptive_eager import lift
+
+    ops = [_Counted((i, ("T", ((4, 8), (8, 1), 0, torch.float32)))) for i in range(50)]
+    a = lift._Skeleton(ops)
+    _Counted.hashes = 0
+    table = {a: "state"}
+    assert _Counted.hashes == 50
+    b = lift._Skeleton(ops)  # a new skeleton of the same ops
+    assert table[b] == "state" and _Counted.hashes == 50
+    c = lift._Skeleton(_Counted(tuple(op)) for op in ops)  # equal ops, other objects
+    assert table[c] == "state" and hash(c) == hash(a)
+    d = lift._Skeleton([*ops[:-1], _Counted((49, ("T", ((4, 8), (8, 1), 0, torch.float16))))])
+    assert d not in table

@@ -56,6 +56,64 @@ def _varies(g: Growing, ops: list[tuple]) -> list[bool]:
     return out
 
 
+def _steady_by_recursion(a: object, b: object, c: object) -> object:
+    """``steady`` as it was written before its loop skipped equal parts without a call:
+    the reference its answers are compared with."""
+    if isinstance(a, tuple):
+        if a == b == c:
+            return a
+        if not isinstance(b, tuple) or not isinstance(c, tuple) or not len(a) == len(b) == len(c):
+            return None
+        parts = []
+        for x, y, z in zip(a, b, c, strict=True):
+            w = _steady_by_recursion(x, y, z)
+            if w is None:
+                return None
+            parts.append(w)
+        return tuple(parts)
+    if type(a) is int and type(b) is int and type(c) is int:
+        if a == b == c:
+            return a
+        return ANY if b - a == c - b != 0 else None
+    if a == b == c and type(a) is type(b) is type(c):
+        return a
+    return None
+
+
+# descriptions that are alike but for one leaf's value, type or length (1, True and 1.0
+# are equal in Python but not to a pattern), a named tuple, an empty tuple
+_LEAVES = [0, 1, 2, 3, True, False, 1.0, "1", None, torch.float32, torch.int64, ANY]
+_SHAPES = [(), (1,), (True,), (1.0,), (1, 2), (1, 2, 3), ((1,), 2), ((True,), 2), ([1], 2),
+           ("T", ((2, 16), (16, 1), 0, torch.float32)), ("T", ((3, 16), (16, 1), 0, torch.float32)),
+           ("T", ((True, 16), (16, 1), 0, torch.float32)), Static(("U", ()), False, False, "single"),
+           Static(("U", ()), 0, False, "single")]
+
+
+def test_a_patterns_matcher_answers_as_matches_and_steady_as_its_recursion() -> None:
+    """``matcher`` (generated per pattern) answers as ``matches`` for every pattern and
+    description here, types of leaves included; ``steady``, whose loop takes equal parts
+    without a call, answers as the plain recursion, identity of its answer included."""
+    values = [*_LEAVES, *_SHAPES]
+    patterns = [*values, ("T", ((ANY, 16), (16, 1), ANY, torch.float32)), (ANY,), (ANY, 2),
+                ((ANY,), 2), Static(("U", ()), ANY, False, "single")]
+    for p in patterns:
+        m = growing.matcher(p)
+        assert growing.matcher(p) is m  # generated once per pattern
+        for d in values:
+            assert bool(m(d)) == bool(matches(p, d)), (p, d)
+    for a in values:
+        for b in values:
+            for c in (a, b, (1, 2), ("T", ((4, 16), (16, 1), 0, torch.float32))):
+                want, got = _steady_by_recursion(a, b, c), steady(a, b, c)
+                assert got == want and type(got) is type(want), (a, b, c)
+                assert repr(got) == repr(want), (a, b, c)
+    # a part equal but for its type, beside a part that moves steadily
+    for a, b, c in [((1, 2), (True, 3), (1, 4)), ((1.0, 2), (1, 3), (1, 4)),
+                    (((1,), 2), ((True,), 3), ((1,), 4)), ((None, 2), (None, 3), (None, 4))]:
+        want, got = _steady_by_recursion(a, b, c), steady(a, b, c)
+        assert got == want and repr(got) == repr(want), (a, b, c)
+
+
 def test_steady_replaces_only_ints_that_change_steadily() -> None:
     pat = steady(_t(3, 16), _t(4, 16), _t(5, 16))
     assert pat == ("T", ((ANY, 16), (16, 1), 0, torch.float32))

@@ -36,6 +36,12 @@ _COPIES: list[tuple[Any, Any, str, int, str]] = [
      "956465296d34e97f"),
     (oprecord.record, mode.Runtime.on_op, "# ``record(func)``, without its call once built", 3,
      "b4ad466eca381f79"),
+    # (where no pattern is, ``kind`` is FIXED, as ``varies`` says, and ``cut(FIXED)`` only
+    # sets ``run``)
+    (growing.Growing.varies, mode.Runtime.on_op, "# a pattern here (``at``)", 1,
+     "0af878441f2ce378"),
+    (growing.Growing.cut, mode.Runtime.on_op,
+     "# ``g.cut(g.kind(func, static))``: FIXED here, never a cut", 2, "2f24d79eca0561e1"),
 ]
 
 

@@ -70,7 +70,7 @@ from typing import Any
 
 from torchneuron.adaptive_eager.reasons import Reason
 
-__all__ = ["Growing", "ANY", "steady", "matches", "FIXED", "NEW", "SEEN"]
+__all__ = ["Growing", "ANY", "steady", "matches", "matcher", "FIXED", "NEW", "SEEN"]
 
 FIXED, NEW, SEEN = 0, 1, 2  # ``Growing.kind``: no pattern; a length not met; one met before
 _MAX_SEEN = 1 << 14  # exact signatures of growing ops remembered (``Growing.seen``)
@@ -96,8 +96,28 @@ def _pattern(fa: Any, fb: Any, fc: Any, sa: Any, sb: Any, sc: Any) -> Any:
         return _GIVE_UP
     if sa == sb == sc:
         return None
+    key = (id(sa), id(sb), id(sc))
+    got = _STEADY.get(key)
+    if got is not None and got[0] is sa and got[1] is sb and got[2] is sc:
+        return got[3]
     pat = steady(sa, sb, sc)
-    return _GIVE_UP if pat is None else pat
+    if pat is None:
+        pat = _GIVE_UP
+    if len(_STEADY) >= _STEADY_KEPT:
+        _STEADY.clear()
+    _STEADY[key] = (sa, sb, sc, pat)
+    return pat
+
+
+# (ids of three arguments) -> (the three, ``_pattern``'s answer for them). Why: a step's
+# ops are kept with their interned ``static`` (``Segment.append``), so a loop that learns
+# from the same three arguments again (a recurrent loop: the GRU's time steps are steps
+# between boundaries, their offsets moving the same way every training step) asks
+# ``steady``'s recursion once per triple, not at every step. Kept with the arguments, so
+# their ids are not reused while kept; by identity, since arguments equal but for their
+# leaves' types (1 and True) have other patterns.
+_STEADY: dict[tuple[int, int, int], tuple[Any, Any, Any, Any]] = {}
+_STEADY_KEPT = 1 << 12  # answers kept (all forgotten at once past this)
 
 class _Any:
     """The wildcard: stands for any int (never a bool) in a pattern."""
@@ -126,6 +146,52 @@ def matches(pattern: Any, desc: Any) -> bool:
     return pattern == desc and type(pattern) is type(desc)
 
 
+_MATCHERS: dict[int, tuple[Any, Any]] = {}  # id(pattern) -> (pattern, its ``matcher``)
+_MATCHERS_KEPT = 1 << 12  # matchers kept (all forgotten at once past this)
+
+
+def matcher(pattern: Any) -> Any:
+    """``matches(pattern, desc)`` as a function of ``desc`` generated once per pattern:
+    the same checks in the same order, flat (one line per node of the pattern, no call
+    per node). Why: on a recurrent loop (the GRU) the ops at a pattern's positions are
+    matched at every step, and ``matches``' recursion was a call per leaf of a
+    signature (about 1,400 bytecodes per op). Kept by the pattern's identity (with the
+    pattern, so its id is not reused): patterns equal but for their leaves' types (1
+    and True) must not share one."""
+    got = _MATCHERS.get(id(pattern))
+    if got is not None and got[0] is pattern:
+        return got[1]
+    consts: list[Any] = []
+    lines = ["def m(d):"]
+    names = count()
+
+    def walk(pat: Any, x: str) -> None:
+        if pat is ANY:
+            lines.append(f" if type({x}) is not int: return False")
+        elif isinstance(pat, tuple):
+            lines.append(f" if not isinstance({x}, tuple) or len({x}) != {len(pat)}: return False")
+            if pat:
+                parts = [f"x{next(names)}" for _ in pat]
+                lines.append(f" {', '.join(parts)}{',' if len(parts) == 1 else ''} = {x}")
+                for q, y in zip(pat, parts, strict=True):
+                    walk(q, y)
+        else:
+            k = len(consts)
+            consts.append(pat)
+            # ``pattern == desc and type(pattern) is type(desc)``
+            lines.append(f" if not (c{k} == {x} and type(c{k}) is type({x})): return False")
+
+    walk(pattern, "d")
+    lines.append(" return True")
+    namespace: dict[str, Any] = {f"c{k}": v for k, v in enumerate(consts)}
+    exec(compile("\n".join(lines), "<growing pattern>", "exec"), namespace)  # noqa: S102
+    fn = namespace["m"]
+    if len(_MATCHERS) >= _MATCHERS_KEPT:
+        _MATCHERS.clear()
+    _MATCHERS[id(pattern)] = (pattern, fn)
+    return fn
+
+
 def steady(a: Any, b: Any, c: Any) -> Any:
     """The pattern of three consecutive descriptions in which every int that changes
     changes by the same nonzero amount from ``a`` to ``b`` and from ``b`` to ``c`` (those
@@ -137,6 +203,12 @@ def steady(a: Any, b: Any, c: Any) -> Any:
             return None
         parts = []
         for x, y, z in zip(a, b, c, strict=True):
+            # what ``steady(x, y, z)`` answers for three equal parts, without its call
+            # (a None part is its answer None: the whole is None, as ``steady`` says)
+            if x == y == z and x is not None and (isinstance(x, tuple)
+                                                   or type(x) is type(y) is type(z)):
+                parts.append(x)
+                continue
             w = steady(x, y, z)
             if w is None:
                 return None
@@ -192,6 +264,8 @@ class Growing:
         # (op overload, pattern of its static) -> positions in the step where it applies
         self.patterns: dict[tuple[Any, Any], set[int]] = {}
         self.at: dict[int, list[tuple[Any, Any]]] = {}  # position -> patterns there
+        # position -> (op overload, ``matcher`` of the pattern) of each pattern in ``at``
+        self.checks: dict[int, list[tuple[Any, Any]]] = {}
         self.reasons: Counter[str] = reasons if reasons is not None else Counter()
         self.pos = 0  # ops of the current step so far
         self.chunks: list[_Chunk] = []  # the current step
@@ -202,9 +276,9 @@ class Growing:
         self.n_seen = 0
         self.run = FIXED  # ``kind`` of the last op recorded this step (a cut between kinds)
         self.starts: dict[str, set[int]] = {}  # region key -> step positions it started at
-        # the last (up to) three steps of each (length, first op): steps may alternate
+        # the last (up to) three steps of each (length, id of the first op): steps may alternate
         # with others (a read of each step's output to the host is a step of its own)
-        self.prev: dict[tuple[int, Any], list[list[_Chunk]]] = {}
+        self.prev: dict[tuple[int, int], list[list[_Chunk]]] = {}
 
     @property
     def count(self) -> int:
@@ -216,11 +290,11 @@ class Growing:
         """Whether the op about to run at the current position of the step (overload,
         static signature from ``recorder.static_of``) is one whose shapes change every
         step."""
-        keys = self.at.get(self.pos)
+        keys = self.checks.get(self.pos)  # (``at``'s patterns, each as its ``matcher``)
         if keys is None:
             return False
-        for f, p in keys:
-            if f is func and matches(p, static):
+        for f, m in keys:
+            if f is func and m(static):
                 return True
         return False
 
@@ -309,7 +383,9 @@ class Growing:
         if not n or n > _MAX_STEP_OPS:
             return
         first = chunks[0][1] if chunks[0][0] is None else chunks[0][0][0].func
-        key = (n, first)
+        # (the overload by identity: its hash is a Python call, twice per step; it is
+        # kept alive by the steps kept under the key, so its id is its own)
+        key = (n, id(first))
         hist = self.prev.pop(key, [])
         hist.append(chunks)
         if len(hist) > 3:
@@ -369,10 +445,12 @@ class Growing:
             if pos not in where:
                 where.add(pos)
                 self.at.setdefault(pos, []).append(key)
+                self.checks.setdefault(pos, []).append((func, matcher(pat)))
 
     def _forget(self, pos: int) -> None:
         """The op at ``pos`` showed the same signature in two steps: no pattern applies
         there any more."""
+        self.checks.pop(pos, None)
         for key in self.at.pop(pos, ()):
             where = self.patterns[key]
             where.discard(pos)

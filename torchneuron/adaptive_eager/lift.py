@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from torchneuron.adaptive_eager.signature import Call, OpSig, Static
+from torchneuron.adaptive_eager.signature import Call, OpSig, OpsKey, Static
 
 __all__ = ["Lifter", "Lifted", "block_identity", "may_lift", "skeleton", "floats_only_differ", "blind_key", "sites", "lifted_dtypes", "guard", "accept", "scalar_inputs", "emit",
            "MARK"]
@@ -228,12 +228,16 @@ def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     if got is not None:
         return got[1]
     skel, floats, where = [], [], []
-    for i, sig in enumerate(sigs):
-        _, fl, blank = _blank_of(sig)
-        skel.append(blank)
-        for w, r in fl:
-            floats.append(r)
-            where.append((i, w))
+    # (``_blank_of`` of each op, its kept answers found in C: the window of a step whose
+    # floats change is new every step, its ops are not)
+    for i, (sig, got) in enumerate(zip(sigs, map(_BLANKS.get, ids), strict=True)):
+        if got is None or got[0] is not sig:
+            got = _blank_of(sig)
+        skel.append(got[2])
+        if got[1]:
+            for w, r in got[1]:
+                floats.append(r)
+                where.append((i, w))
     out = (_Skeleton(skel), floats, where)
     if len(_SKELETONS) >= _KEEP_SKELETONS:
         _SKELETONS.clear()
@@ -241,21 +245,19 @@ def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     return out
 
 
-class _Skeleton(tuple):
-    """A skeleton: a tuple of ops that hashes once.
+class _Skeleton(OpsKey):
+    """A skeleton: a tuple of ops that hashes once, from its ops' hashes kept per op
+    (``signature.OpsKey``).
 
     Why: the lifter looks its state up by skeleton (``Lifter.lift``: a pop and a store
     for every closed window, every step), and a tuple hashes every op's description down
     to the shapes each time: two such hashes of a training step's ops cost about 3% of
     an eager step's host instructions. The skeleton of a step is the same object every
-    step (``_skeleton`` keeps it), so its hash is computed once. It equals, and hashes as,
-    the plain tuple of the same ops."""
-
-    def __hash__(self) -> int:
-        h = self.__dict__.get("hash")
-        if h is None:
-            h = self.__dict__["hash"] = tuple.__hash__(self)
-        return h
+    step (``_skeleton`` keeps it), so its hash is computed once. A step whose floats
+    change (AdamW's bias corrections) is a new signature, so a new skeleton, every step,
+    but of the same blanked ops (``_blank_of``: one object per value), whose hashes are
+    kept (a hash of HF GPT-2's training step cost about 1.8M instructions, every step).
+    The lifter's table holds only skeletons."""
 
 
 def _blank_of(sig: OpSig) -> tuple[OpSig, list, OpSig]:

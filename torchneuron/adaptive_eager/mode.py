@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchneuron.adaptive_eager import hostdata, trail, trailrun
 from torchneuron.adaptive_eager.detect import PERIOD_CHECKS, Detector
-from torchneuron.adaptive_eager.growing import _MAX_STEP_OPS, NEW
+from torchneuron.adaptive_eager.growing import _MAX_STEP_OPS, FIXED, NEW
 from torchneuron.adaptive_eager.ledger import Ledger
 from torchneuron.adaptive_eager.lifecycle import Lifecycle
 from torchneuron.adaptive_eager.reasons import Reason
@@ -200,12 +200,16 @@ class Runtime(Ledger):
                 except Unsupported:
                     self.detector.end_segment()
                     return func(*args, **kwargs)
-            if self.growing.at:
-                kind = self.growing.kind(func, static)
-                if kind == NEW:
-                    return self.between_regions(func, args, kwargs, static, tensors)
-                if self.growing.cut(kind) and self.segment.entries:
-                    self.detector.end_segment(boundary=False)  # a run of growing ops: its own region
+            g = self.growing
+            if g.at:
+                if g.pos in g.checks:  # a pattern here (``at``)
+                    kind = g.kind(func, static)
+                    if kind == NEW:
+                        return self.between_regions(func, args, kwargs, static, tensors)
+                    if g.cut(kind) and self.segment.entries:
+                        self.detector.end_segment(boundary=False)  # a run of growing ops: its own region
+                else:  # ``g.cut(g.kind(func, static))``: FIXED here, never a cut
+                    g.run = FIXED
             if not seg.entries:
                 out = self.swapin.try_start(func, args, kwargs, static, tensors)
                 if out is not MISMATCH:

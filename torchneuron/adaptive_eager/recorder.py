@@ -316,6 +316,7 @@ def _went_as(ops: list[tuple], mine: list[tuple], n: int) -> bool:
 
 
 _BLIND = operator.itemgetter(3)  # an interned op's blind key (``_op_of``)
+_ENTRY_KEY = operator.attrgetter("key")  # an entry's ``key``
 
 
 def _sig_of(func: Any, static: Static, outs: tuple, refs: tuple) -> OpSig:
@@ -541,7 +542,8 @@ class Segment:
 
     def keys(self, start: int = 0) -> list[int]:
         """Hashes of the static signatures from ``start`` (for finding periods)."""
-        return [e.key for e in self.entries[start:]]
+        # (``[e.key for e in ...]`` in C: asked at every closed segment and period check)
+        return list(map(_ENTRY_KEY, self.entries[start:] if start else self.entries))
 
     def relative(self, s: int, e: int) -> tuple[tuple[OpSig, ...], list[int]]:
         """The signature of window ``[s, e)``: an ``OpSig`` per entry, whose refs are

@@ -30,7 +30,7 @@ from torchneuron.device.tensor import NeuronTensor
 
 __all__ = ["Unsupported", "Slot", "build", "Meta", "Call", "Static", "InputRef", "ValueRef", "SameOut",
            "ViewOut", "NewOut", "OpSig", "describe", "undescribe", "meta_of", "rebuild", "rebuild_call",
-           "region_key", "format_region"]
+           "region_key", "format_region", "OpsKey"]
 
 _SCALARS = (bool, int, float, str, type(None))
 _ENUMS = (torch.dtype, torch.layout, torch.memory_format)
@@ -268,6 +268,40 @@ def undescribe(desc: Any, tensors: list[Any], device: Any = None,
     return go(desc)
 
 
+class OpsKey(tuple):
+    """A tuple of ops (``OpSig``s) as a dict key: it hashes once, from its ops' hashes,
+    each kept per op by the op's identity (``_OP_HASHES``).
+
+    Why: a plain tuple hashes every op's description down to the shapes each time, and
+    a window new this step is mostly ops seen before (a step whose floats change, AdamW's
+    bias corrections, is a new window of the same ops but for a few, every step): in
+    the zoo GPT, the lookup and store of one new window's key hashed its 216 ops twice,
+    each op a Python call for its overload's hash. It equals the plain tuple of the same
+    ops; equal keys hash alike (equal ops hash alike). A table keyed by these is looked
+    up only with these."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("hash")
+        if h is None:
+            if len(_OP_HASHES) + len(self) > _OP_HASHES_KEPT:
+                _OP_HASHES.clear()
+                _OP_KEPT.clear()
+            hs = list(map(_OP_HASHES.get, map(id, self)))
+            if None in hs:
+                for i, x in enumerate(hs):
+                    if x is None:
+                        op = self[i]
+                        hs[i] = _OP_HASHES[id(op)] = hash(op)
+                        _OP_KEPT[id(op)] = op  # (kept: no other object takes its id)
+            h = self.__dict__["hash"] = hash(tuple(hs))
+        return h
+
+
+_OP_HASHES: dict[int, int] = {}  # id of an op of an ``OpsKey`` -> its hash
+_OP_KEPT: dict[int, Any] = {}  # the same ops, kept while their hashes are
+_OP_HASHES_KEPT = 1 << 16  # (all forgotten at once past this)
+
+
 def region_key(sigs: tuple) -> str:
     """A stable key for a region: the hash of its signature (nothing process-dependent).
 
@@ -283,7 +317,8 @@ def region_key(sigs: tuple) -> str:
     got = _keys_by_ids.get(ids)
     if got is not None:
         return got[1]
-    key = _region_keys.get(sigs)
+    by_value = OpsKey(sigs)  # (hashed from its ops' kept hashes)
+    key = _region_keys.get(by_value)
     if key is None:
         parts = []
         for sig in sigs:
@@ -297,7 +332,7 @@ def region_key(sigs: tuple) -> str:
         key = hashlib.sha256(text.encode()).hexdigest()[:24]
         if len(_region_keys) >= _REGION_KEYS_KEPT:
             _region_keys.clear()
-        _region_keys[sigs] = key
+        _region_keys[by_value] = key
     if len(_keys_by_ids) >= _REGION_KEYS_KEPT:
         _keys_by_ids.clear()
     _keys_by_ids[ids] = (sigs, key)  # (``sigs`` kept: no other object takes their ids)
@@ -307,7 +342,7 @@ def region_key(sigs: tuple) -> str:
 _SIG_TEXTS_KEPT = 16384
 _sig_texts: dict[int, tuple[tuple, str]] = {}  # id of an op -> (the op, its printed form)
 _REGION_KEYS_KEPT = 1024
-_region_keys: dict[tuple, str] = {}
+_region_keys: dict[OpsKey, str] = {}
 _keys_by_ids: dict[tuple, tuple[tuple, str]] = {}  # ids of sigs' items -> (sigs, key)
 
 
