@@ -26,12 +26,14 @@ random inputs drawn under the same seed). Results are keyed per op and dtype
 
     python tools/lowering_coverage.py [--only a,b.variant] [--shard I/N] [--samples K]
         [--json out.json] [--skip done.json ...] [--merge a.json b.json ...] [--exact]
-        [--dtypes float32,float16,bfloat16,complex64] [-v]
+        [--dtypes float32,float16,bfloat16,complex64] [--foreach] [-v]
 
 The full sweep takes a long time: run it with `nice -n 10`, sharded, in the background,
 then `--merge` the shards' JSON into one report. `--skip` resumes an interrupted sweep: ops
 and dtypes already in the given JSON files (complete or partial shard results) are not run
 again. The report prints totals per dtype. Exit status 1 when any op is a defect.
+`--foreach` sweeps OpInfo's `_foreach_*` ops instead (their own lists, outside `op_db`:
+the optimizers' foreach steps decompose to per-tensor ops, and no other sweep runs them).
 """
 
 from __future__ import annotations
@@ -332,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a float output within tolerance but not eager's bits is a defect")
     ap.add_argument("--dtypes", default="float32",
                     help="comma-separated dtypes to sample, e.g. float32,float16,bfloat16,complex64")
+    ap.add_argument("--foreach", action="store_true",
+                    help="OpInfo's _foreach_* ops (foreach_*_op_db) instead of op_db")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     EXACT[0] = args.exact
@@ -353,7 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         t0 = time.time()
         dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
-        for op, dtype in ((o, d) for d in dtypes for o in _select(cmi.op_db, args.only, args.shard)):
+        db = cmi.op_db if not args.foreach else [
+            *cmi.foreach_unary_op_db, *cmi.foreach_binary_op_db, *cmi.foreach_pointwise_op_db,
+            *cmi.foreach_reduce_op_db, *cmi.foreach_other_op_db]
+        for op, dtype in ((o, d) for d in dtypes for o in _select(db, args.only, args.shard)):
             key = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "") \
                 + f"@{str(dtype).removeprefix('torch.')}"
             if key in done:
