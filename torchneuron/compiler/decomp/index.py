@@ -343,7 +343,8 @@ def index_put_mask(x: torch.Tensor, indices: Any, values: torch.Tensor,
     broadcasts to every selected element): a ``where`` on the mask, no data-dependent count
     of selected elements needed. With one row per selected element (the backward of
     ``x[mask]``), where each row lands depends on the mask's values: refused
-    (``data-dependent``; Torch-MLIR failed on it with an unknown size, blamed on no op)."""
+    (``data-dependent``; Torch-MLIR failed on it with an unknown size and blamed
+    ``aten.tensor``)."""
     masks = [i for i in indices if i is not None and i.dtype in (torch.bool, torch.uint8)]
     if masks and not mask_row_values(x, indices, values):
         if torch._guards.TracingContext.try_get() is not None:
@@ -352,9 +353,9 @@ def index_put_mask(x: torch.Tensor, indices: Any, values: torch.Tensor,
             "aten.index_put: a boolean mask with one value per selected element puts each "
             "value where the mask's values say, which a static-shape program cannot "
             "express; it runs eagerly.", op="aten.index_put", reason="data-dependent")
-    if not masks or len(indices) != 1:
+    if not masks:
         return NotImplemented
-    mask = indices[0].to(torch.bool)
+    mask = indices[0].to(torch.bool)  # (one mask over the leading dims: mask_row_values)
     rest = tuple(x.shape[mask.dim():])
     row = values.to(x.dtype).expand(1, *rest).reshape(rest)
     m = mask.reshape(*mask.shape, *([1] * len(rest)))
