@@ -168,6 +168,8 @@ def test_every_listed_packet_is_an_aten_op_with_a_test() -> None:
     tested |= {"_adaptive_avg_pool2d"}  # area resizes: test_interpolate_exact.py
     # determinants (the all-samples exact sweep of session 10): test_exact_sweep10.py
     tested |= {"_linalg_det", "linalg_det", "_linalg_slogdet", "linalg_slogdet"}
+    # tie order (session 12): test_exact_ties.py
+    tested |= {"topk", "kthvalue", "sort", "median", "nanmedian", "mode"}
     listed = {p for k in EAGER_KERNELS for p in k.packets}
     assert set(CPU_DEPENDENT) | set(EAGER_BITS) <= listed
     for packet in listed:
