@@ -29,7 +29,6 @@ import torch
 
 from torchneuron.adaptive_eager import dataflow, deferred, issued, lift, overlap
 from torchneuron.adaptive_eager.capture import layout_root
-from torchneuron.adaptive_eager.deferred import held
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
@@ -147,15 +146,6 @@ def _indices_in_range(func: Any, args: tuple) -> bool:
 
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
-# ``with _NoTorchFunction():`` costs about 2,000 instructions (a new object, and two
-# special-method lookups that each make a bound method), as much as a deferred op's
-# guard check, and every op of a replay needs it (autograd's and the optimizer's ops
-# reach the mode with the subclass handling on). ``try_defer`` calls the unbound methods
-# on its replay's own instance (``Replay._no_tf``), about 900. Entering keeps the state
-# to restore on the instance, so one instance must never be entered twice at once: a
-# replay's ``try_defer`` never runs inside itself (nothing in it dispatches a neuron op).
-_tf_off = _NoTorchFunction.__enter__
-_tf_on = _NoTorchFunction.__exit__
 
 
 def _guards(region: Region) -> list[OpGuard]:
@@ -167,7 +157,6 @@ def _guards(region: Region) -> list[OpGuard]:
     return guards
 
 
-_NO_LIFTED: list = []  # the ``lifted`` list of a guard without lifted floats: stays empty
 _NAN = float("nan")  # what ``float(repr(x))`` gives for every NaN x
 
 
@@ -199,16 +188,14 @@ def _layout(out: Output, index: int) -> None:
 class _Value:
     """The producer of one pending value of a replay (``tensor.Pending``).
 
-    Referenced by its tensor's ``_pending`` and by its replay (``Replay.pending``) until
-    the region ends, so a reference count above the replay's own tells whether the value
-    is still held (``held``), without a weak reference to the tensor
-    (``torch.utils.swap_tensors``, used by ``Module.to``, refuses weakly referenced
-    tensors) or to the value (an object more per op, alive until the region ends). When
-    the region ends the value's buffer is stored here (and accounted against HBM from
-    then on); the tensor takes it on its next read.
+    Referenced only by its tensor's ``_pending``, so it lives exactly as long as the
+    tensor: a weak reference to it tells whether the value is still held, without a weak
+    reference to the tensor (``torch.utils.swap_tensors``, used by ``Module.to``, refuses
+    weakly referenced tensors). When the region ends the value's buffer is stored here
+    (and accounted against HBM from then on); the tensor takes it on its next read.
     """
 
-    __slots__ = ("replay", "ik", "result", "_memory_token")
+    __slots__ = ("replay", "ik", "result", "_memory_token", "__weakref__")
 
     def __init__(self, replay: Replay, ik: tuple[int, int]) -> None:
         self.replay = replay
@@ -270,8 +257,7 @@ class Replay:
         # each input's buffer when first used: the region reads these, whatever buffer the
         # wrapper holds later (``.data =`` or ``swap_tensors`` mid-region, as eager would)
         self.ext_buffers: list[torch.Tensor] = []
-        # each pending value of this replay (``_Value``), until the region ends
-        self.pending: dict[tuple[int, int], _Value] = {}
+        self.pending: dict[tuple[int, int], weakref.ref] = {}
         # the deferred ops, flat (no container per op: they live until the region ends,
         # and a container apiece made the garbage collector run every step)
         # the argument template of each deferred op (``signature.rebuild``); its overload
@@ -288,7 +274,6 @@ class Replay:
         self.issued: dict[int, issued.Issued | None] = {}
         self.guards = _guards(region)
         self._timeline = self.core.timeline  # charged a guard per op (``try_defer``)
-        self._no_tf = _NoTorchFunction()  # entered by ``try_defer`` (``_tf_off``)
 
     @property
     def complete(self) -> bool:
@@ -321,14 +306,10 @@ class Replay:
             return MISMATCH
         # Below the tensor subclass's ``__torch_function__``: every metadata read of a
         # neuron tensor (sizes, strides, offset, dtype) is then a plain C call, a third
-        # of its cost through the default handler, with the same answer. (``with
-        # _NoTorchFunction()``, without the ``with``: see ``_tf_off``.)
-        no_tf = self._no_tf
-        _tf_off(no_tf)
-        try:
+        # of its cost through the default handler, with the same answer.
+        with _NoTorchFunction():
             tensors: list[torch.Tensor] = []
-            # (a list only for a guard with lifted floats: the others never append)
-            got: list[tuple[int, str]] = [] if g.lifts else _NO_LIFTED
+            got: list[tuple[int, str]] = []
             check = g.check  # ``match``, without its call when the guard has a flat check
             template = (check(args, kwargs, tensors, got) if check is not None
                         else match(g, args, kwargs, tensors, got))
@@ -382,7 +363,7 @@ class Replay:
                 value.replay = self
                 value.ik = out.ik
                 value.result = None
-                self.pending[out.ik] = value  # type: ignore[index]
+                self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
                 index = self.index
                 if out.layout_index != index:
                     _layout(out, index)
@@ -396,8 +377,6 @@ class Replay:
             results = [None if out is None else tensors[out.same] if out.same is not None
                        else self._new(out) for out in g.outputs]
             return tuple(results) if struct == "tuple" else results
-        finally:
-            _tf_on(no_tf, None, None, None)
 
     def _mark_written(self, g: OpGuard, args: tuple, kwargs: dict) -> None:
         """Mark the tensors with buffers that the deferred op writes (deferred writes)."""
@@ -414,7 +393,7 @@ class Replay:
     def _new(self, out: Output) -> torch.Tensor:
         """A new pending tensor for output ``out`` of a deferred op."""
         value = _Value(self, out.ik)  # type: ignore[arg-type]
-        self.pending[out.ik] = value  # type: ignore[index]
+        self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
         index = self.index
         if out.layout_index != index:
             _layout(out, index)
@@ -486,14 +465,10 @@ class Replay:
         self.marked.clear()
 
     def _live(self) -> list[tuple[tuple[int, int], _Value]]:
-        """The pending values still held and without a result; the others are dropped
-        from ``pending``."""
         out = []
-        pending = self.pending
-        for ik in list(pending):
-            v = pending.pop(ik)
-            if v.result is None and held(v):
-                pending[ik] = v
+        for ik, ref in self.pending.items():
+            v = ref()
+            if v is not None and v.result is None:
                 out.append((ik, v))
         return out
 
@@ -551,7 +526,7 @@ class Replay:
                 m = plan.metas[ik]
                 buf = base.as_strided(m.shape, m.stride, m.offset)  # type: ignore[union-attr]
             v.give(buf, self.index)  # type: ignore[arg-type]
-        self.pending.clear()
+        self.pending.clear()  # drop the weakrefs: swap_tensors refuses weakly held tensors
         self.runtime.replay_finished(self)
 
     def side_exit(self, reason: Reason) -> None:
