@@ -19,7 +19,8 @@ from torchneuron.cache import safe_fs
 from torchneuron.cache.disk import DiskStore, hits_size
 from torchneuron.cache.entry import EntryError
 
-__all__ = ["EntryInfo", "list_entries", "find_entries", "current_versions", "AmbiguousKey"]
+__all__ = ["EntryInfo", "list_entries", "find_entries", "current_versions", "built_here",
+           "AmbiguousKey"]
 
 
 class AmbiguousKey(LookupError):
@@ -32,6 +33,14 @@ def current_versions() -> dict[str, Any]:
 
     return {"compiler_version": versions.COMPILER_VERSION,
             "format_version": versions.FORMAT_VERSION}
+
+
+def built_here(components: Any, versions: dict[str, Any] | None = None) -> bool:
+    """Whether an entry's key ``components`` name the compiler and executable-format
+    versions of this torchneuron (``current_versions``, or ``versions`` if given)."""
+    versions = current_versions() if versions is None else versions
+    return isinstance(components, dict) and \
+        {k: components.get(k) for k in versions} == versions
 
 
 @dataclass
@@ -100,8 +109,7 @@ def list_entries(disk: DiskStore, *, with_links: bool = True) -> list[EntryInfo]
         if r.problem is not None:
             continue
         if r.kind in ("executable", "failure"):
-            got = {k: r.components.get(k) for k in versions}
-            r.compatible = got == versions
+            r.compatible = built_here(r.components, versions)
         else:
             r.target = _link_target(disk, r.key)
             target = exes.get(r.target or "")

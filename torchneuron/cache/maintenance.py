@@ -29,7 +29,7 @@ from torchneuron.cache import counters
 from torchneuron.cache import entry as entry_format
 from torchneuron.cache.disk import DiskStore
 from torchneuron.cache.entry import STORE_VERSION, Entry, EntryError
-from torchneuron.cache.inventory import EntryInfo, current_versions, list_entries
+from torchneuron.cache.inventory import EntryInfo, built_here, current_versions, list_entries
 
 __all__ = ["prune", "clear", "verify", "export", "import_archive", "remove", "Problem",
            "ImportResult", "Failure", "check_executable"]
@@ -274,12 +274,10 @@ def import_archive(disk: DiskStore, file: str | Path, dry_run: bool = False) -> 
 def _check_failure_versions(got: Entry) -> None:
     """A failed compile recorded by this compiler (another's can never be looked up)."""
     components = got.meta.get("components")
-    versions = current_versions()
-    if not isinstance(components, dict) or \
-            {k: components.get(k) for k in versions} != versions:
+    if not built_here(components):
         recorded = components.get("compiler_version") if isinstance(components, dict) else None
         raise EntryError(f"failure recorded by torchneuron {recorded}, this is "
-                         f"{versions['compiler_version']}")
+                         f"{current_versions()['compiler_version']}")
 
 
 def _add(disk: DiskStore, name: str, got: Entry, result: ImportResult, dry_run: bool) -> None:
