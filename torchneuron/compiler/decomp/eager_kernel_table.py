@@ -91,15 +91,26 @@ def _out_entry(kernel: EagerKernel, functional: Any, base: Callable[..., Any] | 
     sample found its input gradient off in the last bit in 11 of 857 samples."""
 
     def decomposition(*args: Any, out: Any = None, **kwargs: Any) -> Any:
-        if isinstance(out, torch.Tensor) and applies(kernel, functional, args, kwargs):
-            result = functional(*args, **kwargs)
-            if result.shape == out.shape and result.dtype == out.dtype:
-                return out.copy_(result)
+        got = _kernel_into(out, kernel, functional, args, kwargs)
+        if got is not None:
+            return got
         if base is None:
             return NotImplemented
         return base(*args, out=out, **kwargs)
 
     return decomposition
+
+
+def _kernel_into(dest: Any, kernel: EagerKernel, functional: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    """``dest.copy_(functional(*args, **kwargs))``, the call eager's kernel, or None when
+    the call does not apply or its result has another shape or dtype than ``dest`` (the
+    ``.out`` and in-place entries then take the entry before this layer)."""
+    if isinstance(dest, torch.Tensor) and applies(kernel, functional, args, kwargs):
+        result = functional(*args, **kwargs)
+        if result.shape == dest.shape and result.dtype == dest.dtype:
+            return dest.copy_(result)
+    return None
 
 
 def _inplace_overloads(packet: str, functionals: list[Any]) -> list[tuple[Any, Any]]:
@@ -124,10 +135,9 @@ def _inplace_entry(kernel: EagerKernel, functional: Any, base: Callable[..., Any
     in the last bit, once its sort compiled)."""
 
     def decomposition(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(self, torch.Tensor) and applies(kernel, functional, (self, *args), kwargs):
-            result = functional(self, *args, **kwargs)
-            if result.shape == self.shape and result.dtype == self.dtype:
-                return self.copy_(result)
+        got = _kernel_into(self, kernel, functional, (self, *args), kwargs)
+        if got is not None:
+            return got
         if base is None:
             return NotImplemented
         return base(self, *args, **kwargs)
