@@ -88,3 +88,23 @@ def test_torch_compile_stable_sort_compiles_and_matches_eager() -> None:
     torch_compile_matches_eager(lambda a: torch.sort(a * 2, dim=1, stable=True).values.sum(1), x,
                                 grad=True)
     compile_graph(lambda a: torch.sort(a, dim=1, stable=True), [x])  # not refused
+
+
+@pytest.mark.parametrize("op", ["median", "nanmedian"])
+def test_median_along_a_dim_without_eagers_kernel_refuses_ties(op: str) -> None:
+    """Where eager's kernel does not apply, what is left for ``median`` along a dim is a
+    refusal (a sort and a gather picked another index among tied middles), and a dim of
+    one value is that value at index 0, as eager gives."""
+    from torchneuron.compiler.decomp.refusals.tie_order import TIE_ORDER_DECOMPOSITIONS
+    from torchneuron.compiler.errors import PrepareError
+
+    overload = getattr(torch.ops.aten, op).dim
+    entry = TIE_ORDER_DECOMPOSITIONS[overload]
+    with pytest.raises(PrepareError, match="tie"):
+        entry(_rows(torch.float32), 1)
+    x = _rows(torch.float32)[:, :1]
+    for keepdim in (False, True):
+        got, want = entry(x, 1, keepdim), overload(x, 1, keepdim)
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    got, want = entry(x[0, 0], 0), overload(x[0, 0], 0)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))

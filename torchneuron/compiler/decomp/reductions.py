@@ -1,5 +1,5 @@
 """Reductions without a lowering (or with a wrong one): logsumexp, any / all over
-several dims, median and nanmedian (whole and along a dim), histc."""
+several dims, median and nanmedian of the whole tensor, histc."""
 
 from __future__ import annotations
 
@@ -96,37 +96,6 @@ def nanmedian(x: torch.Tensor) -> torch.Tensor:
     count = (~torch.isnan(flat)).sum()
     idx = torch.clamp((count - 1) // 2, min=0).reshape(1)
     return torch.gather(flat, 0, idx).reshape(())
-
-
-@_register(aten.nanmedian.dim)
-def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sort (NaNs last), pick the lower middle; nanmedian counts only non-NaN entries."""
-    if torch._guards.TracingContext.try_get() is not None:
-        return NotImplemented  # kept whole while AOTAutograd traces: see decomp.refusals.tie_order
-    if x.dim() == 0:
-        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
-    vals, idx = torch.sort(x, dim=dim)
-    nan = torch.isnan(x) if x.dtype.is_floating_point else torch.zeros_like(x, dtype=torch.bool)
-    count = (~nan).sum(dim, keepdim=True)
-    k = torch.clamp((count - 1) // 2, min=0)
-    v, i = torch.gather(vals, dim, k), torch.gather(idx, dim, k)
-    return (v, i) if keepdim else (v.squeeze(dim), i.squeeze(dim))
-
-
-@_register(aten.median.dim)
-def median_dim_nan(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """median propagates NaN: with any NaN the answer is the first NaN (sorted last)."""
-    if torch._guards.TracingContext.try_get() is not None:
-        return NotImplemented  # kept whole while AOTAutograd traces: see decomp.refusals.tie_order
-    if x.dim() == 0:
-        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
-    vals, idx = torch.sort(x, dim=dim)
-    n = x.shape[dim]
-    nan = torch.isnan(x) if x.dtype.is_floating_point else torch.zeros_like(x, dtype=torch.bool)
-    count = (~nan).sum(dim, keepdim=True)
-    k = torch.where(count < n, count, torch.full_like(count, (n - 1) // 2))
-    v, i = torch.gather(vals, dim, k), torch.gather(idx, dim, k)
-    return (v, i) if keepdim else (v.squeeze(dim), i.squeeze(dim))
 
 
 @_register(aten.histc.default)

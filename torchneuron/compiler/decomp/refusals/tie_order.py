@@ -1,5 +1,5 @@
-"""``topk``, ``kthvalue`` and unstable ``sort`` / ``argsort`` where eager's kernel cannot
-be carried: refused, since eager orders ties by its algorithm, which the lowering cannot
+"""``topk``, ``kthvalue``, unstable ``sort`` / ``argsort`` and ``median`` / ``nanmedian``
+along a dim where eager's kernel cannot be carried: refused, since eager orders ties by its algorithm, which the lowering cannot
 reproduce.
 
 Which of several equal values eager's CPU ``topk`` returns first, which index
@@ -7,7 +7,9 @@ Which of several equal values eager's CPU ``topk`` returns first, which index
 algorithm the kernel runs (a partial sort, ``nth_element``, an unstable sort), not by
 position: on rows of 40 values in 0..3 the indices of tied values come out neither
 ascending nor alike between the three ops, and -0.0 / 0.0 (equal to the comparator) come
-out in the algorithm's order too. The lowering erases the difference: Torch-MLIR
+out in the algorithm's order too; ``median`` along a dim picks the index of its
+middle value among equal ones by its selection, not by the sort's order (a sort and a
+gather gave other indices). The lowering erases the difference: Torch-MLIR
 writes ``is_stable = false`` for stable sorts as well, and ``topk`` / ``kthvalue`` become
 the same sort and a slice. So these ops are eager's own kernel in the program
 (``decomp/eager_kernels``, a layer above this one); the entries here are what is left
@@ -96,6 +98,26 @@ def argsort_stable(x: torch.Tensor, *, stable: bool, dim: int = -1,
         return NotImplemented
     with _STABLE.inside():
         return aten.sort.default(x, dim, descending)[1]
+
+
+def _single(x: torch.Tensor, dim: int, keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A median along a dim of one value (or of a 0-d tensor): the value, index 0."""
+    v = x.clone() if x.dim() == 0 or keepdim else x.squeeze(dim)
+    return v, torch.zeros(v.shape, dtype=torch.int64, device=x.device)
+
+
+@_register(aten.median.dim)
+def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
+    if x.dim() == 0 or x.shape[dim] == 1:
+        return _single(x, dim, keepdim)
+    return _refuse("aten.median", x, dim)
+
+
+@_register(aten.nanmedian.dim)
+def nanmedian_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
+    if x.dim() == 0 or x.shape[dim] == 1:
+        return _single(x, dim, keepdim)
+    return _refuse("aten.nanmedian", x, dim)
 
 
 def _kthvalue_by_sort(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
