@@ -74,6 +74,31 @@ def test_parse_failed_op_messages() -> None:
     assert parse_failed_op("something else") == (None, "lowering-failed")
 
 
+@pytest.mark.parametrize(("case", "blamed"), [
+    # no lowering: the op left unconverted after the converted mm
+    ("cumprod", "aten.cumprod"),
+    # a boolean-mask index_put given straight to Torch-MLIR (prepare refuses it first):
+    # its own decomposition fails a size check and leaves a cumprod the graph never had
+    ("index_put_mask", None),
+])
+def test_a_lowering_failure_blames_only_an_op_of_the_graph(case: str, blamed: str | None
+                                                           ) -> None:
+    """Adaptive eager learns the blamed op and refuses regions holding it from then on,
+    so an op Torch-MLIR made up (or the first op of a module it never converted) must not
+    be blamed: ``aten.tensor`` was, for the masked loss's backward."""
+    aten = torch.ops.aten
+    x, mask = torch.randn(4, 4), torch.tensor([True, False, True, False])
+    graphs = {
+        "cumprod": (lambda a: aten.cumprod(aten.mm(a, a), 1), [x]),
+        "index_put_mask": (lambda a, m, v: aten.index_put(aten.mm(a, a), [m], v),
+                           [x, mask, torch.randn(2, 4)]),
+    }
+    f, args = graphs[case]
+    with pytest.raises(LoweringError) as info:
+        lower_to_stablehlo(make_fx(f)(*args), args)
+    assert info.value.op == blamed
+
+
 def test_literal_tracker_never_hands_a_freed_tensors_constant_to_another() -> None:
     """Torch-MLIR caches constants by id(); bool constants go through a temporary copy, so
     a freed temporary's id came back with the previous constant's data (a wrong constant,

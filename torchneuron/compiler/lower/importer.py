@@ -88,9 +88,11 @@ def lower_to_stablehlo(gm: fx.GraphModule, example_inputs: Sequence[Any] | None 
         if reason in ("dangling-scalar", "lowering-failed"):
             # The first diagnostic often names a scalar constant whose consumer did not
             # convert; the partially converted module still holds that consumer.
-            left = _leftover_torch_op(importer)
+            left = _leftover_torch_op(importer, _graph_ops(gm))
             if left is not None:
                 op, reason = left, "no-lowering"
+            elif reason == "dangling-scalar":
+                op = None  # a scalar constant is no op of the program to blame
         first = (diagnostics[0] if diagnostics else text.strip().splitlines()[0]).strip()
         raise LoweringError(
             f"Torch-MLIR could not lower the graph to StableHLO: {first[:300]}. Expected "
@@ -124,13 +126,32 @@ def _import_and_lower(tmfx: Any, importer: Any, gm: fx.GraphModule, func_name: s
 _LEFTOVER = re.compile(r"= torch\.(aten\.\w+|prims\.\w+)|name = \"torch\.(aten\.\w+)\"")
 
 
-def _leftover_torch_op(importer: Any) -> str | None:
+def _graph_ops(gm: fx.GraphModule) -> set[str]:
+    """The graph's op packets as Torch-MLIR names them (``aten.mm``)."""
+    names = set()
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is not None:
+            names.add(schema.name.replace("::", "."))
+    return names
+
+
+def _leftover_torch_op(importer: Any, graph_ops: set[str]) -> str | None:
+    """The first op of the graph left unconverted in the partially lowered module.
+
+    Only an op of the graph is blamed: Torch-MLIR's own decompositions add ops of their
+    own (a boolean-mask ``index_put`` leaves a ``cumprod`` when its size check fails), and
+    blaming one of those would teach adaptive eager to refuse an op the program never
+    called."""
     try:
         asm = importer.module.operation.get_asm(large_elements_limit=16)
     except Exception:  # noqa: BLE001 - best effort diagnosis only
         return None
-    m = _LEFTOVER.search(asm)
-    return None if m is None else (m.group(1) or m.group(2))
+    for m in _LEFTOVER.finditer(asm):
+        name = m.group(1) or m.group(2)
+        if name in graph_ops:
+            return name
+    return None
 
 
 def _ensure_meta(gm: fx.GraphModule, example_inputs: Sequence[Any] | None) -> None:
