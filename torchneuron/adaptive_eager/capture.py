@@ -50,10 +50,12 @@ class CaptureRefused(Exception):
     ``reason`` name the op when the refusal is the op's own, whatever region holds it
     (``refused.RefusedOps.learn`` then runs it between regions)."""
 
-    def __init__(self, message: str, op: str | None = None, reason: str | None = None):
+    def __init__(self, message: str, op: str | None = None, reason: str | None = None,
+                 ops: dict[str, bool] | None = None):
         super().__init__(message)
         self.op = op
         self.reason = reason
+        self.ops = ops or {}  # complex-values: overload -> refused per call (else always)
 
 
 @dataclass
@@ -78,6 +80,34 @@ class Plan:
         self.out_index = {v: n for n, v in enumerate(self.outputs)}
 
 
+def _refuse_complex(sigs: tuple[OpSig, ...], input_metas: list[Meta]) -> None:
+    """Refuse a region holding complex values, naming every op of it that reads or makes
+    one (``ops``: overload name -> whether only its calls with complex values are refused:
+    not ``view_as_complex``, which makes them from real ones), so that the runtime
+    runs them all between regions from then on (``refused``) and the real ops around
+    them (a Llama's rotary embedding through ``view_as_complex``) form regions that
+    compile; one op learned per failed region took a dozen steps."""
+    dtypes: dict[tuple[int, int], torch.dtype] = {}
+    ops: dict[str, bool] = {}
+    for i, (func, _static, refs, outs) in enumerate(sigs):
+        read = [input_metas[r.index].dtype if isinstance(r, InputRef) else dtypes.get(r.value)
+                for r in refs]
+        made = []
+        for k, out in enumerate(outs):
+            if isinstance(out, SameOut):
+                dtypes[(i, k)] = read[out.arg]
+            elif out is not None:
+                dtypes[(i, k)] = out.meta.dtype
+            made.append(dtypes.get((i, k)))
+        reads = any(d is not None and d.is_complex for d in read)
+        if reads or any(d is not None and d.is_complex for d in made):
+            name = func.name() if isinstance(func, torch._ops.OpOverload) else str(func)
+            ops[name] = ops.get(name, True) and (reads or not refs)  # else always
+    first = next(iter(ops), None)
+    raise CaptureRefused(f"{first} computes with complex values, which the compiler does not "
+                         "lower exactly", op=first, reason="complex-values", ops=ops)
+
+
 def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
                 live: set[tuple[int, int]]) -> Plan:
     """Resolve each value's root and pick the graph outputs: roots of the live values."""
@@ -94,7 +124,7 @@ def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
             metas[(i, k)] = out.meta
             if isinstance(out, NewOut):
                 if out.meta.dtype.is_complex:
-                    raise CaptureRefused(f"{func} produces complex values")
+                    _refuse_complex(sigs, input_metas)
                 roots[(i, k)] = ValueRef("v", i, k)
                 nbytes[(i, k)] = out.nbytes
             else:
@@ -102,6 +132,8 @@ def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
                 root = ref if isinstance(ref, InputRef) else roots[ref.value]
                 root_dtype = (input_metas[root.index].dtype if isinstance(root, InputRef)
                               else metas[root.value].dtype)
+                if out.meta.dtype.is_complex or root_dtype.is_complex:
+                    _refuse_complex(sigs, input_metas)
                 if out.meta.dtype != root_dtype:
                     # rebuilt as ``as_strided`` of its root's buffer, it would read the
                     # root's elements as its own dtype's (view_as_complex gave zeros)

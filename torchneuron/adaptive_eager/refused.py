@@ -55,6 +55,16 @@ def _mask_rows(args: tuple, kwargs: dict) -> bool:
         and not mask_row_values(args[0], indices, values)
 
 
+def _complex_call(args: tuple, kwargs: dict) -> bool:
+    """A call with a complex tensor, or asked for a complex dtype (``zeros(dtype=cfloat)``)."""
+    for a in (*args, *kwargs.values()):
+        for v in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(v, torch.Tensor) and v.is_complex() or \
+                    isinstance(v, torch.dtype) and v.is_complex:
+                return True
+    return False
+
+
 def _no_output_size(args: tuple, kwargs: dict) -> bool:
     """``repeat_interleave(repeats)`` sums ``repeats`` for its length unless told it."""
     return kwargs.get("output_size", args[1] if len(args) > 1 else None) is None
@@ -82,6 +92,7 @@ _OP_REASONS = frozenset({
     "tie-order", "clamp-tensor-signed-zero", "half-conv", "cpu-dependent-special-value",
     "custom-op", "embedding-renorm-float16", "adaptive-avg-half-window", "cpu-dependent-premise",
     "storage-layout",  # capture's own refusal (as_strided of DDP's buckets, set_, resize_)
+    "complex-values",  # capture's too (``_learn_complex``)
     "upsample-antialias", "conv-channels-last-grad",
     *CPU_DEPENDENT_REASONS,
 })
@@ -143,6 +154,8 @@ class RefusedOps:
         holds (not their siblings: ``bernoulli.p`` compiles where ``bernoulli.default``
         of computed probabilities does not), if the refusal is the op's own."""
         op, reason = getattr(err, "op", None), getattr(err, "reason", None)
+        if reason == "complex-values":
+            return self._learn_complex(getattr(err, "ops", {}), region_ops)
         if not op or reason not in _OP_REASONS:
             return False
         parts = str(op).replace("::", ".").split(".")
@@ -162,6 +175,21 @@ class RefusedOps:
                  if isinstance(f, torch._ops.OpOverload) and _name(f) in names
                  and (f not in self.ops or id(f) in self.when)]
         return self._add(funcs, name, reason)
+
+    def _learn_complex(self, ops: dict[str, bool], region_ops: Iterable[Any]) -> bool:
+        """Every overload a region refused for complex values named: those reading them
+        run between regions in their calls with a complex value (``_complex_call``: a
+        real ``mul`` stays in its region), those making them from real ones in every
+        call."""
+        learned = False
+        funcs = [f for f in dict.fromkeys(region_ops) if isinstance(f, torch._ops.OpOverload)]
+        for name, per_call in ops.items():
+            these = [f for f in funcs if f.name() == name and id(f) not in self.ids]
+            if these and self._add(these, _name(these[0]), "complex-values"):
+                learned = True
+                if per_call:
+                    self.when.update((id(f), _complex_call) for f in these)
+        return learned
 
     def _add(self, funcs: list[Any], name: str, reason: str) -> bool:
         if name not in self.names and len(self.names) >= _MAX_OPS:
