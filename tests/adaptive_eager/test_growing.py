@@ -144,6 +144,36 @@ def test_three_steady_steps_teach_the_growing_ops_at_their_positions() -> None:
     assert not g.varies(aten.mm.default, _op(_t(1, 8), _t(8, 16)))
 
 
+def _at(offset: int, *shape: int) -> tuple:
+    """``_t`` at a storage offset (a view into a bigger tensor, ``x[:, t]``)."""
+    kind, (size, stride, _, dtype) = _t(*shape)
+    return (kind, (size, stride, offset, dtype))
+
+
+def _time_step(t: int, length: int | None = None) -> list[tuple]:
+    """A recurrence's time step: fixed ops, one reading time step ``t``'s slice of the
+    input (its offset moving 768 floats a step, as the zoo GRU's), and with ``length``
+    a cat onto a cache of that length too."""
+    ops = [(aten.mm.default, _op(_t(8, 32), _t(32, 96)))] * 3 + [
+        (aten.add_.Tensor, _op(_t(8, 32), _at(768 * t, 8, 32)))]
+    if length is not None:
+        ops.append((aten.cat.default, _op(("L", (_t(length, 16), _t(1, 16))), ("int", 0))))
+    return ops
+
+
+def test_steps_in_which_only_offsets_move_teach_nothing_unless_a_size_grows_too() -> None:
+    g = Growing()
+    for t in (0, 1, 2, 3):
+        _feed(g, _time_step(t))
+    assert not g.count  # a window walking over a tensor: its shapes come again
+    assert _varies(g, _time_step(4)) == [False] * 4
+    g = Growing()
+    for t in (0, 1, 2):
+        _feed(g, _time_step(t, length=3 + t))
+    assert g.count == 2  # the offsets moving along a growing cache are learned with it
+    assert _varies(g, _time_step(3, length=6)) == [False] * 3 + [True] * 2
+
+
 def test_steps_that_differ_unsteadily_in_most_ops_or_in_floats_teach_nothing() -> None:
     g = Growing()
     for bs in ((4, 4, 4), (4, 4, 4), (3, 3, 4)):

@@ -197,3 +197,44 @@ def test_the_float_blind_check_answers_static_of_for_another_float_and_refuses_t
     assert trail.check_floats(dop, (a, 3), {}) is None  # (an int: another op)
     sop = op_of(torch.ops.aten.sum.dim_IntList, (a, [0], True), {})
     assert trail.check_floats(sop, (a, [0], True), {}) is None  # (no float)
+
+
+def test_an_op_new_for_its_floats_derives_its_exact_check_from_the_trail_ops(monkeypatch: Any
+                                                                             ) -> None:
+    """AdamW's ops with this step's bias corrections are new ops every step: the one made
+    on the trail (``trail.check_floats``) takes its exact check from the trail op's
+    float-blind one, without generating a guard, and that check takes exactly the calls
+    the generated one takes; the first call it takes puts the generated check in place."""
+    from torchneuron.adaptive_eager import guard, trail
+    from torchneuron.adaptive_eager.signature import OpSig
+
+    add_ = torch.ops.aten.add_.Tensor
+    p, g = torch.randn(4, 3).to("neuron"), torch.randn(4, 3).to("neuron")
+
+    def op_for(alpha: float) -> tuple:
+        call, _, tensors = recorder.static_of(add_, (p, g), {"alpha": alpha})
+        struct, outs, _ = recorder.outputs_of(p, tensors)
+        return recorder._op_of(add_, call, struct, outs)
+
+    trail_op, new = op_for(0.5123), op_for(0.2512)
+    assert trail._floats_check_of(trail_op)
+    built = []
+    monkeypatch.setattr(trail, "_guard", lambda *a: built.append(a) or guard._guard(*a))
+    trail.inherit_checks(new, trail_op)
+    exact = new[5][0]
+    assert exact is not None and not built
+    generated = guard._guard(0, OpSig(add_, new[1], (), new[2]), frozenset()).check
+    other = torch.randn(4, 2).to("neuron")
+    calls = [((p, g), {"alpha": a}) for a in (0.5123, 1, True, 0.25120000000000003,
+                                              float("nan"), -0.2512)]
+    calls += [((p, other), {"alpha": 0.2512}), ((p, g), {})]
+    for args, kwargs in calls:
+        with torch._C.DisableTorchFunctionSubclass():
+            assert exact(args, kwargs, [], []) is None
+            assert generated(args, kwargs, [], []) is None
+    assert new[5][0] is exact and not built
+    with torch._C.DisableTorchFunctionSubclass():
+        tensors: list = []
+        assert exact((p, g), {"alpha": 0.2512}, tensors, []) is not None
+        assert generated((p, g), {"alpha": 0.2512}, [], []) is not None
+    assert tensors[0] is p and tensors[1] is g and len(built) == 1 and new[5][0] is not exact

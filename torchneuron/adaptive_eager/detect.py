@@ -17,6 +17,8 @@ region's state itself.
 
 from __future__ import annotations
 
+from itertools import compress, count, repeat
+from operator import eq
 from typing import Any
 
 from torchneuron.adaptive_eager import repeats
@@ -281,10 +283,14 @@ class Detector:
         keys = seg.keys()
         n = len(keys)
         end = keys[n - 1]
-        for p in range(_MIN_PERIOD, n // _REPEATS + 1):
-            # (each copy ends with the same op: a cheap test before the slices)
-            if all(keys[n - 1 - r * p] == end for r in range(1, _REPEATS)) and all(
-                    keys[n - p:] == keys[n - (r + 1) * p:n - r * p] for r in range(1, _REPEATS)):
+        # the periods tried, ascending: those whose copies all end with the same op (the
+        # last), found from where that op is (in C) rather than by a test per period
+        at = set(compress(count(), map(eq, keys, repeat(end))))
+        top = n // _REPEATS
+        periods = sorted(p for p in (n - 1 - j for j in at) if _MIN_PERIOD <= p <= top and all(
+            n - 1 - r * p in at for r in range(2, _REPEATS)))
+        for p in periods:
+            if all(keys[n - p:] == keys[n - (r + 1) * p:n - r * p] for r in range(1, _REPEATS)):
                 start = repeats.run_start(keys, n, p)
                 f = start + (n - start) // p * p  # the end of the last whole copy
                 last, _ = seg.relative(f - p, f)

@@ -54,6 +54,13 @@ regions they were. A length met once (``NEW``) still runs eagerly: nothing is re
 or compiled for a shape that does not come again. At most ``_MAX_SEEN`` exact signatures
 are remembered; past that, growing ops run eagerly as before.
 
+Offsets alone are no growth: three steps whose only moving integers are tensors' storage
+offsets (a recurrence's time steps reading ``x[:, t]``, split into steps by the
+boundaries inside each time step: the zoo GRU's) walk a fixed-shape window over a
+tensor, and the same offsets come again every training step, so their ops are recorded
+as any other (``_sized``). A growing cache moves a size or an int argument too, and then
+the ops of its steps whose offsets only move are learned with the rest.
+
 Only integers may differ: a float (lifted instead, see ``lift``), a dtype or a different
 op sequence teaches nothing. Every decision is made from the op stream alone, so the step
 that first replays is the same on every run. A pattern never changes a result: it only
@@ -221,6 +228,39 @@ def steady(a: Any, b: Any, c: Any) -> Any:
     if a == b == c and type(a) is type(b) is type(c):
         return a
     return None
+
+
+def _sized(pattern: Any) -> bool:
+    """Whether a pattern has a wildcard anywhere but in a tensor's storage offset (a size,
+    a stride or an int argument). Why: three steps in which only offsets move are one
+    loop walking a fixed-shape window over a tensor (a recurrence's time steps reading
+    ``x[:, t]``, the zoo GRU's), not a cache that grows: its shapes come again every
+    training step, so its ops are recorded like any other. A growing cache always moves
+    a size or an int too (the cache's length, the slice's end), and then the ops whose
+    offsets only move are learned with them, as before. Kept by the pattern's identity
+    (with it, so its id is not reused)."""
+    got = _SIZED.get(id(pattern))
+    if got is not None and got[0] is pattern:
+        return got[1]
+    answer = _has_sized_wildcard(pattern)
+    if len(_SIZED) >= _MATCHERS_KEPT:
+        _SIZED.clear()
+    _SIZED[id(pattern)] = (pattern, answer)
+    return answer
+
+
+_SIZED: dict[int, tuple[Any, bool]] = {}  # id(pattern) -> (pattern, ``_sized``'s answer)
+
+
+def _has_sized_wildcard(pat: Any) -> bool:
+    if pat is ANY:
+        return True
+    if not isinstance(pat, tuple):
+        return False
+    if len(pat) == 2 and pat[0] == "T" and isinstance(pat[1], tuple) and len(pat[1]) == 4:
+        shape, stride, _offset, _dtype = pat[1]  # a tensor: (shape, stride, offset, dtype)
+        return _has_sized_wildcard(shape) or _has_sized_wildcard(stride)
+    return any(_has_sized_wildcard(p) for p in pat)
 
 
 # A step is kept as chunks: (region signatures, ops of them that ran, None) for a region
@@ -432,7 +472,7 @@ class Growing:
                     return
                 if pat is not None:
                     found.append((pos, fa, pat))
-        if not found or 2 * len(found) > n:
+        if not found or 2 * len(found) > n or not any(_sized(pat) for _, _, pat in found):
             return
         for pos, func, pat in found:
             key = (func, pat)

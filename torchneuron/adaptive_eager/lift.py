@@ -25,6 +25,8 @@ region stays unlifted and the runtime falls back to the common prefix):
 from __future__ import annotations
 
 import math
+from itertools import compress, count, repeat
+from operator import is_not, itemgetter, ne
 from typing import Any
 
 import torch
@@ -192,7 +194,12 @@ class Lifter:
             self._bound()
             return None, 0
         last, mask, refused = st
-        changed = {k for k, (a, b) in enumerate(zip(last, floats, strict=True)) if a != b}
+        # (the positions whose values differ, found in C: a window of AdamW's ops is new
+        # every step, and has a float at most of them)
+        if len(last) != len(floats):
+            raise ValueError(f"a skeleton's floats changed in number ({len(last)} then "
+                             f"{len(floats)}): equal skeletons blank the same floats")
+        changed = set(compress(count(), map(ne, last, floats)))
         grew = bool(changed - mask)
         if grew:
             mask = mask | changed
@@ -227,18 +234,18 @@ def _skeleton(sigs: tuple) -> tuple[tuple, list[str], list[tuple[int, tuple]]]:
     got = _SKELETONS.get(ids)
     if got is not None:
         return got[1]
-    skel, floats, where = [], [], []
+    floats, where = [], []
     # (``_blank_of`` of each op, its kept answers found in C: the window of a step whose
     # floats change is new every step, its ops are not)
-    for i, (sig, got) in enumerate(zip(sigs, map(_BLANKS.get, ids), strict=True)):
-        if got is None or got[0] is not sig:
-            got = _blank_of(sig)
-        skel.append(got[2])
-        if got[1]:
-            for w, r in got[1]:
-                floats.append(r)
-                where.append((i, w))
-    out = (_Skeleton(skel), floats, where)
+    gots = list(map(_BLANKS.get, ids, repeat(_NONE_KEPT)))
+    for i in compress(count(), map(is_not, map(_OP_OF, gots), sigs)):  # (not kept)
+        gots[i] = _blank_of(sigs[i])
+    # (the ops with floats, found in C: most ops of a window have none)
+    for i in compress(count(), map(_FLOATS_OF, gots)):
+        for w, r in gots[i][1]:
+            floats.append(r)
+            where.append((i, w))
+    out = (_Skeleton(map(_BLANK_OF, gots)), floats, where)
     if len(_SKELETONS) >= _KEEP_SKELETONS:
         _SKELETONS.clear()
     _SKELETONS[ids] = (sigs, out)  # (``sigs`` kept: no other object takes their ids)
@@ -281,6 +288,10 @@ def _blank_of(sig: OpSig) -> tuple[OpSig, list, OpSig]:
     return got
 
 
+_NONE_KEPT = (None, None, None)  # ``_BLANKS``' answer for an op without one
+_OP_OF = itemgetter(0)  # the op a ``_blank_of`` answer is of
+_FLOATS_OF = itemgetter(1)  # a ``_blank_of`` answer's floats
+_BLANK_OF = itemgetter(2)  # a ``_blank_of`` answer's blanked op
 _SKELETONS: dict[tuple, tuple] = {}  # ids of a signature's ops -> (sigs, ``_skeleton``)
 _BLANKS: dict[int, tuple] = {}  # id of an op -> ``_blank_of`` it
 _BLANKED: dict[OpSig, OpSig] = {}  # a blanked op -> the one object kept for its value
@@ -313,18 +324,31 @@ def _lifted(sigs: tuple, positions: list[tuple[int, tuple]]) -> tuple:
     out = list(sigs)
     for i, subs in by_entry.items():
         sig = sigs[i]
+        # the lifted op is its blanked op (one object per value) with each float either
+        # marked or its value: found by those, without building it and hashing it down
+        # to the shapes (AdamW's window is new every step, its lifted ops are not)
+        _, fl, blank = _blank_of(sig)
+        key = (id(blank), tuple(subs.get(w, r) for w, r in fl))
+        got = _LIFTED_BY.get(key)
+        if got is not None and got[0] is blank:
+            out[i] = got[1]
+            continue
         lifted = OpSig(sig.func, _with_args(sig.static, _replace(sig.static.args, subs)),
                        sig.refs, sig.outs)
         # one object per value (as the recorder's ops): a region lifted again next step
         # is then found by the identities of its ops (``signature.region_key``)
-        if len(_LIFTED) >= _KEEP_BLANKS:
+        if len(_LIFTED) >= _KEEP_BLANKS or len(_LIFTED_BY) >= _KEEP_BLANKS:
             _LIFTED.clear()
+            _LIFTED_BY.clear()
             _APPLIED.clear()  # (what it kept is interned no more)
-        out[i] = _LIFTED.setdefault(lifted, lifted)
+        out[i] = lifted = _LIFTED.setdefault(lifted, lifted)
+        _LIFTED_BY[key] = (blank, lifted)  # (the blanked op kept: its id is its own)
     return tuple(out)
 
 
 _LIFTED: dict[OpSig, OpSig] = {}  # a lifted op -> the one object kept for its value
+# (id of a blanked op, each float's mark or value) -> (the blanked op, ``_LIFTED``'s op)
+_LIFTED_BY: dict[tuple, tuple[OpSig, OpSig]] = {}
 
 
 def sites(sigs: tuple) -> tuple[dict[int, tuple], list[torch.dtype]]:

@@ -305,11 +305,12 @@ class Runtime(Ledger):
                     flow, out, leaves = got
                     if floats is not None:  # the call's own op, with the trail op's dataflow
                         if leaves is not None:  # (its outputs are the trail op's)
-                            box = op[5]  # type: ignore[index]
+                            trail_op = op
                             op = _op_of(func, floats, op[1].result, op[2])  # type: ignore[index]
                             static = op[4]  # (interned, as ``Segment.append`` answers)
-                            if op[5][2] is None:  # (its float-blind check is the trail op's)
-                                op[5][2:] = box[2:]
+                            # (its float-blind check is the trail op's, its exact one
+                            # derived from it)
+                            trail.inherit_checks(op, trail_op)
                             flow = (*flow[:4], _sig_of(func, op[1], op[2], sig.refs))
                         else:
                             op = flow = None

@@ -30,7 +30,7 @@ from torchneuron.adaptive_eager.lift import MARK, _floats, _replace
 from torchneuron.adaptive_eager.recorder import outputs_of
 from torchneuron.adaptive_eager.signature import Call, OpSig, Static, Unsupported, build
 
-__all__ = ["check", "check_floats", "outputs", "taken"]
+__all__ = ["check", "check_floats", "inherit_checks", "outputs", "taken"]
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
 _NO_INDEX_CHECKS: frozenset = frozenset()
@@ -114,6 +114,50 @@ def check_floats(op: tuple, args: tuple, kwargs: dict) -> tuple[list[torch.Tenso
     call = op[4]
     desc = _replace(call.args, {where[n]: ("float", repr(a)) for n, a in lifted})
     return tensors, template, build(Call, (desc, call.grad, call.autocast))
+
+
+def inherit_checks(op: tuple, trail_op: tuple) -> None:
+    """Give ``op``, just interned for a call that is ``trail_op`` but for its floats'
+    values (``check_floats``), the trail op's float-blind check, and as its exact check
+    that same check followed by a comparison of each float's ``repr`` with ``op``'s own
+    (what ``static_of`` describes a float by), unless ``op`` has its checks already.
+
+    Why: AdamW's bias corrections make such an op every step; the next step its exact
+    check is asked first (and fails: the floats moved again), and generating it
+    (``guard._guard``: ``_flatten``, ``_generate``) cost about as much as the rest of the
+    op's recording. The derived check takes exactly the calls the generated one takes:
+    the float-blind check compares every argument as the exact one does but for the
+    top-level floats, which it takes as any float (their exact type, ``float``), and a
+    float whose ``repr`` is the recorded one is the recorded float. Its template holds
+    the call's floats (equal to ``op``'s). The first call it takes (the floats came
+    again: an op seen twice in one step, or floats that stopped changing) puts the
+    generated check in its place (``_check_of``), with how the op is rebuilt with it."""
+    box, tbox = op[5], trail_op[5]
+    if box[2] is None:
+        box[2:] = tbox[2:]
+    fn = box[2]
+    if box[0] is not None or not fn:
+        return
+    want = tuple(r for _, r in _floats(op[4]))
+    if len(want) != len(box[3]):  # (not the trail op's floats: built when asked)
+        return
+
+    def exact(args: tuple, kwargs: dict, tensors: list, _lifted: list) -> Any:
+        got: list = []
+        template = fn(args, kwargs, tensors, got)
+        if template is None:
+            return None
+        for n, a in got:
+            if repr(a) != want[n]:
+                return None
+        # the floats came again: from now on the op's own generated check (as
+        # ``_check_of`` builds it), and how it is rebuilt with it
+        box[0] = None
+        _check_of(op)
+        return template
+
+    box[0] = exact
+    box[1] = False
 
 
 def check(op: tuple, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
