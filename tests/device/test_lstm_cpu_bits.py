@@ -101,6 +101,15 @@ LSTMS = [  # name, module, input shape, dtype, initial states, packed lengths, g
      [4, 7, 2], True),
     ("packed_proj", lambda: nn.LSTM(5, 6, proj_size=3, batch_first=True), (3, 7, 5),
      torch.float32, False, [7, 3, 5], True),
+    # every sequence as long: the CPU views the packed data as (T, B, E) and runs oneDNN's
+    # layers (the device ran the packed layers: a BiLSTM tagger's outputs differed)
+    ("packed_equal_bidir_h0", lambda: nn.LSTM(5, 6, num_layers=2, bidirectional=True,
+                                              batch_first=True), (3, 7, 5), torch.float32,
+     True, [7, 7, 7], True),
+    ("packed_equal_no_grad", lambda: nn.LSTM(5, 6, batch_first=True), (3, 4, 5),
+     torch.float32, False, [4, 4, 4], False),
+    ("packed_equal_float64", lambda: nn.LSTM(5, 6, batch_first=True), (3, 4, 5),
+     torch.float64, False, [4, 4, 4], True),
 ]  # fmt: skip
 
 

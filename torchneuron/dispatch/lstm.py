@@ -7,8 +7,8 @@ or bfloat16 on a CPU oneDNN gives bfloat16 (``mkldnn_bf16_device_check``), or fl
 outside grad mode on a CPU with float16 support, and the input is not empty; and the
 LSTM has no projections and no symbolic sizes. Then ``lstm_mkldnn`` runs one fused
 oneDNN kernel per layer and direction, ``aten::mkldnn_rnn_layer``, whose derivative is
-``mkldnn_rnn_layer_backward``. Otherwise (float64, ``proj_size``, a packed sequence,
-bfloat16 on an AVX2 CPU) the CPU's default branch projects the whole sequence's input in
+``mkldnn_rnn_layer_backward``. Otherwise (float64, ``proj_size``, a packed sequence whose batch
+shrinks, bfloat16 on an AVX2 CPU) the CPU's default branch projects the whole sequence's input in
 one ``linear`` and runs a cell of ordinary ops with in-place gates. For a PrivateUse1
 input PyTorch took neither: it projected step by step and handed the gates to the fused
 CUDA-style cell (``dispatch/rnn.py``), whose numbers differed from the CPU's in most
@@ -237,8 +237,14 @@ def _lstm_input(input: Tensor, hx: Sequence[Tensor], params: Sequence[Tensor],
 def _lstm_data(data: Tensor, batch_sizes: Tensor, hx: Sequence[Tensor],
                params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float,
                train: bool, bidirectional: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """A packed sequence: the CPU never takes oneDNN for it."""
+    """A packed sequence: oneDNN's layers when every step has the whole batch (the CPU
+    then views the data as a (T, B, E) sequence), else the CPU's packed layers."""
     sizes = [int(s) for s in batch_sizes.tolist()]
+    if sizes and len(set(sizes)) == 1 and cpu_takes_onednn(data, hx):
+        x = data.view(len(sizes), sizes[0], *data.shape[1:])
+        out, hy, cy = _onednn(x, hx, params, has_biases, num_layers, dropout, train,
+                              bidirectional, False)
+        return out.view(data.shape[0], *out.shape[2:]), hy, cy
     return _default(data, sizes, hx, params, has_biases, num_layers, dropout, train,
                     bidirectional)
 
