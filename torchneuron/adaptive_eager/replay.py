@@ -146,6 +146,15 @@ def _indices_in_range(func: Any, args: tuple) -> bool:
 
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
+# ``with _NoTorchFunction():`` costs about 2,000 instructions (a new object, and two
+# special-method lookups that each make a bound method), as much as a deferred op's
+# guard check, and every op of a replay needs it (autograd's and the optimizer's ops
+# reach the mode with the subclass handling on). ``try_defer`` calls the unbound methods
+# on its replay's own instance (``Replay._no_tf``), about 900. Entering keeps the state
+# to restore on the instance, so one instance must never be entered twice at once: a
+# replay's ``try_defer`` never runs inside itself (nothing in it dispatches a neuron op).
+_tf_off = _NoTorchFunction.__enter__
+_tf_on = _NoTorchFunction.__exit__
 
 
 def _guards(region: Region) -> list[OpGuard]:
@@ -274,6 +283,7 @@ class Replay:
         self.issued: dict[int, issued.Issued | None] = {}
         self.guards = _guards(region)
         self._timeline = self.core.timeline  # charged a guard per op (``try_defer``)
+        self._no_tf = _NoTorchFunction()  # entered by ``try_defer`` (``_tf_off``)
 
     @property
     def complete(self) -> bool:
@@ -306,8 +316,11 @@ class Replay:
             return MISMATCH
         # Below the tensor subclass's ``__torch_function__``: every metadata read of a
         # neuron tensor (sizes, strides, offset, dtype) is then a plain C call, a third
-        # of its cost through the default handler, with the same answer.
-        with _NoTorchFunction():
+        # of its cost through the default handler, with the same answer. (``with
+        # _NoTorchFunction()``, without the ``with``: see ``_tf_off``.)
+        no_tf = self._no_tf
+        _tf_off(no_tf)
+        try:
             tensors: list[torch.Tensor] = []
             got: list[tuple[int, str]] = []
             check = g.check  # ``match``, without its call when the guard has a flat check
@@ -377,6 +390,8 @@ class Replay:
             results = [None if out is None else tensors[out.same] if out.same is not None
                        else self._new(out) for out in g.outputs]
             return tuple(results) if struct == "tuple" else results
+        finally:
+            _tf_on(no_tf, None, None, None)
 
     def _mark_written(self, g: OpGuard, args: tuple, kwargs: dict) -> None:
         """Mark the tensors with buffers that the deferred op writes (deferred writes)."""
