@@ -29,6 +29,7 @@ import torch
 
 from torchneuron.adaptive_eager import dataflow, deferred, issued, lift, overlap
 from torchneuron.adaptive_eager.capture import layout_root
+from torchneuron.adaptive_eager.deferred import held
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
@@ -197,14 +198,16 @@ def _layout(out: Output, index: int) -> None:
 class _Value:
     """The producer of one pending value of a replay (``tensor.Pending``).
 
-    Referenced only by its tensor's ``_pending``, so it lives exactly as long as the
-    tensor: a weak reference to it tells whether the value is still held, without a weak
-    reference to the tensor (``torch.utils.swap_tensors``, used by ``Module.to``, refuses
-    weakly referenced tensors). When the region ends the value's buffer is stored here
-    (and accounted against HBM from then on); the tensor takes it on its next read.
+    Referenced by its tensor's ``_pending`` and by its replay (``Replay.pending``) until
+    the region ends, so a reference count above the replay's own tells whether the value
+    is still held (``held``), without a weak reference to the tensor
+    (``torch.utils.swap_tensors``, used by ``Module.to``, refuses weakly referenced
+    tensors) or to the value (an object more per op, alive until the region ends). When
+    the region ends the value's buffer is stored here (and accounted against HBM from
+    then on); the tensor takes it on its next read.
     """
 
-    __slots__ = ("replay", "ik", "result", "_memory_token", "__weakref__")
+    __slots__ = ("replay", "ik", "result", "_memory_token")
 
     def __init__(self, replay: Replay, ik: tuple[int, int]) -> None:
         self.replay = replay
@@ -266,7 +269,8 @@ class Replay:
         # each input's buffer when first used: the region reads these, whatever buffer the
         # wrapper holds later (``.data =`` or ``swap_tensors`` mid-region, as eager would)
         self.ext_buffers: list[torch.Tensor] = []
-        self.pending: dict[tuple[int, int], weakref.ref] = {}
+        # each pending value of this replay (``_Value``), until the region ends
+        self.pending: dict[tuple[int, int], _Value] = {}
         # the deferred ops, flat (no container per op: they live until the region ends,
         # and a container apiece made the garbage collector run every step)
         # the argument template of each deferred op (``signature.rebuild``); its overload
@@ -376,7 +380,7 @@ class Replay:
                 value.replay = self
                 value.ik = out.ik
                 value.result = None
-                self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+                self.pending[out.ik] = value  # type: ignore[index]
                 index = self.index
                 if out.layout_index != index:
                     _layout(out, index)
@@ -408,7 +412,7 @@ class Replay:
     def _new(self, out: Output) -> torch.Tensor:
         """A new pending tensor for output ``out`` of a deferred op."""
         value = _Value(self, out.ik)  # type: ignore[arg-type]
-        self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+        self.pending[out.ik] = value  # type: ignore[index]
         index = self.index
         if out.layout_index != index:
             _layout(out, index)
@@ -480,10 +484,14 @@ class Replay:
         self.marked.clear()
 
     def _live(self) -> list[tuple[tuple[int, int], _Value]]:
+        """The pending values still held and without a result; the others are dropped
+        from ``pending``."""
         out = []
-        for ik, ref in self.pending.items():
-            v = ref()
-            if v is not None and v.result is None:
+        pending = self.pending
+        for ik in list(pending):
+            v = pending.pop(ik)
+            if v.result is None and held(v):
+                pending[ik] = v
                 out.append((ik, v))
         return out
 
@@ -541,7 +549,7 @@ class Replay:
                 m = plan.metas[ik]
                 buf = base.as_strided(m.shape, m.stride, m.offset)  # type: ignore[union-attr]
             v.give(buf, self.index)  # type: ignore[arg-type]
-        self.pending.clear()  # drop the weakrefs: swap_tensors refuses weakly held tensors
+        self.pending.clear()
         self.runtime.replay_finished(self)
 
     def side_exit(self, reason: Reason) -> None:
