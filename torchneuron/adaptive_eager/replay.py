@@ -167,6 +167,7 @@ def _guards(region: Region) -> list[OpGuard]:
     return guards
 
 
+_NO_LIFTED: list = []  # the ``lifted`` list of a guard without lifted floats: stays empty
 _NAN = float("nan")  # what ``float(repr(x))`` gives for every NaN x
 
 
@@ -326,7 +327,8 @@ class Replay:
         _tf_off(no_tf)
         try:
             tensors: list[torch.Tensor] = []
-            got: list[tuple[int, str]] = []
+            # (a list only for a guard with lifted floats: the others never append)
+            got: list[tuple[int, str]] = [] if g.lifts else _NO_LIFTED
             check = g.check  # ``match``, without its call when the guard has a flat check
             template = (check(args, kwargs, tensors, got) if check is not None
                         else match(g, args, kwargs, tensors, got))
