@@ -76,13 +76,14 @@ def track(wrapper: object, buffer: torch.Tensor, index: int) -> None:
     ref = _live.get(key)
     token = ref() if ref is not None else None
     if token is None:
-        if _holding is not None and key in _holding.nbytes:  # held by a run: it counts it
-            token = _holding.token_of(key)
-        else:
+        if _holding is None or key not in _holding.nbytes:
             core = get_core(index)
             core.memory.allocate(nbytes)
             token = _Token(key, nbytes, core)
             _live[key] = weakref.ref(token)
+            wrapper._memory_token = token  # type: ignore[attr-defined]
+            return
+        token = _holding.token_of(key)  # held by a run (``Holding``): counted there
     if nbytes > token.nbytes:  # resized in place: account the growth
         token.core.memory.allocate(nbytes - token.nbytes)
         token.nbytes = nbytes
