@@ -13,7 +13,6 @@ what makes it worth replaying before the compiled program is in.
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from torchneuron.adaptive_eager.guard import OpGuard
     from torchneuron.adaptive_eager.replay import Replay
 
-__all__ = ["run", "no_modes", "held"]
+__all__ = ["run", "no_modes"]
 
 
 def no_modes() -> contextlib.AbstractContextManager:
@@ -119,8 +118,9 @@ def run(rp: Replay) -> None:
                 leaves = (out,) if g.struct == "single" else out
                 for k, ik in news:
                     o = leaves[k]
-                    v = pending.pop(ik, None)
-                    if v is not None and (v.result is not None or not held(v)):
+                    ref = pending.get(ik)  # (a value dropped by the program is gone)
+                    v = ref() if ref is not None else None
+                    if v is not None and v.result is not None:
                         v = None
                     if wrap:
                         wrapped[ik] = o
@@ -135,7 +135,7 @@ def run(rp: Replay) -> None:
                         track(v, b, index)
         finally:
             holding.stop()
-            pending.clear()  # (each value refers to the replay)
+            pending.clear()
     holding.release()
 
 
@@ -171,16 +171,6 @@ def _rebuilder(g: OpGuard) -> Any:
             return rebuild_call(template, tensors)  # type: ignore[arg-type]
     g.rebuild = rb
     return rb
-
-
-_refs = sys.getrefcount
-
-
-def held(v: Any) -> bool:
-    """Whether pending value ``v`` (``replay._Value``), which the caller holds in one local
-    variable and no longer in ``Replay.pending``, is held by anything else (its tensor,
-    or a read of it in progress): what a weak reference to it would say, without one."""
-    return _refs(v) > 3  # (the caller's variable, this call's argument and ``_refs``'s)
 
 
 _UNSEEN = object()  # an op's rerun facts not asked yet (``Region.rerun_facts``)

@@ -29,7 +29,6 @@ import torch
 
 from torchneuron.adaptive_eager import dataflow, deferred, issued, lift, overlap
 from torchneuron.adaptive_eager.capture import layout_root
-from torchneuron.adaptive_eager.deferred import held
 from torchneuron.adaptive_eager.guard import OpGuard, Output, guards_of, match
 from torchneuron.adaptive_eager.reasons import Reason
 from torchneuron.adaptive_eager.recorder import static_of, vid_of
@@ -199,16 +198,19 @@ def _layout(out: Output, index: int) -> None:
 class _Value:
     """The producer of one pending value of a replay (``tensor.Pending``).
 
-    Referenced by its tensor's ``_pending`` and by its replay (``Replay.pending``) until
-    the region ends, so a reference count above the replay's own tells whether the value
-    is still held (``held``), without a weak reference to the tensor
+    Referenced only by its tensor's ``_pending`` (the replay holds it weakly,
+    ``Replay.pending``), so it lives exactly as long as the tensor: a weak reference to it
+    tells whether the value is still held, without a weak reference to the tensor
     (``torch.utils.swap_tensors``, used by ``Module.to``, refuses weakly referenced
-    tensors) or to the value (an object more per op, alive until the region ends). When
-    the region ends the value's buffer is stored here (and accounted against HBM from
-    then on); the tensor takes it on its next read.
+    tensors). Not a reference count: which references the interpreter counts (a frame's
+    locals, an argument on the stack) is its own business and changes between versions,
+    and a count must guess them; a guess one off ends the region eagerly, or leaves a
+    held value without its result. When the region ends the value's buffer is
+    stored here (and accounted against HBM from then on); the tensor takes it on its next
+    read.
     """
 
-    __slots__ = ("replay", "ik", "result", "_memory_token")
+    __slots__ = ("replay", "ik", "result", "_memory_token", "__weakref__")
 
     def __init__(self, replay: Replay, ik: tuple[int, int]) -> None:
         self.replay = replay
@@ -230,6 +232,7 @@ class _Value:
 
 
 _new_value = object.__new__
+_ref = weakref.ref
 
 
 class _Write:
@@ -270,8 +273,8 @@ class Replay:
         # each input's buffer when first used: the region reads these, whatever buffer the
         # wrapper holds later (``.data =`` or ``swap_tensors`` mid-region, as eager would)
         self.ext_buffers: list[torch.Tensor] = []
-        # each pending value of this replay (``_Value``), until the region ends
-        self.pending: dict[tuple[int, int], _Value] = {}
+        # each pending value of this replay (``_Value``), weakly: gone when its tensor is
+        self.pending: dict[tuple[int, int], weakref.ref] = {}
         # the deferred ops, flat (no container per op: they live until the region ends,
         # and a container apiece made the garbage collector run every step)
         # the argument template of each deferred op (``signature.rebuild``); its overload
@@ -382,7 +385,7 @@ class Replay:
                 value.replay = self
                 value.ik = out.ik
                 value.result = None
-                self.pending[out.ik] = value  # type: ignore[index]
+                self.pending[out.ik] = _ref(value)  # type: ignore[index]
                 index = self.index
                 if out.layout_index != index:
                     _layout(out, index)
@@ -414,7 +417,7 @@ class Replay:
     def _new(self, out: Output) -> torch.Tensor:
         """A new pending tensor for output ``out`` of a deferred op."""
         value = _Value(self, out.ik)  # type: ignore[arg-type]
-        self.pending[out.ik] = value  # type: ignore[index]
+        self.pending[out.ik] = _ref(value)  # type: ignore[index]
         index = self.index
         if out.layout_index != index:
             _layout(out, index)
@@ -486,14 +489,11 @@ class Replay:
         self.marked.clear()
 
     def _live(self) -> list[tuple[tuple[int, int], _Value]]:
-        """The pending values still held and without a result; the others are dropped
-        from ``pending``."""
+        """The pending values still held (alive) and without a result."""
         out = []
-        pending = self.pending
-        for ik in list(pending):
-            v = pending.pop(ik)
-            if v.result is None and held(v):
-                pending[ik] = v
+        for ik, ref in self.pending.items():
+            v = ref()
+            if v is not None and v.result is None:
                 out.append((ik, v))
         return out
 
