@@ -11,6 +11,8 @@ losses and the parameters must be identical, and the rerun path must have been t
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -56,3 +58,38 @@ def test_rerun_charges_and_computes_as_eager_dispatch(name: str,
     assert peak == want_peak
     assert all(torch.equal(a, b) for a, b in zip(losses, want_losses, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(params, want_params, strict=True))
+
+
+def test_a_kept_view_of_values_nobody_holds_is_counted_as_in_eager() -> None:
+    """A first-tier run counts the values no tensor holds any more without a holder each
+    (``buffers.Holding``); a kept view of one (``h.t()`` of a dead ``h``, in inference
+    mode) takes its storage over, counted once: simulated memory after every step and each step's peak
+    are eager's."""
+
+    def run(adaptive: bool) -> tuple[list[tuple[int, int]], int]:
+        reset_cores()
+        torch.manual_seed(0)
+        x = torch.randn(16, 32, device="neuron")
+        w = torch.randn(32, 64, device="neuron")
+        memory = get_core(0).memory
+        seen = []
+        ae.reset()
+        with ae.enabled() if adaptive else contextlib.nullcontext():
+            for _ in range(12):
+                memory.reset_peak()  # each step's own peak
+                # (a view in inference mode runs on eager dispatch's own path: its
+                # argument, a value no tensor holds, gets a wrapper in the run)
+                with torch.inference_mode():
+                    h = torch.relu(x @ w) * 2  # nobody keeps ``x @ w``, its relu, or ``h``
+                    out = h.t()
+                    del h
+                out.cpu()
+                seen.append((memory.allocated, memory.peak))
+            first_tier = ae.stats()["first_tier_replays"]
+        return seen, first_tier
+
+    with override(compile_latency=True, cache=False):
+        got, first_tier = run(True)
+        want, _ = run(False)
+    assert first_tier > 0
+    assert got == want

@@ -57,6 +57,7 @@ def run(rp: Replay) -> None:
     core = rp.core
     pending = rp.pending
     track = buffers.track
+    hold = buffers.hold
     ext, ext_buffers = rp.ext, rp.ext_buffers
     # every value's buffer: an input slot's (what eager dispatch would unwrap from it,
     # as the general path below), then each op's results as they are made. An op's
@@ -65,7 +66,9 @@ def run(rp: Replay) -> None:
     bufs: dict = dict(enumerate(ext_buffers))
     getb = bufs.__getitem__
     wrapped: dict[tuple[int, int], torch.Tensor] = {}  # values as neuron tensors
-    held: list[_Held] = []  # account the buffers no wrapper holds, as eager's would
+    # the buffers no wrapper holds are counted until the run ends, as eager's would be
+    # (``buffers.Holding``: a dict entry each, no holder object)
+    holding = buffers.Holding().start()
     # an input whose wrapper got another buffer after its first use: the ops deferred
     # before that ran, in eager, on the buffer it had then (a loop: a comprehension is
     # a call)
@@ -78,60 +81,62 @@ def run(rp: Replay) -> None:
     # outside inference mode, a composite one decomposed): the facts are not for it
     inference = torch.is_inference_mode_enabled()
     with no_modes():
-        for i, template in enumerate(rp.templates):
-            f = facts[i]
-            g = guards[i]
-            try:
-                if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
-                    tensors = tuple(map(getb, g.flow))
-                    # (``_call_of``, inline: this is the path of nearly every op)
-                    if template is not g.template:  # (a value of the call's own in it)
-                        args, kwargs = rebuild_call(template, tensors)  # type: ignore[arg-type]
+        try:
+            for i, template in enumerate(rp.templates):
+                f = facts[i]
+                g = guards[i]
+                try:
+                    if f is not _UNSEEN and f is not None and not (inference and f.rec.is_view):
+                        tensors = tuple(map(getb, g.flow))
+                        # (``_call_of``, inline: this is the path of nearly every op)
+                        if template is not g.template:  # (a value of the call's own in it)
+                            args, kwargs = rebuild_call(template, tensors)  # type: ignore[arg-type]
+                        else:
+                            rb = g.rebuild
+                            args, kwargs = (tensors, {}) if rb is True else (rb or _rebuilder(g))(tensors)
+                        out = rerun(f, args, kwargs, tensors, core)  # type: ignore[arg-type]
+                        wrap = False
                     else:
-                        rb = g.rebuild
-                        args, kwargs = (tensors, {}) if rb is True else (rb or _rebuilder(g))(tensors)
-                    out = rerun(f, args, kwargs, tensors, core)  # type: ignore[arg-type]
-                    wrap = False
-                else:
-                    tensors = [_wrapped(w, bufs, wrapped, index) if type(w) is tuple
-                               else moved[w] if w in moved else ext[w] for w in g.flow]
-                    args, kwargs = _call_of(g, template, tensors)
-                    if f is _UNSEEN:
-                        facts[i] = facts_of(g.func, args, kwargs)
-                    out = run_eagerly(g.func, args, kwargs, tensors)  # (factories as eager)
-                    wrap = True
-            except Exception as e:
-                detail = (f"deferred by adaptive eager as op {i} of region "
-                          f"{rp.region.key}, run eagerly at its side exit")
-                where = rp.issued.get(i)
-                if where is None:
-                    e.add_note(f"(raised by {g.func}, {detail})")
-                    raise
-                raise issued.pointing_at(e, where, g.func, detail) from None
-            news = g.news  # the outputs that are values of the region
-            if not news:
-                continue
-            leaves = (out,) if g.struct == "single" else out
-            for k, ik in news:
-                o = leaves[k]
-                ref = pending.get(ik)
-                v = ref() if ref is not None else None
-                if v is not None and v.result is not None:
-                    v = None
-                if wrap:
-                    wrapped[ik] = o
-                    b = o._buffer
-                else:
-                    b = o
-                    if v is None:  # no pending tensor holds it: held until the run ends
-                        h = _Held()
-                        track(h, b, index)
-                        held.append(h)
-                bufs[ik] = b
-                if v is not None:  # ``v.give(b, index)``, inline: accounted from here,
-                    v.result = b  # as the held buffer would be
-                    track(v, b, index)
-    pending.clear()
+                        tensors = [_wrapped(w, bufs, wrapped, index) if type(w) is tuple
+                                   else moved[w] if w in moved else ext[w] for w in g.flow]
+                        args, kwargs = _call_of(g, template, tensors)
+                        if f is _UNSEEN:
+                            facts[i] = facts_of(g.func, args, kwargs)
+                        out = run_eagerly(g.func, args, kwargs, tensors)  # (factories as eager)
+                        wrap = True
+                except Exception as e:
+                    detail = (f"deferred by adaptive eager as op {i} of region "
+                              f"{rp.region.key}, run eagerly at its side exit")
+                    where = rp.issued.get(i)
+                    if where is None:
+                        e.add_note(f"(raised by {g.func}, {detail})")
+                        raise
+                    raise issued.pointing_at(e, where, g.func, detail) from None
+                news = g.news  # the outputs that are values of the region
+                if not news:
+                    continue
+                leaves = (out,) if g.struct == "single" else out
+                for k, ik in news:
+                    o = leaves[k]
+                    ref = pending.get(ik)  # (a value dropped by the program is gone)
+                    v = ref() if ref is not None else None
+                    if v is not None and v.result is not None:
+                        v = None
+                    if wrap:
+                        wrapped[ik] = o
+                        b = o._buffer
+                    else:
+                        b = o
+                        if v is None:  # no pending tensor holds it: held until the run ends
+                            hold(b, index)
+                    bufs[ik] = b
+                    if v is not None:  # ``v.give(b, index)``, inline: accounted from here,
+                        v.result = b  # as the held buffer would be
+                        track(v, b, index)
+        finally:
+            holding.stop()
+            pending.clear()
+    holding.release()
 
 
 def _wrapped(ik: tuple[int, int], bufs: dict, wrapped: dict, index: int) -> torch.Tensor:
@@ -170,11 +175,3 @@ def _rebuilder(g: OpGuard) -> Any:
 
 _UNSEEN = object()  # an op's rerun facts not asked yet (``Region.rerun_facts``)
 
-
-
-class _Held:
-    """Holds the memory accounting of one buffer a rerun op made (``buffers.track``), as
-    the wrapper eager dispatch would have made for it, until the run of the deferred ops
-    ends."""
-
-    __slots__ = ("_memory_token",)

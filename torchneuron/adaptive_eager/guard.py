@@ -111,6 +111,9 @@ class OpGuard:
     # ``template``: True if ``plain`` (the tensors as a tuple), else a function of the
     # buffers generated at its first run (``deferred._rebuilder``), None until then
     rebuild: Any = None
+    # an argument is a float the region lifted (``_LIFTED``): only then may a check
+    # append to its ``lifted`` list
+    lifts: bool = False
 
 
 def guards_of(region: Any, index_checked: Any) -> list[OpGuard]:
@@ -148,6 +151,7 @@ def _guard(i: int, sig: OpSig, index_checked: Any,
     g = OpGuard(func, static.call, flow, static.grad, static.autocast, args, kwargs,
                 op_facts(func).written, tuple(outputs), static.result, func in index_checked,
                 may_raise_later(func))
+    g.lifts = any(e[0] == _LIFTED for e in args) or any(e[0] == _LIFTED for _, e in kwargs)
     if g.struct == "single" and outputs[0] is not None and outputs[0].same is None:
         g.new = outputs[0]
     g.news = tuple((k, o.ik) for k, o in enumerate(outputs)

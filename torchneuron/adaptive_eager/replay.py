@@ -146,6 +146,15 @@ def _indices_in_range(func: Any, args: tuple) -> bool:
 
 
 _NoTorchFunction = torch._C.DisableTorchFunctionSubclass
+# ``with _NoTorchFunction():`` costs about 2,000 instructions (a new object, and two
+# special-method lookups that each make a bound method), as much as a deferred op's
+# guard check, and every op of a replay needs it (autograd's and the optimizer's ops
+# reach the mode with the subclass handling on). ``try_defer`` calls the unbound methods
+# on its replay's own instance (``Replay._no_tf``), about 900. Entering keeps the state
+# to restore on the instance, so one instance must never be entered twice at once: a
+# replay's ``try_defer`` never runs inside itself (nothing in it dispatches a neuron op).
+_tf_off = _NoTorchFunction.__enter__
+_tf_on = _NoTorchFunction.__exit__
 
 
 def _guards(region: Region) -> list[OpGuard]:
@@ -157,6 +166,7 @@ def _guards(region: Region) -> list[OpGuard]:
     return guards
 
 
+_NO_LIFTED: list = []  # the ``lifted`` list of a guard without lifted floats: stays empty
 _NAN = float("nan")  # what ``float(repr(x))`` gives for every NaN x
 
 
@@ -188,11 +198,16 @@ def _layout(out: Output, index: int) -> None:
 class _Value:
     """The producer of one pending value of a replay (``tensor.Pending``).
 
-    Referenced only by its tensor's ``_pending``, so it lives exactly as long as the
-    tensor: a weak reference to it tells whether the value is still held, without a weak
-    reference to the tensor (``torch.utils.swap_tensors``, used by ``Module.to``, refuses
-    weakly referenced tensors). When the region ends the value's buffer is stored here
-    (and accounted against HBM from then on); the tensor takes it on its next read.
+    Referenced only by its tensor's ``_pending`` (the replay holds it weakly,
+    ``Replay.pending``), so it lives exactly as long as the tensor: a weak reference to it
+    tells whether the value is still held, without a weak reference to the tensor
+    (``torch.utils.swap_tensors``, used by ``Module.to``, refuses weakly referenced
+    tensors). Not a reference count: which references the interpreter counts (a frame's
+    locals, an argument on the stack) is its own business and changes between versions,
+    and a count must guess them; a guess one off ends the region eagerly, or leaves a
+    held value without its result. When the region ends the value's buffer is
+    stored here (and accounted against HBM from then on); the tensor takes it on its next
+    read.
     """
 
     __slots__ = ("replay", "ik", "result", "_memory_token", "__weakref__")
@@ -217,6 +232,7 @@ class _Value:
 
 
 _new_value = object.__new__
+_ref = weakref.ref
 
 
 class _Write:
@@ -257,6 +273,7 @@ class Replay:
         # each input's buffer when first used: the region reads these, whatever buffer the
         # wrapper holds later (``.data =`` or ``swap_tensors`` mid-region, as eager would)
         self.ext_buffers: list[torch.Tensor] = []
+        # each pending value of this replay (``_Value``), weakly: gone when its tensor is
         self.pending: dict[tuple[int, int], weakref.ref] = {}
         # the deferred ops, flat (no container per op: they live until the region ends,
         # and a container apiece made the garbage collector run every step)
@@ -274,6 +291,7 @@ class Replay:
         self.issued: dict[int, issued.Issued | None] = {}
         self.guards = _guards(region)
         self._timeline = self.core.timeline  # charged a guard per op (``try_defer``)
+        self._no_tf = _NoTorchFunction()  # entered by ``try_defer`` (``_tf_off``)
 
     @property
     def complete(self) -> bool:
@@ -306,10 +324,14 @@ class Replay:
             return MISMATCH
         # Below the tensor subclass's ``__torch_function__``: every metadata read of a
         # neuron tensor (sizes, strides, offset, dtype) is then a plain C call, a third
-        # of its cost through the default handler, with the same answer.
-        with _NoTorchFunction():
+        # of its cost through the default handler, with the same answer. (``with
+        # _NoTorchFunction()``, without the ``with``: see ``_tf_off``.)
+        no_tf = self._no_tf
+        _tf_off(no_tf)
+        try:
             tensors: list[torch.Tensor] = []
-            got: list[tuple[int, str]] = []
+            # (a list only for a guard with lifted floats: the others never append)
+            got: list[tuple[int, str]] = [] if g.lifts else _NO_LIFTED
             check = g.check  # ``match``, without its call when the guard has a flat check
             template = (check(args, kwargs, tensors, got) if check is not None
                         else match(g, args, kwargs, tensors, got))
@@ -363,7 +385,7 @@ class Replay:
                 value.replay = self
                 value.ik = out.ik
                 value.result = None
-                self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+                self.pending[out.ik] = _ref(value)  # type: ignore[index]
                 index = self.index
                 if out.layout_index != index:
                     _layout(out, index)
@@ -377,6 +399,8 @@ class Replay:
             results = [None if out is None else tensors[out.same] if out.same is not None
                        else self._new(out) for out in g.outputs]
             return tuple(results) if struct == "tuple" else results
+        finally:
+            _tf_on(no_tf, None, None, None)
 
     def _mark_written(self, g: OpGuard, args: tuple, kwargs: dict) -> None:
         """Mark the tensors with buffers that the deferred op writes (deferred writes)."""
@@ -393,7 +417,7 @@ class Replay:
     def _new(self, out: Output) -> torch.Tensor:
         """A new pending tensor for output ``out`` of a deferred op."""
         value = _Value(self, out.ik)  # type: ignore[arg-type]
-        self.pending[out.ik] = weakref.ref(value)  # type: ignore[index]
+        self.pending[out.ik] = _ref(value)  # type: ignore[index]
         index = self.index
         if out.layout_index != index:
             _layout(out, index)
@@ -465,6 +489,7 @@ class Replay:
         self.marked.clear()
 
     def _live(self) -> list[tuple[tuple[int, int], _Value]]:
+        """The pending values still held (alive) and without a result."""
         out = []
         for ik, ref in self.pending.items():
             v = ref()
@@ -526,7 +551,7 @@ class Replay:
                 m = plan.metas[ik]
                 buf = base.as_strided(m.shape, m.stride, m.offset)  # type: ignore[union-attr]
             v.give(buf, self.index)  # type: ignore[arg-type]
-        self.pending.clear()  # drop the weakrefs: swap_tensors refuses weakly held tensors
+        self.pending.clear()
         self.runtime.replay_finished(self)
 
     def side_exit(self, reason: Reason) -> None:

@@ -23,7 +23,7 @@ import torch
 from torchneuron.hardware import NeuronCore, get_core
 
 __all__ = ["defer_write", "mirror_bits", "track", "storage_nbytes", "live_storages",
-           "resize_storage"]
+           "resize_storage", "Holding", "hold"]
 
 
 class _Token:
@@ -76,14 +76,112 @@ def track(wrapper: object, buffer: torch.Tensor, index: int) -> None:
     ref = _live.get(key)
     token = ref() if ref is not None else None
     if token is None:
-        core = get_core(index)
-        core.memory.allocate(nbytes)
-        token = _Token(key, nbytes, core)
-        _live[key] = weakref.ref(token)
-    elif nbytes > token.nbytes:  # resized in place: account the growth
+        if _holding is None or key not in _holding.nbytes:
+            core = get_core(index)
+            core.memory.allocate(nbytes)
+            token = _Token(key, nbytes, core)
+            _live[key] = weakref.ref(token)
+            wrapper._memory_token = token  # type: ignore[attr-defined]
+            return
+        token = _holding.token_of(key)  # held by a run (``Holding``): counted there
+    if nbytes > token.nbytes:  # resized in place: account the growth
         token.core.memory.allocate(nbytes - token.nbytes)
         token.nbytes = nbytes
     wrapper._memory_token = token  # type: ignore[attr-defined]
+
+
+class Holding:
+    """The storages one run of deferred ops makes that no wrapper holds (``hold``), counted
+    from then until the run ends (``release``), as a wrapper apiece would count them.
+
+    Why not a wrapper (or a small holder) per buffer: a run holds every value its ops make
+    until it ends, and a holder, its token and the token's weak reference are three
+    objects the garbage collector tracks, per value: a first-tier replay of a training
+    step held enough of them for a collection every step, where eager, which frees each
+    value when its last wrapper dies, ran none. Here a held storage is a dict entry.
+
+    A storage counted here is found by ``track`` too (a view of it that a pending value
+    or a wrapper takes): it then gets its token, with its bytes (nothing is counted
+    twice), and the holding keeps that token until the run ends. The run keeps its
+    buffers alive until then, so no address of a held storage is reused meanwhile.
+    ``start`` and ``stop`` bracket the run; ``release`` ends the counting."""
+
+    __slots__ = ("nbytes", "tokens", "core", "outer")
+
+    def __init__(self) -> None:
+        self.nbytes: dict[tuple[int, int], int] = {}  # held storage -> bytes counted
+        self.tokens: list[_Token] = []  # tokens of storages the run holds: kept to its end
+        self.core: NeuronCore | None = None  # the core the held bytes are counted on
+        self.outer: Holding | None = None  # the holding of a run this one is inside
+
+    def start(self) -> Holding:
+        """Count the storages held from here on (``hold``), until ``stop``."""
+        global _holding
+        self.outer = _holding
+        _holding = self
+        return self
+
+    def stop(self) -> None:
+        """No more storages are held here; those held stay counted until ``release``
+        (or until the holding dies: a run that raised is held by the error's traceback,
+        as its buffers' holders were)."""
+        global _holding
+        _holding = self.outer
+
+    def release(self) -> None:
+        """The held storages are no longer counted; the tokens kept are dropped."""
+        if self.nbytes:
+            free = self.core.memory.free  # type: ignore[union-attr]
+            for n in self.nbytes.values():
+                free(n)
+            self.nbytes.clear()
+        self.tokens.clear()
+
+    def __del__(self) -> None:
+        if self.nbytes:
+            self.release()
+
+    def token_of(self, key: tuple[int, int]) -> _Token:
+        """The held storage ``key`` gets a token (a wrapper now holds it too), with the
+        bytes it is counted for; the holding keeps the token until it ends."""
+        token = _Token(key, self.nbytes.pop(key), self.core)  # type: ignore[arg-type]
+        _live[key] = weakref.ref(token)
+        self.tokens.append(token)
+        return token
+
+
+_holding: Holding | None = None  # the innermost run holding storages (``Holding.start``)
+
+
+def hold(buffer: torch.Tensor, index: int) -> None:
+    """Count ``buffer``'s storage on device ``index`` until the current run's holding is
+    released (``Holding``): the accounting ``track`` gives a wrapper, without one. A storage a
+    wrapper counts already is kept counted until then (its token is held)."""
+    h = _holding
+    storage = buffer.untyped_storage()
+    nbytes = storage.nbytes()
+    if nbytes == 0:
+        return
+    key = (index, storage.data_ptr())
+    ref = _live.get(key)
+    token = ref() if ref is not None else None
+    if token is not None:  # (as ``track``: shared, its growth counted)
+        if nbytes > token.nbytes:
+            token.core.memory.allocate(nbytes - token.nbytes)
+            token.nbytes = nbytes
+        h.tokens.append(token)  # type: ignore[union-attr]
+        return
+    held = h.nbytes  # type: ignore[union-attr]
+    n = held.get(key)
+    if n is None:
+        core = h.core  # type: ignore[union-attr]
+        if core is None:
+            core = h.core = get_core(index)  # type: ignore[union-attr]
+        core.memory.allocate(nbytes)
+        held[key] = nbytes
+    elif nbytes > n:
+        h.core.memory.allocate(nbytes - n)  # type: ignore[union-attr]
+        held[key] = nbytes
 
 
 def resize_storage(wrapper: torch.Tensor, nbytes: int) -> None:
