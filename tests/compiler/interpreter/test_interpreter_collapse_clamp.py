@@ -142,8 +142,8 @@ def test_relu_with_denormals_flushed_gives_eagers_bits(dtype: torch.dtype,
 @pytest.mark.parametrize("dtype", [torch.float16])
 def test_half_precision_is_not_fused(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     """float16: ATen's vector loop quiets a signalling NaN (the select keeps it), so the
-    pair runs as is. (bfloat16, which replaces every NaN by 0xFFFF there, cannot be
-    lowered by this Torch-MLIR without ml_dtypes.)"""
+    pair runs as is. (bfloat16 replaces every NaN by 0xFFFF there: a NaN payload, which
+    the compiler does not promise.)"""
     x = torch.tensor([0x7C01, 0xFC01 - (1 << 16), 0x7E00, 0x8000 - (1 << 16)] * 16,
                      dtype=torch.int16).view(dtype)  # fmt: skip
     # (ATen's AVX2 and AVX-512 vector loops change these NaNs' bits, its default scalar

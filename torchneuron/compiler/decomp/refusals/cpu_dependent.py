@@ -27,6 +27,12 @@ eager's result on every CPU by construction:
   elements off, 3 ulps, where Torch-MLIR lowered it: in-process at avx2); its eager
   kernel cannot stay in the program (PyTorch's meta kernel declares another
   ``offset2bag`` than the CPU kernel returns: ``decomp/eager_kernels._weighted_bag``).
+  Without weights, a sum or mean on that path (no ``padding_idx``, rows contiguous) too:
+  FBGEMM's float32 sums are not a row-by-row sum in index order (that sum rounded once
+  was 2 of 32 elements off, the decomposition 13 of 37 samples off in the exact sweep
+  once ``ml_dtypes`` let Torch-MLIR lower it), and FBGEMM generates its kernel for the
+  CPU. With a ``padding_idx`` ATen's own loop sums in index order in float32, as the
+  decomposition does.
 ``native_layer_norm`` over one element and half-precision linear resizes were refused here
 too (their bits differ between CPU code paths); they are eager's own kernels now
 (``decomp/eager_kernels``).
@@ -49,10 +55,11 @@ __all__ = ["ALWAYS_REFUSED", "cpu_dependent_decompositions", "REFUSED_REASONS"]
 
 aten = torch.ops.aten
 REFUSED_REASONS = ("batch-norm-bfloat16", "onednn-rnn-layer", "loss-decomposed-early",
-                   "bfloat16-weighted-bag", *math_bits.REFUSED_REASONS)
-# embedding bags -> position of ``per_sample_weights``
-_BAGS = {aten._embedding_bag.default: 6, aten._embedding_bag_forward_only.default: 6,
-         aten.embedding_bag.default: 6, aten.embedding_bag.padding_idx: 6}
+                   "bfloat16-weighted-bag", "bfloat16-bag-sum", *math_bits.REFUSED_REASONS)
+# embedding bags -> position of ``padding_idx`` (None: the overload has none, -1); each
+# takes ``mode`` at 4 and ``per_sample_weights`` at 6
+_BAGS = {aten._embedding_bag.default: 8, aten._embedding_bag_forward_only.default: 8,
+         aten.embedding_bag.default: None, aten.embedding_bag.padding_idx: 8}
 _ONEDNN_RNN = (aten.mkldnn_rnn_layer.default, aten.mkldnn_rnn_layer_backward.default)
 # a loss that the trace decomposes before the decomposition table is asked (functorch's
 # own kernel under ``functionalize``), so eager's kernel cannot be kept in the program
@@ -97,14 +104,26 @@ def _batch_norm(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
     return decomposition
 
 
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], at: int, name: str,
+         default: Any) -> Any:
+    return args[at] if len(args) > at else kwargs.get(name, default)
+
+
 def _bag(op: Any, base: Callable[..., Any] | None) -> Callable[..., Any]:
-    at = _BAGS[op]
+    pad_at = _BAGS[op]
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
-        weights = args[at] if len(args) > at else kwargs.get("per_sample_weights")
-        if isinstance(weights, torch.Tensor) and args[0].dtype == torch.bfloat16:
+        weight = args[0]
+        if weight.dtype != torch.bfloat16:
+            return base(*args, **kwargs) if base is not None else NotImplemented
+        if isinstance(_arg(args, kwargs, 6, "per_sample_weights", None), torch.Tensor):
             return _refuse(op, "eager scales and sums a bfloat16 bag's weighted rows in "
                            "float32 with FBGEMM", "bfloat16-weighted-bag")
+        pad = -1 if pad_at is None else _arg(args, kwargs, pad_at, "padding_idx", -1)
+        fast = (pad is None or pad < 0) and weight.dim() == 2 and weight.stride(1) == 1
+        if fast and _arg(args, kwargs, 4, "mode", 0) != 2:  # a sum or mean, not a max
+            return _refuse(op, "eager sums a bfloat16 bag's rows in float32 with FBGEMM, "
+                           "whose order of additions is its own", "bfloat16-bag-sum")
         return base(*args, **kwargs) if base is not None else NotImplemented
 
     return decomposition
