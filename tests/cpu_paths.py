@@ -43,7 +43,7 @@ BIT_PATTERNS = (
     "adaptive_eager/test_ae_inplace_layouts.py",
     "adaptive_eager/test_ae_foreach_optimizers.py", "adaptive_eager/test_ae_out_calls.py",
     "adaptive_eager/test_ae_dynamic_shapes.py", "adaptive_eager/test_ae_complex.py",
-    "adaptive_eager/test_ae_liveness.py",
+    "adaptive_eager/test_ae_liveness.py", "compiler/test_bf16_ml_dtypes.py",
     "compiler/interpreter/test_interpreter_codegen.py",
     "compiler/interpreter/test_interpreter_element_index.py",
     "compiler/interpreter/test_interpreter_specialize.py",
