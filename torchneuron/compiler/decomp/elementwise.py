@@ -104,7 +104,7 @@ def hypot(a: torch.Tensor, b: torch.Tensor) -> Any:
     x, y = a.to(dtype).abs().double(), b.to(dtype).abs().double()
     r = torch.sqrt(x * x + y * y)
     r = torch.where((x == math.inf) | (y == math.inf), math.inf, r)  # float64 constants:
-    return r.to(torch.float32).to(dtype)  # (bfloat16's need ml_dtypes)
+    return r.to(torch.float32).to(dtype)  # (float32 constants: no ml_dtypes needed)
 
 
 @_register(aten.angle.default)

@@ -49,8 +49,8 @@ def _exact_float(x: torch.Tensor, *bounds: Bound) -> bool:
 
 def _splat(x: torch.Tensor, v: float | int) -> float | int | torch.Tensor:
     """The bound as ``where`` takes it: a Python number, except for float16 / bfloat16,
-    whose 0-d constant this torch-mlir cannot print (it needs ml_dtypes); a full tensor
-    of x's shape lowers to a splat constant instead."""
+    whose 0-d constant Torch-MLIR prints only through ml_dtypes (a dependency now; this
+    predates it); a full tensor of x's shape lowers to a splat constant either way."""
     return torch.full_like(x, v) if x.dtype in _HALVES else v
 
 
@@ -147,7 +147,7 @@ def leaky_relu(x: torch.Tensor, negative_slope: float = 0.01) -> Any:
 def threshold_backward(grad: torch.Tensor, x: torch.Tensor, threshold: Bound) -> Any:
     """ReLU's gradient: PyTorch's own decomposition, ``where(x <= threshold, 0, grad)``;
     in float16 / bfloat16 with the zero a full tensor (``_splat``: the 0-d constant of a
-    half dtype failed the whole region's lowering, "requires the ml_dtypes package").
+    half dtype failed the whole region's lowering before ml_dtypes was a dependency).
     Eager compares in float32; ReLU's threshold 0 compares the same in any float dtype
     (a half-dtype threshold other than 0, which the dtype may round, keeps the 0-d zero)."""
     if (grad.dtype in _HALVES and x.dtype == grad.dtype and _exact_float(x, threshold)
