@@ -67,3 +67,51 @@ def test_complex_ops_run_between_regions_and_the_rest_of_the_step_replays() -> N
     assert "aten.mm.default" not in refused and "aten.addmm.default" not in refused, refused
     recorded = _SEEN["recorded_at"]
     assert recorded[9] == recorded[6], "the last steps still recorded ops: not replayed"
+
+
+def _made_complex_loop(log: ReplayLog | None) -> Any:
+    """Complex values made by a cast (``.to(complex64)``), an integer index into a complex
+    tensor (``freqs[pos]``, an op refused before for boolean masks) and a complex tensor
+    made before the loop, read by ops with real results (``abs``, ``angle``)."""
+    def loop(device: str) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        lin = nn.Linear(16, 16).to(device)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.05)
+        table = torch.polar(torch.ones(6, 8), torch.linspace(0.1, 1.0, 48).reshape(6, 8)).to(device)
+        pos = torch.tensor([3, 1, 0, 2]).to(device)
+        g = torch.Generator().manual_seed(4)
+        out: dict[str, torch.Tensor] = {}
+        for step in range(10):
+            x = torch.randn(4, 16, generator=g).to(device)
+            h = lin(x)
+            a = h.reshape(4, 8, 2)[..., 0]
+            r = (a.to(torch.complex64) * table[pos]).real
+            loss = (r * torch.abs(table[:4]) + torch.angle(table[:4]) * a).sum() + h.double().float().sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out[f"loss{step}"] = loss.detach().cpu()
+            if log is not None:
+                log.mark(step)
+                _SEEN["refused"] = ae._runtime.refused
+        out.update({f"p{n}": p.detach().cpu() for n, p in enumerate(lin.parameters())})
+        return out
+    return loop
+
+
+def test_complex_values_made_by_a_cast_or_an_index_are_refused_only_in_those_calls() -> None:
+    _SEEN.clear()
+    assert_replays_eagers_bits(_made_complex_loop, no_divergence=True)
+    refused, aten = _SEEN["refused"], torch.ops.aten
+    real, cplx = torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.complex64)
+    ints, mask = torch.tensor([1, 0]), torch.tensor([True, False])
+    # a real cast stays in its region; a cast to complex runs between regions
+    assert refused.refuses(aten._to_copy.default, (real,), {"dtype": torch.complex64})
+    assert not refused.refuses(aten._to_copy.default, (real,), {"dtype": torch.float64})
+    # an integer index of a complex tensor runs between regions, of a real one stays in
+    # its region, and a boolean mask still runs between regions (its own rule, kept)
+    assert refused.refuses(aten.index.Tensor, (cplx, [ints]), {})
+    assert not refused.refuses(aten.index.Tensor, (real, [ints]), {})
+    assert refused.refuses(aten.index.Tensor, (real, [mask]), {})
+    assert refused.refuses(aten.abs.default, (cplx,), {})
+    assert not refused.refuses(aten.abs.default, (real,), {})

@@ -55,7 +55,7 @@ class CaptureRefused(Exception):
         super().__init__(message)
         self.op = op
         self.reason = reason
-        self.ops = ops or {}  # complex-values: overload -> refused per call (else always)
+        self.ops = ops or {}  # complex-values: overload -> PER_CALL or ALWAYS
 
 
 @dataclass
@@ -80,16 +80,35 @@ class Plan:
         self.out_index = {v: n for n, v in enumerate(self.outputs)}
 
 
-def _refuse_complex(sigs: tuple[OpSig, ...], input_metas: list[Meta]) -> None:
-    """Refuse a region holding complex values, naming every op of it that reads or makes
-    one (``ops``: overload name -> whether only its calls with complex values are refused:
-    not ``view_as_complex``, which makes them from real ones), so that the runtime
+PER_CALL = True  # a complex-values op refused only in its calls with a complex value
+ALWAYS = False  # ... in every call: it makes complex values from real ones
+
+
+def _mentions_complex(v: Any) -> bool:
+    """A complex dtype among an op's static arguments (``signature.describe`` writes it
+    ``("E", "torch.complex64")``)."""
+    if isinstance(v, (tuple, list)):
+        if len(v) == 2 and v[0] == "E" and isinstance(v[1], str):
+            return getattr(torch, v[1].removeprefix("torch."), None) in _COMPLEX
+        return any(_mentions_complex(x) for x in v)
+    return False
+
+
+_COMPLEX = (torch.complex32, torch.complex64, torch.complex128)
+
+
+def _complex_refusal(sigs: tuple[OpSig, ...], input_metas: list[Meta]) -> CaptureRefused:
+    """The refusal of a region holding complex values, naming every op of it that reads or
+    makes one (``ops``: overload name -> ``PER_CALL`` or ``ALWAYS``), so that the runtime
     runs them all between regions from then on (``refused``) and the real ops around
     them (a Llama's rotary embedding through ``view_as_complex``) form regions that
-    compile; one op learned per failed region took a dozen steps."""
+    compile; one op learned per failed region took a dozen steps. An op that makes a
+    complex value from real tensors is refused per call when a complex dtype or number
+    among its arguments says so (``x.to(torch.complex64)``: a real ``.float()`` stays in
+    its region), else always (``view_as_complex``)."""
     dtypes: dict[tuple[int, int], torch.dtype] = {}
     ops: dict[str, bool] = {}
-    for i, (func, _static, refs, outs) in enumerate(sigs):
+    for i, (func, static, refs, outs) in enumerate(sigs):
         read = [input_metas[r.index].dtype if isinstance(r, InputRef) else dtypes.get(r.value)
                 for r in refs]
         made = []
@@ -102,10 +121,11 @@ def _refuse_complex(sigs: tuple[OpSig, ...], input_metas: list[Meta]) -> None:
         reads = any(d is not None and d.is_complex for d in read)
         if reads or any(d is not None and d.is_complex for d in made):
             name = func.name() if isinstance(func, torch._ops.OpOverload) else str(func)
-            ops[name] = ops.get(name, True) and (reads or not refs)  # else always
+            per_call = reads or not refs or _mentions_complex(static.args)
+            ops[name] = ops.get(name, PER_CALL) and per_call
     first = next(iter(ops), None)
-    raise CaptureRefused(f"{first} computes with complex values, which the compiler does not "
-                         "lower exactly", op=first, reason="complex-values", ops=ops)
+    return CaptureRefused(f"{first} computes with complex values, which the compiler does "
+                          "not lower exactly", op=first, reason="complex-values", ops=ops)
 
 
 def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
@@ -114,6 +134,8 @@ def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
     roots: dict[tuple[int, int], InputRef | ValueRef] = {}
     metas: dict[tuple[int, int], Meta] = {}
     nbytes: dict[tuple[int, int], int] = {}
+    if any(m.dtype.is_complex for m in input_metas):  # (``abs`` of one: a real result)
+        raise _complex_refusal(sigs, input_metas)
     for i, (func, _static, refs, outs) in enumerate(sigs):
         if func in _REFUSED:
             raise CaptureRefused(f"{func} depends on storage layout or changes metadata",
@@ -124,7 +146,7 @@ def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
             metas[(i, k)] = out.meta
             if isinstance(out, NewOut):
                 if out.meta.dtype.is_complex:
-                    _refuse_complex(sigs, input_metas)
+                    raise _complex_refusal(sigs, input_metas)
                 roots[(i, k)] = ValueRef("v", i, k)
                 nbytes[(i, k)] = out.nbytes
             else:
@@ -133,7 +155,7 @@ def plan_region(sigs: tuple[OpSig, ...], n_inputs: int, input_metas: list[Meta],
                 root_dtype = (input_metas[root.index].dtype if isinstance(root, InputRef)
                               else metas[root.value].dtype)
                 if out.meta.dtype.is_complex or root_dtype.is_complex:
-                    _refuse_complex(sigs, input_metas)
+                    raise _complex_refusal(sigs, input_metas)
                 if out.meta.dtype != root_dtype:
                     # rebuilt as ``as_strided`` of its root's buffer, it would read the
                     # root's elements as its own dtype's (view_as_complex gave zeros)

@@ -56,13 +56,20 @@ def _mask_rows(args: tuple, kwargs: dict) -> bool:
 
 
 def _complex_call(args: tuple, kwargs: dict) -> bool:
-    """A call with a complex tensor, or asked for a complex dtype (``zeros(dtype=cfloat)``)."""
+    """A call with a complex tensor, or asked for a complex dtype or number
+    (``zeros(dtype=cfloat)``, ``full(shape, 1j)``)."""
     for a in (*args, *kwargs.values()):
         for v in (a if isinstance(a, (list, tuple)) else (a,)):
-            if isinstance(v, torch.Tensor) and v.is_complex() or \
-                    isinstance(v, torch.dtype) and v.is_complex:
+            if ((isinstance(v, torch.Tensor) and v.is_complex())
+                    or (isinstance(v, torch.dtype) and v.is_complex) or isinstance(v, complex)):
                 return True
     return False
+
+
+def _either(first: Callable[[tuple, dict], bool], second: Callable[[tuple, dict], bool]
+            ) -> Callable[[tuple, dict], bool]:
+    """A per-call rule refusing the calls either rule refuses."""
+    return lambda args, kwargs: first(args, kwargs) or second(args, kwargs)
 
 
 def _no_output_size(args: tuple, kwargs: dict) -> bool:
@@ -97,6 +104,7 @@ _OP_REASONS = frozenset({
     *CPU_DEPENDENT_REASONS,
 })
 _MAX_OPS = 16  # op names: a compiler refusing everything cannot shatter the stream
+_MAX_COMPLEX = 32  # op names learned for complex values, apart
 # The op a refusal names may be what the compiler's preparation made of the stream's op
 # (PyTorch's decompositions run first): these stream ops become the named one, so they
 # are what runs between regions. Without this, a bfloat16 BatchNorm refused as
@@ -127,6 +135,7 @@ class RefusedOps:
         self.ops: dict[Any, str] = {}  # overload -> "aten.x.overload (reason)"
         self.ids: set[int] = set()  # ``id`` of each: the op path's test, no Python hash
         self.names: set[str] = set()
+        self.complex_names: set[str] = set()  # learned for complex values (``_learn_complex``)
         # refused in every call (oneDNN's LSTM layer): known before any region fails, so
         # the first regions already end around them (an LSTM's training step replayed
         # whole only after two regions had failed to compile, a dozen steps in); shown
@@ -178,17 +187,30 @@ class RefusedOps:
 
     def _learn_complex(self, ops: dict[str, bool], region_ops: Iterable[Any]) -> bool:
         """Every overload a region refused for complex values named: those reading them
-        run between regions in their calls with a complex value (``_complex_call``: a
-        real ``mul`` stays in its region), those making them from real ones in every
-        call."""
+        (or asked for a complex dtype) run between regions in their calls with a complex
+        value (``_complex_call``: a real ``mul`` stays in its region), those making them
+        from real ones in every call. An op refused already for some calls (``x[mask]``)
+        is refused in its complex calls too; counted apart from the compiler's refusals
+        (``_MAX_COMPLEX``): a rotary embedding alone names seven ops."""
         learned = False
         funcs = [f for f in dict.fromkeys(region_ops) if isinstance(f, torch._ops.OpOverload)]
         for name, per_call in ops.items():
-            these = [f for f in funcs if f.name() == name and id(f) not in self.ids]
-            if these and self._add(these, _name(these[0]), "complex-values"):
+            these = [f for f in funcs if f.name() == name]
+            if not these or (_name(these[0]) not in self.complex_names
+                             and len(self.complex_names) >= _MAX_COMPLEX):
+                continue
+            for f in these:
+                if id(f) in self.ids and id(f) not in self.when:
+                    continue  # refused in every call already
+                rule = self.when.get(id(f)) if id(f) in self.ids else None
+                self.ops.setdefault(f, f"{f} (complex-values)")
+                self.ids.add(id(f))
+                if not per_call:
+                    self.when.pop(id(f), None)
+                else:
+                    self.when[id(f)] = _complex_call if rule is None else _either(rule, _complex_call)
                 learned = True
-                if per_call:
-                    self.when.update((id(f), _complex_call) for f in these)
+            self.complex_names.add(_name(these[0]))
         return learned
 
     def _add(self, funcs: list[Any], name: str, reason: str) -> bool:

@@ -1,6 +1,6 @@
 """``topk``, ``kthvalue``, unstable ``sort`` / ``argsort`` and ``median`` / ``nanmedian``
-along a dim where eager's kernel cannot be carried: refused, since eager orders ties by its algorithm, which the lowering cannot
-reproduce.
+along a dim where eager's kernel cannot be carried: refused, since eager orders ties by
+its algorithm, which the lowering cannot reproduce.
 
 Which of several equal values eager's CPU ``topk`` returns first, which index
 ``kthvalue`` reports, and where an unstable ``sort`` puts equal values is decided by the
@@ -102,22 +102,21 @@ def argsort_stable(x: torch.Tensor, *, stable: bool, dim: int = -1,
 
 def _single(x: torch.Tensor, dim: int, keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """A median along a dim of one value (or of a 0-d tensor): the value, index 0."""
-    v = x.clone() if x.dim() == 0 or keepdim else x.squeeze(dim)
+    v = x.clone() if x.dim() == 0 or keepdim else x.squeeze(dim).clone()
     return v, torch.zeros(v.shape, dtype=torch.int64, device=x.device)
 
 
-@_register(aten.median.dim)
-def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
-    if x.dim() == 0 or x.shape[dim] == 1:
-        return _single(x, dim, keepdim)
-    return _refuse("aten.median", x, dim)
+def _median_dim(name: str) -> Callable[..., Any]:
+    def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
+        """No tie along a dim of one value; else refused."""
+        if x.dim() == 0 or x.shape[dim] == 1:
+            return _single(x, dim, keepdim)
+        return _refuse(name, x, dim)
+    return median_dim
 
 
-@_register(aten.nanmedian.dim)
-def nanmedian_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
-    if x.dim() == 0 or x.shape[dim] == 1:
-        return _single(x, dim, keepdim)
-    return _refuse("aten.nanmedian", x, dim)
+_register(aten.median.dim)(_median_dim("aten.median"))
+_register(aten.nanmedian.dim)(_median_dim("aten.nanmedian"))
 
 
 def _kthvalue_by_sort(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False
