@@ -272,3 +272,23 @@ def test_adaptive_eager_lstm_training_gives_cpu_bits(cell: bool) -> None:
         assert refused.get(op) == (None if cell else "onednn-rnn-layer"), refused
     if cell:
         assert "compile-failed" not in stats["fallback_reasons"], ae.explain()
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU, nn.RNN], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("lengths", [[4, 3, 2], [4, 4, 4]], ids=["shrinking", "equal"])
+def test_packed_rnn_in_inference_mode_gives_cpu_bits(cls: type, lengths: list[int]) -> None:
+    """In ``inference_mode`` no autograd kernel runs first: the packed RNN and
+    ``pad_packed_sequence`` reach the device with the PackedSequence's host ``batch_sizes``
+    (they raised "Expected all tensors to be on the same device")."""
+    torch.manual_seed(0)
+    cpu = cls(5, 6, bidirectional=True)
+    dev = copy.deepcopy(cpu).to("neuron")
+    x = torch.randn(4, 3, 5)
+    with torch.inference_mode():
+        want, h_want = cpu(pack_padded_sequence(x, torch.tensor(lengths)))
+        got, h_got = dev(pack_padded_sequence(x.to("neuron"), torch.tensor(lengths)))
+        want, got = pad_packed_sequence(want)[0], pad_packed_sequence(got)[0].cpu()
+    assert torch.equal(want, got)
+    for w, g in zip(h_want if isinstance(h_want, tuple) else (h_want,),
+                    h_got if isinstance(h_got, tuple) else (h_got,), strict=True):
+        assert torch.equal(w, g.cpu())

@@ -29,6 +29,10 @@ _HOST_ARGUMENTS: dict[Any, tuple[str, ...]] = {
     aten._pack_padded_sequence.default: ("lengths",),
     aten._ctc_loss.Tensor: ("input_lengths", "target_lengths"),
     aten._ctc_loss_backward.Tensor: ("input_lengths", "target_lengths"),
+    # a PackedSequence's batch_sizes, as the RNNs take it (reached here in inference_mode,
+    # where no autograd kernel of dispatch/lstm or dispatch/recurrent runs first)
+    **{getattr(aten, rnn).data: ("batch_sizes",) for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu")},
+    aten._pad_packed_sequence.default: ("batch_sizes",),
 }
 
 # op overload -> positions of results PyTorch returns on the host
