@@ -153,8 +153,24 @@ def matches(pattern: Any, desc: Any) -> bool:
     return pattern == desc and type(pattern) is type(desc)
 
 
+_KEPT = 1 << 12  # answers kept per table of ``_kept`` (all forgotten at once past this)
+
+
+def _kept(table: dict[int, tuple[Any, Any]], pattern: Any, make: Any) -> Any:
+    """``make(pattern)``, kept in ``table`` by the pattern's identity (with the pattern,
+    so its id is not reused): patterns equal but for their leaves' types (1 and True)
+    must not share an answer."""
+    got = table.get(id(pattern))
+    if got is not None and got[0] is pattern:
+        return got[1]
+    answer = make(pattern)
+    if len(table) >= _KEPT:
+        table.clear()
+    table[id(pattern)] = (pattern, answer)
+    return answer
+
+
 _MATCHERS: dict[int, tuple[Any, Any]] = {}  # id(pattern) -> (pattern, its ``matcher``)
-_MATCHERS_KEPT = 1 << 12  # matchers kept (all forgotten at once past this)
 
 
 def matcher(pattern: Any) -> Any:
@@ -162,12 +178,11 @@ def matcher(pattern: Any) -> Any:
     the same checks in the same order, flat (one line per node of the pattern, no call
     per node). Why: on a recurrent loop (the GRU) the ops at a pattern's positions are
     matched at every step, and ``matches``' recursion was a call per leaf of a
-    signature (about 1,400 bytecodes per op). Kept by the pattern's identity (with the
-    pattern, so its id is not reused): patterns equal but for their leaves' types (1
-    and True) must not share one."""
-    got = _MATCHERS.get(id(pattern))
-    if got is not None and got[0] is pattern:
-        return got[1]
+    signature (about 1,400 bytecodes per op)."""
+    return _kept(_MATCHERS, pattern, _generate_matcher)
+
+
+def _generate_matcher(pattern: Any) -> Any:
     consts: list[Any] = []
     lines = ["def m(d):"]
     names = count()
@@ -192,11 +207,7 @@ def matcher(pattern: Any) -> Any:
     lines.append(" return True")
     namespace: dict[str, Any] = {f"c{k}": v for k, v in enumerate(consts)}
     exec(compile("\n".join(lines), "<growing pattern>", "exec"), namespace)  # noqa: S102
-    fn = namespace["m"]
-    if len(_MATCHERS) >= _MATCHERS_KEPT:
-        _MATCHERS.clear()
-    _MATCHERS[id(pattern)] = (pattern, fn)
-    return fn
+    return namespace["m"]
 
 
 def steady(a: Any, b: Any, c: Any) -> Any:
@@ -237,16 +248,8 @@ def _sized(pattern: Any) -> bool:
     ``x[:, t]``, the zoo GRU's), not a cache that grows: its shapes come again every
     training step, so its ops are recorded like any other. A growing cache always moves
     a size or an int too (the cache's length, the slice's end), and then the ops whose
-    offsets only move are learned with them, as before. Kept by the pattern's identity
-    (with it, so its id is not reused)."""
-    got = _SIZED.get(id(pattern))
-    if got is not None and got[0] is pattern:
-        return got[1]
-    answer = _has_sized_wildcard(pattern)
-    if len(_SIZED) >= _MATCHERS_KEPT:
-        _SIZED.clear()
-    _SIZED[id(pattern)] = (pattern, answer)
-    return answer
+    offsets only move are learned with them, as before."""
+    return _kept(_SIZED, pattern, _has_sized_wildcard)
 
 
 _SIZED: dict[int, tuple[Any, bool]] = {}  # id(pattern) -> (pattern, ``_sized``'s answer)
