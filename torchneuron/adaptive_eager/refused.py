@@ -202,7 +202,7 @@ class RefusedOps:
             for f in these:
                 if id(f) in self.ids and id(f) not in self.when:
                     continue  # refused in every call already
-                rule = self.when.get(id(f)) if id(f) in self.ids else None
+                rule = self.when.get(id(f))  # (a rule of some calls: ``x[mask]``'s)
                 self.ops.setdefault(f, f"{f} (complex-values)")
                 self.ids.add(id(f))
                 if not per_call:
